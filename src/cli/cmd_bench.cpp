@@ -1,0 +1,163 @@
+// `ferry bench`: measured numbers people compare. `bench decode` times one stream (prefill of a
+// prompt, then decode) and sets it against this machine's roofline: decode cannot beat
+// read bandwidth / weight bytes per token.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "core/machine_probe.h"
+#include "core/progress.h"
+#include "engine/generator.h"
+
+namespace ferry::cli {
+namespace {
+
+struct DecodeBenchOptions {
+    ModelOptions model;
+    int prompt_tokens = 128;
+    std::string prompt_file;
+    int gen_tokens = 64;
+    int repeats = 3;
+    bool json = false;
+};
+
+struct Summary {
+    double median = 0, min = 0, max = 0;
+};
+Summary summarize(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return {n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v.front(), v.back()};
+}
+
+// The tensor type holding most of the weight bytes ("q4_1" for the default model).
+std::string dominant_weight_type(const gguf::File& f) {
+    std::map<std::string, size_t> bytes;
+    for (const auto& t : f.tensors()) bytes[std::string(dtype_name(t.type))] += t.n_bytes;
+    return std::max_element(bytes.begin(), bytes.end(),
+                            [](auto& a, auto& b) { return a.second < b.second; })
+        ->first;
+}
+
+std::vector<int32_t> bench_prompt(const DecodeBenchOptions& o, const engine::LoadedModel& lm,
+                                  int ctx) {
+    std::vector<int32_t> ids;
+    if (!o.prompt_file.empty()) {
+        std::ifstream in(o.prompt_file, std::ios::binary);
+        if (!in) throw ExitError(o.prompt_file + ": cannot be read");
+        std::stringstream ss;
+        ss << in.rdbuf();
+        ids = lm.tokenizer->encode(ss.str(), true, false);
+    } else {
+        // A synthetic prompt of ordinary text tokens: the cost of prefill does not depend on
+        // which tokens they are, only on how many.
+        const auto base = lm.tokenizer->encode(
+            "The quick brown fox jumps over the lazy dog while the engine measures itself. ", false,
+            false);
+        while (static_cast<int>(ids.size()) < o.prompt_tokens)
+            ids.push_back(base[ids.size() % base.size()]);
+    }
+    if (static_cast<int>(ids.size()) + o.gen_tokens > ctx)
+        throw ExitError(fmt::format("prompt ({}) + generated ({}) tokens exceed the context of {}",
+                                    ids.size(), o.gen_tokens, ctx));
+    return ids;
+}
+
+void bench_decode(const DecodeBenchOptions& o) {
+    engine::LoadedModel lm = o.model.load(!o.json);
+    const int threads = o.model.resolved_threads();
+    const int ctx = std::max(o.model.resolved_ctx(lm), 0);
+    auto prompt = bench_prompt(o, lm, std::max(ctx, o.prompt_tokens + o.gen_tokens));
+    const int run_ctx = static_cast<int>(prompt.size()) + o.gen_tokens;
+
+    if (!o.json) std::fprintf(stderr, "measuring read bandwidth ...\n");
+    const double bw = measure_read_bandwidth_gbs(threads);
+
+    engine::Generator gen(*lm.model, threads, run_ctx);
+    engine::SamplingParams greedy;
+    greedy.temperature = 0;
+    std::vector<double> prefill, decode, ttft, tpot;
+    Progress bar("bench decode", o.repeats + 1, !o.json);
+    for (int r = 0; r <= o.repeats; ++r) {  // run 0 warms caches and is not counted
+        gen.reset();
+        auto st = take(gen.generate(prompt, greedy, o.gen_tokens, nullptr, nullptr));
+        bar.update(r + 1);
+        if (r == 0) continue;
+        prefill.push_back(st.prefill_tokens_per_s());
+        decode.push_back(st.decode_tokens_per_s());
+        ttft.push_back(st.ttft_ms);
+        tpot.push_back(st.decode_tokens_per_s() > 0 ? 1e3 / st.decode_tokens_per_s() : 0);
+    }
+    bar.finish();
+
+    const double wbytes = static_cast<double>(lm.model->weight_bytes_per_token());
+    const double roofline = bw * 1e9 / wbytes;
+    const Summary pf = summarize(prefill), dc = summarize(decode), tt = summarize(ttft),
+                  tp = summarize(tpot);
+    nlohmann::json j = {
+        {"model", lm.file->path()},
+        {"weight_type", dominant_weight_type(*lm.file)},
+        {"threads", threads},
+        {"cpu_level", kernels::cpu_level_name(kernels::cpu_level())},
+        {"prompt_tokens", prompt.size()},
+        {"gen_tokens", o.gen_tokens},
+        {"repeats", o.repeats},
+        {"prefill_tokens_per_s", pf.median},
+        {"decode_tokens_per_s", dc.median},
+        {"ttft_ms", tt.median},
+        {"tpot_ms", tp.median},
+        {"weight_bytes_per_token", wbytes},
+        {"read_bandwidth_gbs", bw},
+        {"roofline_decode_tokens_per_s", roofline},
+        {"roofline_fraction", dc.median / roofline},
+    };
+    for (auto [key, s] :
+         {std::pair{"prefill_tokens_per_s", pf}, std::pair{"decode_tokens_per_s", dc},
+          std::pair{"ttft_ms", tt}, std::pair{"tpot_ms", tp}})
+        j["range"][key] = {{"median", s.median}, {"min", s.min}, {"max", s.max}};
+    if (o.json) {
+        std::printf("%s\n", j.dump(2).c_str());
+        return;
+    }
+    std::printf("model      %s (%s), %d threads, %s kernels\n", lm.file->path().c_str(),
+                j["weight_type"].get<std::string>().c_str(), threads,
+                kernels::cpu_level_name(kernels::cpu_level()));
+    std::printf("workload   %zu prompt tokens, %d generated, median of %d runs [min .. max]\n",
+                prompt.size(), o.gen_tokens, o.repeats);
+    std::printf("prefill    %8.1f tok/s  [%.1f .. %.1f]   ttft %.1f ms\n", pf.median, pf.min,
+                pf.max, tt.median);
+    std::printf("decode     %8.1f tok/s  [%.1f .. %.1f]   tpot %.2f ms\n", dc.median, dc.min,
+                dc.max, tp.median);
+    std::printf("roofline   %.1f GB/s read / %.1f MiB per token = %.1f tok/s; decode at %.0f %%\n",
+                bw, wbytes / 1048576.0, roofline, 100.0 * dc.median / roofline);
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+    CLI::App* bench = app.add_subcommand("bench", "benchmarks: measured, comparable numbers");
+    bench->require_subcommand(1);
+    auto o = std::make_shared<DecodeBenchOptions>();
+    CLI::App* dec = bench->add_subcommand("decode", "one stream: prefill then decode, vs roofline");
+    o->model.add_to(*dec);
+    auto* p = dec->add_option("-p,--prompt-tokens", o->prompt_tokens, "synthetic prompt length")
+                  ->capture_default_str()
+                  ->check(CLI::Range(1, 1 << 20));
+    dec->add_option("--prompt-file", o->prompt_file, "use this text as the prompt")->excludes(p);
+    dec->add_option("-n,--gen-tokens", o->gen_tokens, "tokens to generate")
+        ->capture_default_str()
+        ->check(CLI::Range(2, 1 << 20));
+    dec->add_option("-r,--repeats", o->repeats, "measured runs (after one warm-up)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1000));
+    dec->add_flag("--json", o->json, "print JSON with stable keys");
+    dec->callback([o] { bench_decode(*o); });
+}
+
+}  // namespace ferry::cli

@@ -1,0 +1,107 @@
+// `ferry chat`: a multi-turn conversation in the terminal through the model's chat template.
+// Each turn re-renders the whole conversation and only feeds the tokens the cache lacks.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "engine/generator.h"
+
+namespace ferry::cli {
+namespace {
+
+struct ChatOptions {
+    ModelOptions model;
+    SamplingOptions sampling;
+    std::string system;
+    int max_tokens = 512;
+    bool stats = false;
+};
+
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+    size_t n = 0;
+    while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+    return n;
+}
+
+void chat(const ChatOptions& o) {
+    engine::LoadedModel lm = o.model.load(true);
+    if (!lm.chat_template) throw ExitError(lm.chat_template_error);
+    const auto& tok = *lm.tokenizer;
+    const int ctx = o.model.resolved_ctx(lm);
+    engine::Generator gen(*lm.model, o.model.resolved_threads(), ctx);
+    const bool tty = isatty(STDIN_FILENO);
+    std::vector<tokenizer::ChatMessage> msgs;
+    if (!o.system.empty()) msgs.push_back({"system", o.system});
+    if (tty) std::fprintf(stderr, "ferry chat: /reset starts over, /exit or Ctrl-D leaves\n");
+
+    std::string line;
+    for (;;) {
+        if (tty) std::fputs("\n> ", stdout), std::fflush(stdout);
+        if (!std::getline(std::cin, line)) break;
+        if (line == "/exit" || line == "/quit") break;
+        if (line == "/reset") {
+            msgs.resize(o.system.empty() ? 0 : 1);
+            gen.reset();
+            continue;
+        }
+        if (line.empty()) continue;
+        msgs.push_back({"user", line});
+        auto ids = tok.encode(lm.chat_template->apply(msgs, true), true, true);
+        if (static_cast<int64_t>(ids.size()) + 1 >= ctx) {
+            std::fprintf(stderr,
+                         "ferry: the conversation (%zu tokens) no longer fits the context "
+                         "of %d; /reset to start over\n",
+                         ids.size(), ctx);
+            msgs.pop_back();
+            continue;
+        }
+        const size_t keep = common_prefix(gen.history(), ids);
+        // At least one new token must be fed so there are logits to sample from.
+        gen.truncate(std::min(keep, ids.size() - 1));
+        std::vector<int32_t> fresh(ids.begin() + gen.position(), ids.end());
+
+        tokenizer::StreamDecoder dec(tok);
+        std::string reply;
+        const int budget = std::min<int64_t>(o.max_tokens, ctx - static_cast<int64_t>(ids.size()));
+        auto st = take(gen.generate(
+            fresh, o.sampling.resolved(), budget,
+            [&](int32_t t) {
+                std::string s = dec.push(t);
+                reply += s;
+                std::fwrite(s.data(), 1, s.size(), stdout);
+                std::fflush(stdout);
+                return true;
+            },
+            [&](int32_t t) { return tok.is_eog(t); }));
+        std::string rest = dec.flush();
+        reply += rest;
+        std::fputs(rest.c_str(), stdout);
+        std::fputc('\n', stdout);
+        std::fflush(stdout);
+        msgs.push_back({"assistant", reply});
+        if (o.stats)
+            std::fprintf(stderr, "[%d new prompt tokens, ttft %.0f ms, %d tokens at %.1f tok/s]\n",
+                         st.prompt_tokens, st.ttft_ms, st.generated_tokens,
+                         st.decode_tokens_per_s());
+    }
+}
+
+}  // namespace
+
+void add_chat_command(CLI::App& app) {
+    auto o = std::make_shared<ChatOptions>();
+    CLI::App* cmd = app.add_subcommand("chat", "interactive multi-turn chat in the terminal");
+    o->model.add_to(*cmd);
+    o->sampling.add_to(*cmd);
+    cmd->add_option("--system", o->system, "system message for the conversation");
+    cmd->add_option("-n,--max-tokens", o->max_tokens, "tokens per reply at most")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1 << 24));
+    cmd->add_flag("--stats", o->stats, "print timings after each reply");
+    cmd->callback([o] { chat(*o); });
+}
+
+}  // namespace ferry::cli

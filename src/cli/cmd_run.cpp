@@ -1,0 +1,106 @@
+// `ferry run`: one prompt in, the continuation streamed to stdout, the timings to stderr.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "engine/generator.h"
+
+namespace ferry::cli {
+namespace {
+
+struct RunOptions {
+    ModelOptions model;
+    SamplingOptions sampling;
+    std::string prompt;
+    std::string prompt_file;
+    std::string system;
+    int max_tokens = 128;
+    bool chat = false;
+    bool no_stats = false;
+    bool ignore_eos = false;
+};
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw ExitError(path + ": cannot be read");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+void run(const RunOptions& o) {
+    std::string prompt = o.prompt_file.empty() ? o.prompt : read_file(o.prompt_file);
+    engine::LoadedModel lm = o.model.load(!o.no_stats);
+    const auto& tok = *lm.tokenizer;
+
+    std::vector<int32_t> ids;
+    if (o.chat) {
+        if (!lm.chat_template) throw ExitError(lm.chat_template_error);
+        std::vector<tokenizer::ChatMessage> msgs;
+        if (!o.system.empty()) msgs.push_back({"system", o.system});
+        msgs.push_back({"user", prompt});
+        ids = tok.encode(lm.chat_template->apply(msgs, true), true, true);
+    } else {
+        ids = tok.encode(prompt, true, true);
+    }
+    const int ctx = o.model.resolved_ctx(lm);
+    if (static_cast<int>(ids.size()) >= ctx)
+        throw ExitError(
+            fmt::format("the prompt is {} tokens, longer than the context of {} "
+                        "(raise --ctx, up to the model's {})",
+                        ids.size(), ctx, lm.model->config().n_ctx_train));
+
+    engine::Generator gen(*lm.model, o.model.resolved_threads(), ctx);
+    tokenizer::StreamDecoder dec(tok);
+    if (!o.chat) {  // echo the prompt, as a completion continues it
+        std::fputs(prompt.c_str(), stdout);
+        std::fflush(stdout);
+    }
+    auto stats = take(gen.generate(
+        ids, o.sampling.resolved(), o.max_tokens,
+        [&](int32_t t) {
+            std::string s = dec.push(t);
+            std::fwrite(s.data(), 1, s.size(), stdout);
+            std::fflush(stdout);
+            return true;
+        },
+        [&](int32_t t) { return !o.ignore_eos && tok.is_eog(t); }));
+    std::string rest = dec.flush();
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    if (!o.no_stats)
+        std::fprintf(stderr,
+                     "\nprompt: %d tokens | ttft: %.1f ms | prefill: %.1f tok/s | "
+                     "generated: %d tokens | decode: %.1f tok/s | threads: %d | %s\n",
+                     stats.prompt_tokens, stats.ttft_ms, stats.prefill_tokens_per_s(),
+                     stats.generated_tokens, stats.decode_tokens_per_s(),
+                     o.model.resolved_threads(), stats.finish_reason.c_str());
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+    auto o = std::make_shared<RunOptions>();
+    CLI::App* cmd = app.add_subcommand("run", "generate a continuation of a prompt (streamed)");
+    o->model.add_to(*cmd);
+    o->sampling.add_to(*cmd);
+    auto* p = cmd->add_option("-p,--prompt", o->prompt, "the prompt text");
+    auto* pf = cmd->add_option("-f,--prompt-file", o->prompt_file, "read the prompt from a file");
+    p->excludes(pf);
+    cmd->add_option("-n,--max-tokens", o->max_tokens, "tokens to generate at most")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1 << 24));
+    cmd->add_flag("--chat", o->chat, "wrap the prompt in the model's chat template");
+    cmd->add_option("--system", o->system, "system message (with --chat)");
+    cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past end-of-generation tokens");
+    cmd->add_flag("--no-stats", o->no_stats, "print only the text");
+    cmd->callback([o, p, pf] {
+        if (p->count() == 0 && pf->count() == 0) throw ExitError("run needs -p PROMPT or -f FILE");
+        run(*o);
+    });
+}
+
+}  // namespace ferry::cli

@@ -1,0 +1,33 @@
+// Each subcommand of `ferry` registers itself on the application; main only wires them.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "core/status.h"
+
+namespace ferry::cli {
+
+void add_run_command(CLI::App& app);
+void add_chat_command(CLI::App& app);
+void add_info_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+
+// Thrown by a subcommand's callback to end the program with a one-line message; main turns it
+// into "ferry: error: <message>" and the exit code.
+struct ExitError : std::runtime_error {
+    int code;
+    explicit ExitError(const std::string& msg, int c = 1) : std::runtime_error(msg), code(c) {}
+};
+
+// Unwraps an Expected or exits with its error message.
+template <class T>
+T take(Expected<T> e) {
+    if (!e) throw ExitError(e.error().message);
+    return std::move(e).value();
+}
+
+}  // namespace ferry::cli

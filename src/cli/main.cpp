@@ -1,0 +1,25 @@
+// `ferry`: one binary, one subcommand per job. Each subcommand lives in its own cmd_*.cpp.
+#include <cstdio>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+    CLI::App app{"ferry: an LLM inference engine that shows where every millisecond and byte goes"};
+    app.set_version_flag("--version", "ferry 0.1.0");
+    app.require_subcommand(1);
+    app.fallthrough(false);
+    ferry::cli::add_run_command(app);
+    ferry::cli::add_chat_command(app);
+    ferry::cli::add_info_command(app);
+    ferry::cli::add_plan_command(app);
+    ferry::cli::add_bench_command(app);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    } catch (const ferry::cli::ExitError& e) {
+        std::fprintf(stderr, "ferry: error: %s\n", e.what());
+        return e.code;
+    }
+    return 0;
+}

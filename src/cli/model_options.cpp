@@ -1,0 +1,70 @@
+#include "cli/model_options.h"
+
+#include <algorithm>
+
+#include "cli/commands.h"
+#include "core/paths.h"
+#include "core/thread_pool.h"
+
+namespace ferry::cli {
+
+void ModelOptions::add_to(CLI::App& cmd) {
+    cmd.add_option("-m,--model", model,
+                   "GGUF model file, or 'default' (SmolLM2-135M-Instruct Q4_1)")
+        ->capture_default_str();
+    cmd.add_option("-t,--threads", threads, "worker threads (default: physical cores)")
+        ->check(CLI::Range(0, 1024));
+    cmd.add_option("-c,--ctx", ctx, "context length in tokens (default: min(trained, 4096))")
+        ->check(CLI::Range(0, 1 << 24));
+}
+
+int ModelOptions::resolved_threads() const {
+    return threads > 0 ? threads : physical_core_count();
+}
+
+int ModelOptions::resolved_ctx(const engine::LoadedModel& lm) const {
+    const int trained = lm.model->config().n_ctx_train;
+    if (ctx > 0) return ctx;
+    return std::min(trained, 4096);
+}
+
+engine::LoadedModel ModelOptions::load(bool progress) const {
+    return take(engine::LoadedModel::load(take(resolve_model_path(model)), progress));
+}
+
+void SamplingOptions::add_to(CLI::App& cmd) {
+    auto& p = params;
+    cmd.add_option("--temperature,--temp", p.temperature, "sampling temperature; 0 = greedy")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 100.0));
+    cmd.add_option("--top-k", p.top_k, "keep the k most likely tokens (0 = off)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1 << 30));
+    cmd.add_option("--top-p", p.top_p, "nucleus sampling mass (1 = off)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
+    cmd.add_option("--min-p", p.min_p, "drop tokens below min-p x the top probability (0 = off)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
+    cmd.add_option("--repeat-penalty,--repetition-penalty", p.repetition_penalty,
+                   "penalise tokens seen in the last --repeat-last-n (1 = off)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 100.0));
+    cmd.add_option("--repeat-last-n", p.penalty_last_n, "window of the penalties (-1 = all)")
+        ->capture_default_str();
+    cmd.add_option("--presence-penalty", p.presence_penalty)->check(CLI::Range(-2.0, 2.0));
+    cmd.add_option("--frequency-penalty", p.frequency_penalty)->check(CLI::Range(-2.0, 2.0));
+    cmd.add_option("--seed", seed, "random seed; the same seed gives the same output")
+        ->check(CLI::Range(int64_t{0}, INT64_MAX));
+}
+
+engine::SamplingParams SamplingOptions::resolved() const {
+    engine::SamplingParams p = params;
+    if (seed >= 0) {
+        p.seed = static_cast<uint64_t>(seed);
+        p.has_seed = true;
+    }
+    return p;
+}
+
+}  // namespace ferry::cli

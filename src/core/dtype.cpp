@@ -1,0 +1,45 @@
+#include "core/dtype.h"
+
+#include <array>
+
+namespace ferry {
+namespace {
+
+constexpr std::array kTypes = {
+    DTypeInfo{DType::F32, "f32", 1, 4, true},       DTypeInfo{DType::F16, "f16", 1, 2, true},
+    DTypeInfo{DType::Q4_0, "q4_0", 32, 18, true},   DTypeInfo{DType::Q4_1, "q4_1", 32, 20, true},
+    DTypeInfo{DType::Q5_0, "q5_0", 32, 22, false},  DTypeInfo{DType::Q5_1, "q5_1", 32, 24, false},
+    DTypeInfo{DType::Q8_0, "q8_0", 32, 34, true},   DTypeInfo{DType::Q8_1, "q8_1", 32, 36, false},
+    DTypeInfo{DType::Q2_K, "q2_k", 256, 84, false}, DTypeInfo{DType::Q3_K, "q3_k", 256, 110, false},
+    DTypeInfo{DType::Q4_K, "q4_k", 256, 144, true}, DTypeInfo{DType::Q5_K, "q5_k", 256, 176, false},
+    DTypeInfo{DType::Q6_K, "q6_k", 256, 210, true}, DTypeInfo{DType::Q8_K, "q8_k", 256, 292, false},
+    DTypeInfo{DType::I8, "i8", 1, 1, false},        DTypeInfo{DType::I16, "i16", 1, 2, false},
+    DTypeInfo{DType::I32, "i32", 1, 4, false},      DTypeInfo{DType::I64, "i64", 1, 8, false},
+    DTypeInfo{DType::F64, "f64", 1, 8, false},      DTypeInfo{DType::BF16, "bf16", 1, 2, true},
+};
+
+}  // namespace
+
+std::optional<DTypeInfo> dtype_info(uint32_t id) {
+    for (const auto& t : kTypes)
+        if (static_cast<uint32_t>(t.type) == id) return t;
+    return std::nullopt;
+}
+
+const DTypeInfo& dtype_info(DType t) {
+    for (const auto& i : kTypes)
+        if (i.type == t) return i;
+    return kTypes[0];  // unreachable for a valid enum value
+}
+
+std::string_view dtype_name(DType t) {
+    return dtype_info(t).name;
+}
+
+std::optional<DType> dtype_from_name(std::string_view name) {
+    for (const auto& t : kTypes)
+        if (t.name == name) return t.type;
+    return std::nullopt;
+}
+
+}  // namespace ferry

@@ -1,0 +1,57 @@
+// Element types of tensors as GGUF numbers them (the ggml type ids), with the block geometry
+// every kernel and size computation needs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace ferry {
+
+enum class DType : uint32_t {
+    F32 = 0,
+    F16 = 1,
+    Q4_0 = 2,
+    Q4_1 = 3,
+    Q5_0 = 6,
+    Q5_1 = 7,
+    Q8_0 = 8,
+    Q8_1 = 9,
+    Q2_K = 10,
+    Q3_K = 11,
+    Q4_K = 12,
+    Q5_K = 13,
+    Q6_K = 14,
+    Q8_K = 15,
+    I8 = 24,
+    I16 = 25,
+    I32 = 26,
+    I64 = 27,
+    F64 = 28,
+    BF16 = 30,
+};
+
+struct DTypeInfo {
+    DType type;
+    std::string_view name;  // lower-case, as llama.cpp prints it ("q4_1")
+    int block_size;         // elements per block (1 for plain types)
+    int block_bytes;        // bytes per block
+    bool supported;         // ferry can dequantize / compute with it
+};
+
+// nullopt for an id GGUF does not define or ferry does not know.
+std::optional<DTypeInfo> dtype_info(uint32_t id);
+const DTypeInfo& dtype_info(DType t);
+std::string_view dtype_name(DType t);
+std::optional<DType> dtype_from_name(std::string_view name);
+
+// Bytes taken by a row of n elements; n must be a multiple of the block size.
+inline size_t row_bytes(const DTypeInfo& info, int64_t n) {
+    return static_cast<size_t>(n / info.block_size) * static_cast<size_t>(info.block_bytes);
+}
+inline size_t row_bytes(DType t, int64_t n) {
+    return row_bytes(dtype_info(t), n);
+}
+
+}  // namespace ferry

@@ -1,0 +1,76 @@
+#include "engine/generator.h"
+
+#include <chrono>
+
+namespace ferry::engine {
+namespace {
+double ms_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+Generator::Generator(const model::LlamaModel& model, int n_threads, int64_t n_ctx)
+    : model_(model),
+      pool_(n_threads),
+      cache_(model.config().n_layer, n_ctx, model.config().kv_dim()) {}
+
+Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
+                                              const SamplingParams& params, int max_tokens,
+                                              const std::function<bool(int32_t)>& on_token,
+                                              const std::function<bool(int32_t)>& is_eog) {
+    const int64_t n_vocab = model_.config().n_vocab;
+    if (prompt.empty()) return make_error("the prompt is empty");
+    for (int32_t t : prompt)
+        if (t < 0 || t >= n_vocab)
+            return make_error("token id {} is outside the vocabulary (0..{})", t, n_vocab - 1);
+    if (position() + static_cast<int64_t>(prompt.size()) > n_ctx())
+        return make_error("the prompt is {} tokens but the context holds {} ({} already used)",
+                          prompt.size(), n_ctx(), position());
+
+    GenerationStats st;
+    st.prompt_tokens = static_cast<int>(prompt.size());
+    Sampler sampler(params);
+    std::vector<float> logits(n_vocab);
+
+    auto t0 = std::chrono::steady_clock::now();
+    model_.forward(prompt, position(), cache_, logits.data(), false, pool_);
+    history_.insert(history_.end(), prompt.begin(), prompt.end());
+    st.prefill_ms = ms_since(t0);
+
+    st.finish_reason = "length";
+    auto t_decode = std::chrono::steady_clock::now();
+    for (int i = 0; i < max_tokens; ++i) {
+        const int32_t tok = sampler.sample(logits, history_);
+        if (i == 0) {
+            st.ttft_ms = ms_since(t0);
+            t_decode = std::chrono::steady_clock::now();
+        }
+        ++st.generated_tokens;
+        if (is_eog && is_eog(tok)) {
+            st.finish_reason = "stop";
+            break;
+        }
+        if (on_token && !on_token(tok)) {
+            st.finish_reason = "stop";
+            break;
+        }
+        if (i + 1 == max_tokens || position() + 1 > n_ctx()) break;
+        const int32_t one[1] = {tok};
+        model_.forward(one, position(), cache_, logits.data(), false, pool_);
+        history_.push_back(tok);
+    }
+    st.decode_ms = ms_since(t_decode);
+    return st;
+}
+
+Expected<std::vector<float>> Generator::logits_for(std::span<const int32_t> tokens) {
+    if (tokens.empty() || static_cast<int64_t>(tokens.size()) > n_ctx())
+        return make_error("need 1..{} tokens, got {}", n_ctx(), tokens.size());
+    reset();
+    std::vector<float> logits(model_.config().n_vocab);
+    model_.forward(tokens, 0, cache_, logits.data(), false, pool_);
+    history_.assign(tokens.begin(), tokens.end());
+    return logits;
+}
+
+}  // namespace ferry::engine

@@ -1,0 +1,66 @@
+// Single-stream generation: prefill the prompt in one batched forward pass, then decode one
+// token at a time until max_tokens, an end-of-generation token or the context is full.
+// This is what `ferry run`, `ferry chat` and `ferry bench decode` drive.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "engine/sampler.h"
+#include "kv/contiguous_cache.h"
+#include "model/llama.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ferry::engine {
+
+struct GenerationStats {
+    int prompt_tokens = 0;
+    int generated_tokens = 0;
+    double prefill_ms = 0;      // the batched forward pass over the prompt
+    double ttft_ms = 0;         // prefill plus sampling the first token
+    double decode_ms = 0;       // every later token
+    std::string finish_reason;  // "stop" (end-of-generation token) or "length"
+
+    double prefill_tokens_per_s() const {
+        return prefill_ms > 0 ? prompt_tokens / prefill_ms * 1e3 : 0;
+    }
+    double decode_tokens_per_s() const {
+        return decode_ms > 0 && generated_tokens > 1 ? (generated_tokens - 1) / decode_ms * 1e3 : 0;
+    }
+};
+
+class Generator {
+  public:
+    Generator(const model::LlamaModel& model, int n_threads, int64_t n_ctx);
+
+    int64_t n_ctx() const { return cache_.n_ctx(); }
+    int64_t position() const { return static_cast<int64_t>(history_.size()); }
+    const std::vector<int32_t>& history() const { return history_; }
+    void reset() { history_.clear(); }
+    // Forgets everything after the first n tokens (their cache slots are simply overwritten).
+    void truncate(int64_t n) {
+        if (n < position()) history_.resize(static_cast<size_t>(n));
+    }
+
+    // Continues the sequence with `prompt` (appended to what is already in the cache, so a
+    // chat keeps its earlier turns) and generates. on_token returns false to stop early.
+    // stop_on_eog: is_eog decides which tokens end the generation (may be empty).
+    Expected<GenerationStats> generate(std::span<const int32_t> prompt,
+                                       const SamplingParams& params, int max_tokens,
+                                       const std::function<bool(int32_t)>& on_token,
+                                       const std::function<bool(int32_t)>& is_eog);
+
+    // Logits of the last position after feeding `tokens` from an empty cache (for tests).
+    Expected<std::vector<float>> logits_for(std::span<const int32_t> tokens);
+
+  private:
+    const model::LlamaModel& model_;
+    ThreadPool pool_;
+    kv::ContiguousCache cache_;
+    std::vector<int32_t> history_;
+};
+
+}  // namespace ferry::engine

@@ -1,0 +1,89 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+namespace ferry::engine {
+
+int32_t argmax(std::span<const float> logits) {
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+Sampler::Sampler(const SamplingParams& params)
+    : params_(params), rng_(params.has_seed ? params.seed : std::random_device{}()) {}
+
+std::vector<Sampler::Candidate> Sampler::candidates(std::span<const float> logits,
+                                                    std::span<const int32_t> history) const {
+    const SamplingParams& p = params_;
+    std::vector<Candidate> c(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i) c[i] = {static_cast<int32_t>(i), logits[i], 0.0f};
+
+    // Penalties (CTRL-style repetition penalty; OpenAI-style presence / frequency).
+    const bool penalise =
+        p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+    if (penalise && !history.empty()) {
+        const size_t window = p.penalty_last_n < 0
+                                  ? history.size()
+                                  : std::min(history.size(), size_t(p.penalty_last_n));
+        std::unordered_map<int32_t, int> counts;
+        for (size_t i = history.size() - window; i < history.size(); ++i) ++counts[history[i]];
+        for (auto [id, count] : counts) {
+            if (id < 0 || size_t(id) >= c.size()) continue;
+            float& l = c[id].logit;
+            l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
+            l -= p.presence_penalty + p.frequency_penalty * static_cast<float>(count);
+        }
+    }
+
+    auto by_logit = [](const Candidate& a, const Candidate& b) {
+        return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+    };
+    size_t keep = c.size();
+    if (p.greedy())
+        keep = 1;
+    else if (p.top_k > 0)
+        keep = std::min(keep, size_t(p.top_k));
+    std::partial_sort(c.begin(), c.begin() + keep, c.end(), by_logit);
+    c.resize(keep);
+
+    // Softmax at the temperature (greedy keeps one candidate at p = 1).
+    const float temp = p.greedy() ? 1.0f : p.temperature;
+    const float mx = c.front().logit;
+    double sum = 0;
+    for (auto& x : c) sum += (x.p = std::exp((x.logit - mx) / temp));
+    for (auto& x : c) x.p = static_cast<float>(x.p / sum);
+
+    // top-p: the smallest prefix whose mass reaches top_p.
+    if (p.top_p < 1.0f) {
+        double mass = 0;
+        size_t n = 0;
+        while (n < c.size() && mass < p.top_p) mass += c[n++].p;
+        c.resize(std::max<size_t>(1, n));
+    }
+    // min-p: drop candidates less likely than min_p times the most likely one.
+    if (p.min_p > 0.0f) {
+        const float floor = p.min_p * c.front().p;
+        size_t n = 1;
+        while (n < c.size() && c[n].p >= floor) ++n;
+        c.resize(n);
+    }
+    sum = 0;
+    for (auto& x : c) sum += x.p;
+    for (auto& x : c) x.p = static_cast<float>(x.p / sum);
+    return c;
+}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+    auto c = candidates(logits, history);
+    if (c.size() == 1) return c.front().id;
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    double r = u(rng_), acc = 0;
+    for (const auto& x : c) {
+        acc += x.p;
+        if (r < acc) return x.id;
+    }
+    return c.back().id;
+}
+
+}  // namespace ferry::engine

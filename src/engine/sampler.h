@@ -1,0 +1,55 @@
+// Turns a logit vector into the next token. The order follows common practice (llama.cpp,
+// vLLM): penalties on the raw logits, then top-k, temperature, softmax, top-p and min-p
+// truncation, then a draw from a seeded generator so the same seed gives the same text.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace ferry::engine {
+
+struct SamplingParams {
+    float temperature = 0.8f;         // <= 0 means greedy
+    int top_k = 40;                   // <= 0: off
+    float top_p = 0.95f;              // >= 1: off
+    float min_p = 0.05f;              // <= 0: off
+    float repetition_penalty = 1.0f;  // 1: off; > 1 discourages tokens already seen
+    float presence_penalty = 0.0f;
+    float frequency_penalty = 0.0f;
+    int penalty_last_n = 64;  // how many recent tokens the penalties look at (-1: all)
+    uint64_t seed = 0;
+    bool has_seed = false;  // without a seed, one is drawn from std::random_device
+
+    bool greedy() const { return temperature <= 0.0f || top_k == 1; }
+};
+
+class Sampler {
+  public:
+    explicit Sampler(const SamplingParams& params);
+
+    // history: the tokens of the sequence so far (prompt and output), for the penalties.
+    int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+
+    const SamplingParams& params() const { return params_; }
+
+    struct Candidate {
+        int32_t id;
+        float logit;
+        float p;
+    };
+    // The candidates left after penalties and truncation, with normalised probabilities,
+    // sorted by descending probability (exposed for tests and logprobs).
+    std::vector<Candidate> candidates(std::span<const float> logits,
+                                      std::span<const int32_t> history) const;
+
+  private:
+    SamplingParams params_;
+    std::mt19937_64 rng_;
+};
+
+// Index of the largest logit (lowest index on ties).
+int32_t argmax(std::span<const float> logits);
+
+}  // namespace ferry::engine

@@ -1,0 +1,136 @@
+#include "kernels/cpu/reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "quant/block_formats.h"
+#include "quant/dequantize.h"
+
+namespace ferry::kernels::ref {
+using namespace ferry::quant;
+
+namespace {
+
+float dot_q4_0(const BlockQ4_0* b, const float* x, int64_t nb) {
+    float sum = 0;
+    for (int64_t i = 0; i < nb; ++i, x += QK) {
+        float acc = 0;
+        for (int j = 0; j < QK / 2; ++j) {
+            acc += static_cast<float>((b[i].qs[j] & 0x0F) - 8) * x[j];
+            acc += static_cast<float>((b[i].qs[j] >> 4) - 8) * x[j + QK / 2];
+        }
+        sum += fp16_to_fp32(b[i].d) * acc;
+    }
+    return sum;
+}
+
+// Q4_1 is d*q + m, so a block's dot is d*sum(q*x) + m*sum(x).
+float dot_q4_1(const BlockQ4_1* b, const float* x, int64_t nb) {
+    float sum = 0;
+    for (int64_t i = 0; i < nb; ++i, x += QK) {
+        float acc = 0, xs = 0;
+        for (int j = 0; j < QK / 2; ++j) {
+            acc += static_cast<float>(b[i].qs[j] & 0x0F) * x[j];
+            acc += static_cast<float>(b[i].qs[j] >> 4) * x[j + QK / 2];
+            xs += x[j] + x[j + QK / 2];
+        }
+        sum += fp16_to_fp32(b[i].d) * acc + fp16_to_fp32(b[i].m) * xs;
+    }
+    return sum;
+}
+
+float dot_q8_0(const BlockQ8_0* b, const float* x, int64_t nb) {
+    float sum = 0;
+    for (int64_t i = 0; i < nb; ++i, x += QK) {
+        float acc = 0;
+        for (int j = 0; j < QK; ++j) acc += static_cast<float>(b[i].qs[j]) * x[j];
+        sum += fp16_to_fp32(b[i].d) * acc;
+    }
+    return sum;
+}
+
+float dot_f32(const float* w, const float* x, int64_t n) {
+    float sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += w[i] * x[i];
+    return sum;
+}
+
+// Formats without a fused loop: dequantize one block-aligned chunk at a time.
+float dot_via_dequant(DType type, const uint8_t* row, const float* x, int64_t n) {
+    const auto& info = dtype_info(type);
+    constexpr int64_t kChunk = 256;  // a multiple of every block size
+    float buf[kChunk];
+    float sum = 0;
+    for (int64_t i = 0; i < n; i += kChunk) {
+        const int64_t len = std::min(kChunk, n - i);
+        (void)dequantize_row(type, row + row_bytes(info, i), buf, len);
+        for (int64_t j = 0; j < len; ++j) sum += buf[j] * x[i + j];
+    }
+    return sum;
+}
+
+}  // namespace
+
+float vec_dot(DType type, const uint8_t* row, const float* x, int64_t n) {
+    switch (type) {
+        case DType::F32:
+            return dot_f32(reinterpret_cast<const float*>(row), x, n);
+        case DType::Q4_0:
+            return dot_q4_0(reinterpret_cast<const BlockQ4_0*>(row), x, n / QK);
+        case DType::Q4_1:
+            return dot_q4_1(reinterpret_cast<const BlockQ4_1*>(row), x, n / QK);
+        case DType::Q8_0:
+            return dot_q8_0(reinterpret_cast<const BlockQ8_0*>(row), x, n / QK);
+        default:
+            return dot_via_dequant(type, row, x, n);
+    }
+}
+
+void rmsnorm(const float* x, const float* weight, float* out, int64_t n, float eps) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+    const float scale = 1.0f / std::sqrt(static_cast<float>(ss / n) + eps);
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+void silu_mul(float* gate, const float* up, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void softmax(float* x, int64_t n) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = std::exp(x[i] - mx);
+        sum += x[i];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void attend(const float* q, const float* k, const float* v, size_t stride, int64_t n_kv,
+            int head_dim, float scale, float* out) {
+    // Online softmax (running max m, running denominator l): one pass over the cache.
+    float m = -std::numeric_limits<float>::infinity(), l = 0;
+    for (int d = 0; d < head_dim; ++d) out[d] = 0;
+    for (int64_t p = 0; p < n_kv; ++p) {
+        const float* kp = k + p * stride;
+        float s = 0;
+        for (int d = 0; d < head_dim; ++d) s += q[d] * kp[d];
+        s *= scale;
+        const float m_new = std::max(m, s);
+        const float correction = std::exp(m - m_new);
+        const float w = std::exp(s - m_new);
+        l = l * correction + w;
+        const float* vp = v + p * stride;
+        for (int d = 0; d < head_dim; ++d) out[d] = out[d] * correction + w * vp[d];
+        m = m_new;
+    }
+    const float inv = l > 0 ? 1.0f / l : 0.0f;
+    for (int d = 0; d < head_dim; ++d) out[d] *= inv;
+}
+
+}  // namespace ferry::kernels::ref

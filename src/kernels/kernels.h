@@ -1,0 +1,57 @@
+// The kernel interface: the few operations a transformer forward pass is made of. Model code
+// calls only these; each has a scalar reference (kernels/cpu/reference.cpp) that tests
+// compare the SIMD paths against. The SIMD level is picked once from CPUID and can be forced
+// with FERRY_CPU_LEVEL=scalar|avx2|avx512 for tests and comparisons.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+
+namespace ferry::kernels {
+
+enum class CpuLevel { Scalar = 0, AVX2 = 1, AVX512 = 2 };
+
+CpuLevel detected_cpu_level();   // what this CPU supports
+CpuLevel cpu_level();            // what is used (FERRY_CPU_LEVEL may lower it)
+void set_cpu_level(CpuLevel l);  // for tests; clamped to what the CPU supports
+const char* cpu_level_name(CpuLevel l);
+
+// A weight matrix of `rows` output channels, each a row of `cols` elements stored in `type`
+// (quantized formats: cols is a multiple of the block size).
+struct Weight {
+    DType type = DType::F32;
+    const uint8_t* data = nullptr;
+    int64_t rows = 0;
+    int64_t cols = 0;
+    size_t row_stride = 0;  // bytes between rows
+    const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_stride; }
+};
+
+// y[t*rows + r] = dot(W[r], x[t*cols ...]) for t in [0, n_tokens). Multi-threaded over rows;
+// the weights are read once for the whole batch, which is what makes prefill compute-bound.
+void matmul(const Weight& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
+
+// out = row r of w as floats (embedding lookup).
+void get_row(const Weight& w, int64_t r, float* out);
+
+void rmsnorm(const float* x, const float* weight, float* out, int64_t n, float eps);
+
+enum class RopeStyle { Normal, Neox };  // adjacent pairs vs. halves (GPT-NeoX)
+// Rotates the first rope_dim dims of each of n_heads vectors of head_dim at position pos.
+void rope(float* x, int n_heads, int head_dim, int rope_dim, int64_t pos, float theta_base,
+          RopeStyle style);
+
+// gate[i] = silu(gate[i]) * up[i]
+void silu_mul(float* gate, const float* up, int64_t n);
+
+void softmax(float* x, int64_t n);
+
+// One query vector against n_kv cached positions (keys and values `stride` floats apart),
+// with a streaming softmax so no score vector is ever materialised.
+void attend(const float* q, const float* k, const float* v, size_t stride, int64_t n_kv,
+            int head_dim, float scale, float* out);
+
+}  // namespace ferry::kernels

@@ -1,0 +1,186 @@
+#include "model/llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace ferry::model {
+namespace {
+
+using kernels::Weight;
+
+class Binder {
+  public:
+    explicit Binder(const gguf::File& f) : f_(f) {}
+
+    // A matrix of `rows` output channels of `cols` inputs (GGUF shape [cols, rows]).
+    Status matrix(const std::string& name, int64_t cols, int64_t rows, Weight& out) {
+        const gguf::TensorInfo* t = f_.tensor(name);
+        if (!t) return make_error("{}: missing tensor '{}'", f_.path(), name);
+        if (t->shape.size() != 2 || t->shape[0] != cols || t->shape[1] != rows)
+            return make_error("{}: tensor '{}' has shape {} but [{}, {}] was expected", f_.path(),
+                              name, shape_str(*t), cols, rows);
+        const auto& info = dtype_info(t->type);
+        if (!info.supported)
+            return make_error("{}: tensor '{}' has type {}, which ferry cannot compute with",
+                              f_.path(), name, info.name);
+        out = Weight{t->type, t->data, rows, cols, row_bytes(info, cols)};
+        return Status::Ok();
+    }
+
+    // An F32 vector of n elements; optional ones may be absent.
+    Status vector(const std::string& name, int64_t n, const float*& out, bool optional = false) {
+        const gguf::TensorInfo* t = f_.tensor(name);
+        if (!t) {
+            if (optional) return Status::Ok();
+            return make_error("{}: missing tensor '{}'", f_.path(), name);
+        }
+        if (t->type != DType::F32 || t->n_elements != n)
+            return make_error("{}: tensor '{}' must be f32 with {} elements", f_.path(), name, n);
+        out = reinterpret_cast<const float*>(t->data);
+        return Status::Ok();
+    }
+
+  private:
+    static std::string shape_str(const gguf::TensorInfo& t) {
+        std::string s = "[";
+        for (size_t i = 0; i < t.shape.size(); ++i)
+            s += (i ? ", " : "") + std::to_string(t.shape[i]);
+        return s + "]";
+    }
+    const gguf::File& f_;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<gguf::File> file) {
+    auto cfg = read_llama_config(*file);
+    if (!cfg) return cfg.error();
+    std::unique_ptr<LlamaModel> m(new LlamaModel());
+    m->file_ = file;
+    m->cfg_ = *cfg;
+    const LlamaConfig& c = m->cfg_;
+    Binder b(*file);
+
+    if (auto s = b.matrix("token_embd.weight", c.n_embd, c.n_vocab, m->tok_embd_); !s)
+        return s.error();
+    if (auto s = b.vector("output_norm.weight", c.n_embd, m->output_norm_); !s) return s.error();
+    if (file->tensor("output.weight")) {
+        if (auto s = b.matrix("output.weight", c.n_embd, c.n_vocab, m->output_); !s)
+            return s.error();
+    } else {
+        m->output_ = m->tok_embd_;  // tied embeddings
+    }
+    m->layers_.resize(c.n_layer);
+    for (int i = 0; i < c.n_layer; ++i) {
+        LayerWeights& l = m->layers_[i];
+        const std::string p = "blk." + std::to_string(i) + ".";
+        for (Status s : {
+                 b.vector(p + "attn_norm.weight", c.n_embd, l.attn_norm),
+                 b.matrix(p + "attn_q.weight", c.n_embd, c.q_dim(), l.wq),
+                 b.matrix(p + "attn_k.weight", c.n_embd, c.kv_dim(), l.wk),
+                 b.matrix(p + "attn_v.weight", c.n_embd, c.kv_dim(), l.wv),
+                 b.matrix(p + "attn_output.weight", c.q_dim(), c.n_embd, l.wo),
+                 b.vector(p + "attn_q.bias", c.q_dim(), l.bq, true),
+                 b.vector(p + "attn_k.bias", c.kv_dim(), l.bk, true),
+                 b.vector(p + "attn_v.bias", c.kv_dim(), l.bv, true),
+                 b.vector(p + "ffn_norm.weight", c.n_embd, l.ffn_norm),
+                 b.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff, l.w_gate),
+                 b.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff, l.w_up),
+                 b.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd, l.w_down),
+             }) {
+            if (!s) return s.error();
+        }
+    }
+    return m;
+}
+
+size_t LlamaModel::weight_bytes_per_token() const {
+    auto bytes = [](const Weight& w) { return w.row_stride * static_cast<size_t>(w.rows); };
+    size_t total = bytes(output_) + tok_embd_.row_stride;
+    for (const auto& l : layers_)
+        total += bytes(l.wq) + bytes(l.wk) + bytes(l.wv) + bytes(l.wo) + bytes(l.w_gate) +
+                 bytes(l.w_up) + bytes(l.w_down);
+    return total;
+}
+
+int64_t LlamaModel::parameter_count() const {
+    int64_t n = 0;
+    for (const auto& t : file_->tensors()) n += t.n_elements;
+    return n;
+}
+
+void LlamaModel::forward(std::span<const int32_t> tokens, int64_t pos, kv::ContiguousCache& cache,
+                         float* logits, bool all_logits, ThreadPool& pool) const {
+    const LlamaConfig& c = cfg_;
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    const int hd = c.head_dim;
+    const int group = c.n_head / c.n_head_kv;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+
+    std::vector<float> x(n * c.n_embd), xn(n * c.n_embd);
+    std::vector<float> q(n * c.q_dim()), k(n * c.kv_dim()), v(n * c.kv_dim());
+    std::vector<float> attn(n * c.q_dim());
+    std::vector<float> gate(n * c.n_ff), up(n * c.n_ff), ffn_out(n * c.n_embd);
+
+    for (int64_t t = 0; t < n; ++t) kernels::get_row(tok_embd_, tokens[t], &x[t * c.n_embd]);
+
+    auto add_bias = [n](float* y, const float* bias, int dim) {
+        if (!bias) return;
+        for (int64_t t = 0; t < n; ++t)
+            for (int i = 0; i < dim; ++i) y[t * dim + i] += bias[i];
+    };
+
+    for (int li = 0; li < c.n_layer; ++li) {
+        const LayerWeights& L = layers_[li];
+
+        // Attention block.
+        for (int64_t t = 0; t < n; ++t)
+            kernels::rmsnorm(&x[t * c.n_embd], L.attn_norm, &xn[t * c.n_embd], c.n_embd, c.rms_eps);
+        kernels::matmul(L.wq, xn.data(), n, q.data(), pool);
+        kernels::matmul(L.wk, xn.data(), n, k.data(), pool);
+        kernels::matmul(L.wv, xn.data(), n, v.data(), pool);
+        add_bias(q.data(), L.bq, c.q_dim());
+        add_bias(k.data(), L.bk, c.kv_dim());
+        add_bias(v.data(), L.bv, c.kv_dim());
+        for (int64_t t = 0; t < n; ++t) {
+            kernels::rope(&q[t * c.q_dim()], c.n_head, hd, c.rope_dim, pos + t, c.rope_theta,
+                          c.rope_style);
+            kernels::rope(&k[t * c.kv_dim()], c.n_head_kv, hd, c.rope_dim, pos + t, c.rope_theta,
+                          c.rope_style);
+            std::copy_n(&k[t * c.kv_dim()], c.kv_dim(), cache.k(li, pos + t));
+            std::copy_n(&v[t * c.kv_dim()], c.kv_dim(), cache.v(li, pos + t));
+        }
+        // Token t sees positions [0, pos + t]: causal masking is just the length of the scan.
+        pool.parallel_for(n * c.n_head, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) {
+                const int64_t t = i / c.n_head;
+                const int h = static_cast<int>(i % c.n_head);
+                const int kvh = h / group;
+                kernels::attend(&q[t * c.q_dim() + h * hd], cache.k(li, 0) + kvh * hd,
+                                cache.v(li, 0) + kvh * hd, c.kv_dim(), pos + t + 1, hd, scale,
+                                &attn[t * c.q_dim() + h * hd]);
+            }
+        });
+        kernels::matmul(L.wo, attn.data(), n, ffn_out.data(), pool);
+        for (int64_t i = 0; i < n * c.n_embd; ++i) x[i] += ffn_out[i];
+
+        // MLP block.
+        for (int64_t t = 0; t < n; ++t)
+            kernels::rmsnorm(&x[t * c.n_embd], L.ffn_norm, &xn[t * c.n_embd], c.n_embd, c.rms_eps);
+        kernels::matmul(L.w_gate, xn.data(), n, gate.data(), pool);
+        kernels::matmul(L.w_up, xn.data(), n, up.data(), pool);
+        kernels::silu_mul(gate.data(), up.data(), n * c.n_ff);
+        kernels::matmul(L.w_down, gate.data(), n, ffn_out.data(), pool);
+        for (int64_t i = 0; i < n * c.n_embd; ++i) x[i] += ffn_out[i];
+    }
+
+    const int64_t first = all_logits ? 0 : n - 1;
+    const int64_t count = n - first;
+    for (int64_t t = first; t < n; ++t)
+        kernels::rmsnorm(&x[t * c.n_embd], output_norm_, &xn[(t - first) * c.n_embd], c.n_embd,
+                         c.rms_eps);
+    kernels::matmul(output_, xn.data(), count, logits, pool);
+}
+
+}  // namespace ferry::model

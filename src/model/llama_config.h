@@ -1,0 +1,40 @@
+// Hyper-parameters of a Llama-family model, read from a GGUF file's `<arch>.*` metadata.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "gguf/gguf_file.h"
+#include "kernels/kernels.h"
+
+namespace ferry::model {
+
+struct LlamaConfig {
+    std::string arch;  // "llama", "qwen2", ...
+    std::string name;  // general.name
+    int n_layer = 0;
+    int n_embd = 0;
+    int n_head = 0;
+    int n_head_kv = 0;
+    int head_dim = 0;
+    int n_ff = 0;
+    int n_vocab = 0;
+    int n_ctx_train = 0;
+    int rope_dim = 0;
+    float rope_theta = 10000.0f;
+    float rms_eps = 1e-5f;
+    kernels::RopeStyle rope_style = kernels::RopeStyle::Normal;
+
+    int q_dim() const { return n_head * head_dim; }
+    int kv_dim() const { return n_head_kv * head_dim; }
+    // Bytes of K and V one token occupies in the cache for a given element size.
+    size_t kv_bytes_per_token(size_t elem_bytes) const {
+        return 2ull * n_layer * kv_dim() * elem_bytes;
+    }
+};
+
+// Fails with a message naming the missing key or the unsupported architecture.
+Expected<LlamaConfig> read_llama_config(const gguf::File& file);
+
+}  // namespace ferry::model

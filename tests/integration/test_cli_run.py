@@ -1,0 +1,130 @@
+"""The command line as a new user meets it: a prompt answered, a chat, clear errors."""
+import struct
+
+from conftest import run_ferry
+
+
+def test_greedy_run_answers_the_capital_of_france(model_path):
+    r = run_ferry("run", "-m", "default", "-p", "The capital of France is", "-n", "12",
+                  "--temperature", "0")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("The capital of France is")
+    assert "Paris" in r.stdout
+    # timings go to stderr, text to stdout
+    assert "decode" in r.stderr and "tok/s" in r.stderr
+    assert "tok/s" not in r.stdout
+
+
+def test_no_model_flag_means_default(model_path):
+    r = run_ferry("run", "-p", "1, 2, 3, 4,", "-n", "6", "--temperature", "0", "--no-stats")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("1, 2, 3, 4, 5")
+
+
+def test_same_seed_same_output(model_path):
+    args = ("run", "-p", "Once upon a time", "-n", "24", "--temperature", "1.0", "--no-stats")
+    a = run_ferry(*args, "--seed", "42")
+    b = run_ferry(*args, "--seed", "42")
+    c = run_ferry(*args, "--seed", "43")
+    assert a.returncode == 0 and b.returncode == 0 and c.returncode == 0
+    assert a.stdout == b.stdout
+    assert a.stdout != c.stdout
+
+
+def test_chat_flag_uses_template(model_path):
+    r = run_ferry("run", "--chat", "-p", "What is the capital of France?", "-n", "24",
+                  "--temperature", "0", "--no-stats")
+    assert r.returncode == 0, r.stderr
+    assert "Paris" in r.stdout
+    assert "<|im_start|>" not in r.stdout and "<|im_end|>" not in r.stdout
+
+
+def test_chat_multi_turn_over_stdin(model_path):
+    turns = "What is the capital of France?\nAnd of Germany?\n/exit\n"
+    r = run_ferry("chat", "--temperature", "0", "-n", "40", input=turns)
+    assert r.returncode == 0, r.stderr
+    assert "Paris" in r.stdout
+    assert "Berlin" in r.stdout
+
+
+def test_info_json(model_path):
+    import json
+    r = run_ferry("info", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["architecture"] == "llama"
+    assert j["n_layer"] == 30 and j["n_head"] == 9 and j["n_head_kv"] == 3
+    assert j["tensor_types"]["q4_1"]["tensors"] == 210
+    assert 130e6 < j["parameters"] < 140e6
+    assert j["kv_bytes_per_token"]["f16"] == 2 * 30 * 192 * 2
+    assert j["weight_bytes_per_token"] > 50e6
+
+
+def test_help_on_every_subcommand():
+    for sub in (["run"], ["chat"], ["info"], ["plan"], ["bench"], ["bench", "decode"]):
+        r = run_ferry(*sub, "--help")
+        assert r.returncode == 0, (sub, r.stderr)
+        assert "Usage" in r.stdout or "usage" in r.stdout.lower()
+
+
+def test_unknown_flag_fails_with_message():
+    r = run_ferry("run", "-p", "x", "--frobnicate")
+    assert r.returncode != 0
+    assert "frobnicate" in (r.stderr + r.stdout)
+
+
+# --- bad input: one line naming the problem, non-zero exit, never a crash -----------------
+
+def expect_clean_error(r, *words):
+    assert r.returncode not in (0,) and r.returncode > 0, (r.returncode, r.stderr)
+    err = r.stderr.strip()
+    assert err.startswith("ferry: error:"), err
+    assert len(err.splitlines()) == 1, err
+    for w in words:
+        assert w in err, (w, err)
+
+
+def test_missing_file(tmp_path):
+    expect_clean_error(run_ferry("run", "-m", tmp_path / "nope.gguf", "-p", "x"), "no such file")
+
+
+def test_not_a_gguf(tmp_path):
+    p = tmp_path / "notes.gguf"
+    p.write_text("hello, this is not a model\n" * 10)
+    expect_clean_error(run_ferry("run", "-m", p, "-p", "x"), "magic")
+
+
+def test_truncated_gguf(tmp_path, model_path):
+    data = open(model_path, "rb").read(1 << 20)
+    p = tmp_path / "trunc.gguf"
+    p.write_bytes(data)
+    expect_clean_error(run_ferry("run", "-m", p, "-p", "x"), "trunc")
+
+
+def gguf_string(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def test_unsupported_architecture(tmp_path):
+    kv = gguf_string("general.architecture") + struct.pack("<I", 8) + gguf_string("mamba")
+    blob = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + kv
+    p = tmp_path / "mamba.gguf"
+    p.write_bytes(blob)
+    expect_clean_error(run_ferry("run", "-m", p, "-p", "x"), "mamba")
+
+
+def test_unknown_tensor_type(tmp_path):
+    kv = gguf_string("general.architecture") + struct.pack("<I", 8) + gguf_string("llama")
+    tensor = gguf_string("token_embd.weight") + struct.pack("<I", 2) + struct.pack("<QQ", 32, 4)
+    tensor += struct.pack("<I", 99) + struct.pack("<Q", 0)
+    blob = b"GGUF" + struct.pack("<IQQ", 3, 1, 1) + kv + tensor
+    blob += b"\0" * ((-len(blob)) % 32) + b"\0" * 4096
+    p = tmp_path / "badtype.gguf"
+    p.write_bytes(blob)
+    expect_clean_error(run_ferry("run", "-m", p, "-p", "x"), "99")
+
+
+def test_prompt_longer_than_context(model_path):
+    r = run_ferry("run", "--ctx", "16", "-p", "word " * 40, "-n", "4")
+    expect_clean_error(r, "context")

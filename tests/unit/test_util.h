@@ -1,0 +1,33 @@
+// Helpers shared by the unit tests: where the default model and the golden files live.
+#pragma once
+
+#include <cstdlib>
+#include <string>
+
+namespace ferry::testing {
+
+inline std::string source_dir() {
+    const char* env = std::getenv("FERRY_SOURCE_DIR");
+#ifdef FERRY_SOURCE_DIR
+    return env ? env : FERRY_SOURCE_DIR;
+#else
+    return env ? env : ".";
+#endif
+}
+
+inline std::string golden_dir() {
+    return source_dir() + "/tests/golden";
+}
+
+// The default model as scripts/get-model.sh caches it; FERRY_MODEL overrides.
+inline std::string default_model_path() {
+    if (const char* m = std::getenv("FERRY_MODEL")) return m;
+    std::string home;
+    if (const char* h = std::getenv("FERRY_HOME"))
+        home = h;
+    else
+        home = std::string(std::getenv("HOME") ? std::getenv("HOME") : "/root") + "/.cache/ferry";
+    return home + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+}  // namespace ferry::testing
