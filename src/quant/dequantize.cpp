@@ -1,0 +1,240 @@
+// Scalar reference dequantizers, transcribed from ggml-quants.c (dequantize_row_*). They must
+// stay bit-exact with ggml and gguf-py: every product is formed in the same order, in float,
+// and this file must not be built with floating-point contraction into FMAs (which would
+// change the rounding of `d * q + m`); the default x86-64 / ISO C++ flags do not contract.
+#include "quant/dequantize.h"
+
+#include <cstring>
+
+#include "quant/block_formats.h"
+
+namespace ferry::quant {
+namespace {
+
+uint32_t float_bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof(u));
+    return u;
+}
+
+float bits_float(uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+// Blocks are read by memcpy: the source (a mapped file) carries no alignment guarantee.
+template <class Block>
+Block load_block(const void* src, int64_t i) {
+    Block b;
+    std::memcpy(&b, static_cast<const uint8_t*>(src) + i * sizeof(Block), sizeof(Block));
+    return b;
+}
+
+void dequant_f32(const void* src, float* dst, int64_t n) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+
+void dequant_f16(const void* src, float* dst, int64_t n) {
+    const auto* p = static_cast<const uint8_t*>(src);
+    for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        dst[i] = fp16_to_fp32(h);
+    }
+}
+
+void dequant_bf16(const void* src, float* dst, int64_t n) {
+    const auto* p = static_cast<const uint8_t*>(src);
+    for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        dst[i] = bf16_to_fp32(h);
+    }
+}
+
+void dequant_q4_0(const void* src, float* dst, int64_t n) {
+    for (int64_t i = 0; i < n / QK; ++i) {
+        const auto b = load_block<BlockQ4_0>(src, i);
+        const float d = fp16_to_fp32(b.d);
+        float* y = dst + i * QK;
+        for (int j = 0; j < QK / 2; ++j) {
+            y[j] = static_cast<float>((b.qs[j] & 0x0F) - 8) * d;
+            y[j + QK / 2] = static_cast<float>((b.qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+void dequant_q4_1(const void* src, float* dst, int64_t n) {
+    for (int64_t i = 0; i < n / QK; ++i) {
+        const auto b = load_block<BlockQ4_1>(src, i);
+        const float d = fp16_to_fp32(b.d);
+        const float m = fp16_to_fp32(b.m);
+        float* y = dst + i * QK;
+        for (int j = 0; j < QK / 2; ++j) {
+            y[j] = static_cast<float>(b.qs[j] & 0x0F) * d + m;
+            y[j + QK / 2] = static_cast<float>(b.qs[j] >> 4) * d + m;
+        }
+    }
+}
+
+void dequant_q8_0(const void* src, float* dst, int64_t n) {
+    for (int64_t i = 0; i < n / QK; ++i) {
+        const auto b = load_block<BlockQ8_0>(src, i);
+        const float d = fp16_to_fp32(b.d);
+        for (int j = 0; j < QK; ++j) dst[i * QK + j] = static_cast<float>(b.qs[j]) * d;
+    }
+}
+
+// The 8 sub-block scales and mins of Q4_K are 6 bits each, packed into 12 bytes: the first
+// four of each sit in the low 6 bits of bytes 0..7, the last four are split between the low
+// and high nibbles of bytes 8..11 and the top 2 bits of bytes 0..7.
+void get_scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+void dequant_q4_k(const void* src, float* dst, int64_t n) {
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        const auto b = load_block<BlockQ4_K>(src, i);
+        const float d = fp16_to_fp32(b.d);
+        const float dmin = fp16_to_fp32(b.dmin);
+        const uint8_t* q = b.qs;
+        float* y = dst + i * QK_K;
+        // Each 32-byte chunk of qs holds two 32-element sub-blocks: low nibbles, then high.
+        for (int is = 0; is < 8; is += 2, q += 32) {
+            uint8_t sc, m;
+            get_scale_min_k4(is, b.scales, &sc, &m);
+            const float d1 = d * sc, m1 = dmin * m;
+            get_scale_min_k4(is + 1, b.scales, &sc, &m);
+            const float d2 = d * sc, m2 = dmin * m;
+            for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
+            for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
+        }
+    }
+}
+
+void dequant_q6_k(const void* src, float* dst, int64_t n) {
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        const auto b = load_block<BlockQ6_K>(src, i);
+        const float d = fp16_to_fp32(b.d);
+        float* y = dst + i * QK_K;
+        // Two halves of 128 elements; in each, element l + 32k takes its low 4 bits from
+        // ql (nibble k/2 of byte l + 32(k%2)) and its high 2 bits from bits 2k..2k+1 of qh[l].
+        for (int half = 0; half < 2; ++half) {
+            const uint8_t* ql = b.ql + 64 * half;
+            const uint8_t* qh = b.qh + 32 * half;
+            const int8_t* sc = b.scales + 8 * half;
+            for (int l = 0; l < 32; ++l) {
+                const int is = l / 16;
+                const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[128 * half + l + 0] = d * sc[is + 0] * static_cast<float>(q1);
+                y[128 * half + l + 32] = d * sc[is + 2] * static_cast<float>(q2);
+                y[128 * half + l + 64] = d * sc[is + 4] * static_cast<float>(q3);
+                y[128 * half + l + 96] = d * sc[is + 6] * static_cast<float>(q4);
+            }
+        }
+    }
+}
+
+}  // namespace
+
+float fp16_to_fp32(uint16_t h) {
+    const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+    const uint32_t exp = (h >> 10) & 0x1F;
+    uint32_t mant = h & 0x3FF;
+    if (exp == 0x1F)  // inf, or NaN made quiet with its payload kept (as F16C hardware does)
+        return bits_float(sign | 0x7F800000 | (mant << 13) | (mant ? 0x00400000 : 0));
+    if (exp != 0) return bits_float(sign | ((exp + 112) << 23) | (mant << 13));
+    if (mant == 0) return bits_float(sign);
+    // Subnormal: shift the mantissa up until its leading 1 becomes the implicit bit.
+    int e = 113;
+    while ((mant & 0x400) == 0) {
+        mant <<= 1;
+        --e;
+    }
+    return bits_float(sign | (static_cast<uint32_t>(e) << 23) | ((mant & 0x3FF) << 13));
+}
+
+uint16_t fp32_to_fp16(float f) {
+    const uint32_t u = float_bits(f);
+    const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000);
+    const uint32_t abs = u & 0x7FFFFFFF;
+    if (abs > 0x7F800000)  // NaN: keep the top payload bits, force quiet
+        return sign | 0x7E00 | static_cast<uint16_t>((abs >> 13) & 0x3FF);
+    if (abs >= 0x47800000) return sign | 0x7C00;  // >= 65536 rounds to inf; also inf itself
+    if (abs >= 0x38800000) {                      // normal in fp16 (>= 2^-14)
+        // Rebias the exponent, then round the 13 dropped bits to nearest even; a carry out
+        // of the mantissa correctly bumps the exponent (up to inf).
+        uint32_t r = abs - 0x38000000;
+        r += 0x0FFF + ((r >> 13) & 1);
+        return sign | static_cast<uint16_t>(r >> 13);
+    }
+    if (abs < 0x33000000) return sign;  // below half the smallest subnormal (2^-25): zero
+    // Subnormal in fp16: value = m * 2^-24 with m rounded to nearest even.
+    const uint32_t exp = abs >> 23;
+    const uint32_t mant = (abs & 0x7FFFFF) | 0x800000;
+    const uint32_t shift = 126 - exp;  // 14..24 bits to drop
+    uint32_t m = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1);
+    const uint32_t halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (m & 1))) ++m;
+    return sign | static_cast<uint16_t>(m);
+}
+
+float bf16_to_fp32(uint16_t h) {
+    return bits_float(static_cast<uint32_t>(h) << 16);
+}
+
+uint16_t fp32_to_bf16(float f) {
+    const uint32_t u = float_bits(f);
+    if ((u & 0x7FFFFFFF) > 0x7F800000) return static_cast<uint16_t>((u >> 16) | 64);  // quiet NaN
+    return static_cast<uint16_t>((u + (0x7FFF + ((u >> 16) & 1))) >> 16);
+}
+
+Status dequantize_row(DType type, const void* src, float* dst, int64_t n) {
+    const DTypeInfo& info = dtype_info(type);
+    if (n < 0 || n % info.block_size != 0)
+        return make_error("dequantize {}: {} elements is not a multiple of the block size {}",
+                          info.name, n, info.block_size);
+    switch (type) {
+        case DType::F32:
+            dequant_f32(src, dst, n);
+            break;
+        case DType::F16:
+            dequant_f16(src, dst, n);
+            break;
+        case DType::BF16:
+            dequant_bf16(src, dst, n);
+            break;
+        case DType::Q4_0:
+            dequant_q4_0(src, dst, n);
+            break;
+        case DType::Q4_1:
+            dequant_q4_1(src, dst, n);
+            break;
+        case DType::Q8_0:
+            dequant_q8_0(src, dst, n);
+            break;
+        case DType::Q4_K:
+            dequant_q4_k(src, dst, n);
+            break;
+        case DType::Q6_K:
+            dequant_q6_k(src, dst, n);
+            break;
+        default:
+            return make_error("dequantize: type {} (id {}) is not supported", info.name,
+                              static_cast<uint32_t>(type));
+    }
+    return {};
+}
+
+}  // namespace ferry::quant
