@@ -1,0 +1,77 @@
+// Reads tokenizer.ggml.* into a BpeVocab and picks the implementation for the model kind.
+#include "tokenizer/tokenizer.h"
+
+#include "tokenizer/bpe_tokenizer.h"
+
+namespace ferry::tokenizer {
+
+namespace {
+
+Expected<std::vector<std::string>> string_array(const gguf::File& f, std::string_view key,
+                                                bool required) {
+    std::vector<std::string> out;
+    const gguf::Array* arr = f.get_array(key);
+    if (!arr) {
+        if (required) return make_error("{}: missing metadata key {}", f.path(), key);
+        return out;
+    }
+    out.reserve(arr->items.size());
+    for (size_t i = 0; i < arr->items.size(); ++i) {
+        const std::string* s = arr->items[i].as_string();
+        if (!s) return make_error("{}: {}[{}] is not a string", f.path(), key, i);
+        out.push_back(*s);
+    }
+    return out;
+}
+
+Token token_id(const gguf::File& f, std::string_view key) {
+    auto v = f.get_int(key);
+    return v ? static_cast<Token>(*v) : Token{-1};
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const gguf::File& f) {
+    auto model = f.get_string("tokenizer.ggml.model");
+    if (!model) return make_error("{}: no tokenizer (tokenizer.ggml.model missing)", f.path());
+    if (*model == "llama")
+        return make_error("{}: tokenizer model 'llama' (SentencePiece) is not supported yet",
+                          f.path());
+    if (*model != "gpt2")
+        return make_error("{}: unsupported tokenizer model '{}'", f.path(), *model);
+
+    BpeVocab v;
+    auto tokens = string_array(f, "tokenizer.ggml.tokens", true);
+    if (!tokens) return tokens.error();
+    v.tokens = std::move(tokens.value());
+    auto merges = string_array(f, "tokenizer.ggml.merges", true);
+    if (!merges) return merges.error();
+    v.merges = std::move(merges.value());
+    if (const gguf::Array* types = f.get_array("tokenizer.ggml.token_type")) {
+        v.attrs.reserve(types->items.size());
+        for (const auto& item : types->items) {
+            auto t = item.as_int();
+            v.attrs.push_back(t ? static_cast<TokenAttr>(*t) : TokenAttr::Normal);
+        }
+    }
+    v.pre = f.get_string("tokenizer.ggml.pre").value_or("default");
+    v.bos = token_id(f, "tokenizer.ggml.bos_token_id");
+    v.eos = token_id(f, "tokenizer.ggml.eos_token_id");
+    v.unk = token_id(f, "tokenizer.ggml.unknown_token_id");
+    v.eot = token_id(f, "tokenizer.ggml.eot_token_id");
+    v.eom = token_id(f, "tokenizer.ggml.eom_token_id");
+    v.add_bos = f.get_bool("tokenizer.ggml.add_bos_token");
+    v.add_eos = f.get_bool("tokenizer.ggml.add_eos_token");
+
+    auto bpe = BpeTokenizer::create(std::move(v));
+    if (!bpe) return Error{f.path() + ": " + bpe.error().message};
+    return std::unique_ptr<Tokenizer>(std::move(bpe.value()));
+}
+
+std::string Tokenizer::decode(std::span<const Token> ids, bool render_special) const {
+    std::string out;
+    for (Token id : ids) out += token_to_piece(id, render_special);
+    return out;
+}
+
+}  // namespace ferry::tokenizer
