@@ -1,6 +1,5 @@
 // `ferry plan`: will this model fit this device, how many users, how fast. All arithmetic
 // lives in src/plan; this file only maps flags to PlanOptions and prints.
-#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -22,11 +21,6 @@ struct PlanArgs {
     plan::PlanOptions options;
 };
 
-[[noreturn]] void fail(const std::string& message) {
-    fmt::print(stderr, "ferry plan: {}\n", message);
-    throw CLI::RuntimeError(1);
-}
-
 void list_known() {
     fmt::print("presets: {}\n", fmt::join(plan::preset_names(), ", "));
     fmt::print("devices:\n");
@@ -41,16 +35,13 @@ void list_known() {
 
 void run_plan(const PlanArgs& a) {
     if (a.list) return list_known();
-    auto model = plan::load_model_spec(a.model);
-    if (!model) fail(model.error().message);
-    auto device = plan::find_device(a.device);
-    if (!device) fail(device.error().message);
-    auto report = plan::make_plan(*model, *device, a.options);
-    if (!report) fail(report.error().message);
+    const plan::ModelSpec model = take(plan::load_model_spec(a.model));
+    const plan::Device device = take(plan::find_device(a.device));
+    const plan::PlanReport report = take(plan::make_plan(model, device, a.options));
     if (a.json)
-        fmt::print("{}\n", plan::plan_to_json(*report).dump(2));
+        fmt::print("{}\n", plan::plan_to_json(report).dump(2));
     else
-        fmt::print("{}", plan::plan_to_text(*report));
+        fmt::print("{}", plan::plan_to_text(report));
 }
 
 }  // namespace

@@ -1,0 +1,164 @@
+#include "plan/memory_plan.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "core/dtype.h"
+
+namespace ferry::plan {
+namespace {
+
+std::string lower(std::string_view s) {
+    std::string out(s);
+    std::transform(out.begin(), out.end(), out.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return out;
+}
+
+constexpr uint64_t kMiB = 1ull << 20;
+constexpr uint64_t kGiB = 1ull << 30;
+
+// Everything in plan_memory that depends on the number of sequences, so max_sequences can ask
+// "does n fit?" with exactly the rules the report prints.
+struct Need {
+    uint64_t kv_total, kv_device, activations, overhead, total;
+    double overhead_fraction;
+    int64_t tokens_per_step;
+};
+
+Need need_for(const ModelSpec& m, const MemoryPlan& p, const Device& d, const PlanOptions& o,
+              int64_t n_seqs) {
+    Need n{};
+    n.kv_total = p.kv_pool_fixed ? o.kv_cache_memory
+                                 : p.kv_bytes_per_sequence * static_cast<uint64_t>(n_seqs);
+    n.kv_device = static_cast<uint64_t>(std::ceil(n.kv_total * p.kv_share));
+
+    const int64_t q_dim = m.n_heads * m.head_dim, kv_dim = m.n_kv_heads * m.head_dim;
+    n.tokens_per_step = std::max(n_seqs, std::min(o.max_batched_tokens, n_seqs * p.ctx));
+    const uint64_t per_token_values = 3 * m.hidden + q_dim + 2 * kv_dim + 2 * m.ffn;
+    n.activations =
+        static_cast<uint64_t>(n.tokens_per_step) * per_token_values * p.activation_bytes_per_value +
+        static_cast<uint64_t>(n_seqs) * m.vocab * 4;
+
+    const uint64_t sub = p.weights_bytes + n.kv_device + n.activations;
+    const uint64_t floor_bytes = d.measured ? 64 * kMiB : kGiB;
+    n.overhead = std::clamp<uint64_t>(floor_bytes, sub / 10, sub / 5);
+    n.overhead_fraction = sub ? static_cast<double>(n.overhead) / sub : 0;
+    n.total = sub + n.overhead;
+    return n;
+}
+
+}  // namespace
+
+Expected<Precision> parse_weight_precision(std::string_view name) {
+    const std::string s = lower(name);
+    if (s == "f32" || s == "fp32") return Precision{"f32", 32, ComputeClass::FP16};
+    if (s == "f16" || s == "fp16") return Precision{"f16", 16, ComputeClass::FP16};
+    if (s == "bf16") return Precision{"bf16", 16, ComputeClass::FP16};
+    if (s == "fp8" || s == "f8") return Precision{"fp8", 8, ComputeClass::FP8};
+    // W8A8 (SmoothQuant-style) runs on the INT8 units; int4 is weight-only.
+    if (s == "int8" || s == "i8") return Precision{"int8", 8, ComputeClass::INT8};
+    if (s == "int4" || s == "i4") return Precision{"int4", 4, ComputeClass::FP16};
+    if (auto t = dtype_from_name(s)) {
+        const DTypeInfo& info = dtype_info(*t);
+        return Precision{std::string(info.name), 8.0 * info.block_bytes / info.block_size,
+                         ComputeClass::FP16};
+    }
+    return make_error(
+        "unknown weight format '{}'; use f16, bf16, fp8, int8, int4 or a GGUF type "
+        "such as q4_k, q4_1, q8_0",
+        name);
+}
+
+Expected<Precision> parse_kv_precision(std::string_view name) {
+    const std::string s = lower(name);
+    if (s == "f32" || s == "fp32") return Precision{"f32", 32, ComputeClass::FP16};
+    if (s == "f16" || s == "fp16") return Precision{"f16", 16, ComputeClass::FP16};
+    if (s == "bf16") return Precision{"bf16", 16, ComputeClass::FP16};
+    if (s == "fp8" || s == "f8") return Precision{"fp8", 8, ComputeClass::FP8};
+    if (s == "int8" || s == "i8") return Precision{"int8", 8, ComputeClass::INT8};
+    return make_error("unknown KV cache dtype '{}'; use f16, fp8 or int8", name);
+}
+
+Expected<MemoryPlan> plan_memory(const ModelSpec& m, const Device& d, const PlanOptions& o) {
+    MemoryPlan p;
+    if (o.batch < 1) return make_error("--batch must be at least 1 (got {})", o.batch);
+    if (o.tp < 1) return make_error("--tp must be at least 1 (got {})", o.tp);
+    if (o.ctx < 0) return make_error("--ctx must be positive (got {})", o.ctx);
+    if (!(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1))
+        return make_error("--gpu-memory-utilization must be in (0, 1] (got {})",
+                          o.gpu_memory_utilization);
+    if (o.max_batched_tokens < 1) return make_error("--max-batched-tokens must be at least 1");
+
+    p.ctx = o.ctx > 0 ? o.ctx : m.max_ctx;
+    p.batch = o.batch;
+    p.tp = o.tp;
+    p.utilization = o.gpu_memory_utilization;
+    p.params = m.params();
+
+    // Weights: the file's real bytes unless another format was asked for.
+    const bool native = o.weights.empty() || lower(o.weights) == "native";
+    if (native && m.gguf_weight_bytes > 0) {
+        p.weights = {m.gguf_weight_type, m.native_bits, ComputeClass::FP16};
+        p.weights_bytes_total = m.gguf_weight_bytes;
+    } else {
+        auto w = parse_weight_precision(native ? (m.native_bits > 16 ? "f32" : "f16") : o.weights);
+        if (!w) return w.error();
+        p.weights = *w;
+        p.weights_bytes_total = static_cast<uint64_t>(std::llround(p.params * p.weights.bits / 8));
+    }
+    p.weights_bytes = (p.weights_bytes_total + p.tp - 1) / p.tp;
+
+    auto kv = parse_kv_precision(o.kv_dtype);
+    if (!kv) return kv.error();
+    p.kv = *kv;
+    // K and V, every layer, every KV head: 2 x layers x kv_heads x head_dim x bytes.
+    const double kv_elem_bytes = p.kv.bits / 8;
+    p.kv_bytes_per_token =
+        static_cast<uint64_t>(2.0 * m.n_layers * m.n_kv_heads * m.head_dim * kv_elem_bytes);
+    p.kv_bytes_per_token_mha =
+        static_cast<uint64_t>(2.0 * m.n_layers * m.n_heads * m.head_dim * kv_elem_bytes);
+    p.kv_bytes_per_sequence = p.kv_bytes_per_token * p.ctx;
+    p.kv_bytes_per_sequence_mha = p.kv_bytes_per_token_mha * p.ctx;
+    p.kv_pool_fixed = o.kv_cache_memory > 0;
+    // TP splits KV heads across devices; with more devices than KV heads each keeps a copy of
+    // one head, so a device's share never drops below one head.
+    const int64_t heads_per_device = (m.n_kv_heads + p.tp - 1) / p.tp;
+    p.kv_share = static_cast<double>(heads_per_device) / m.n_kv_heads;
+    p.activation_bytes_per_value = d.measured ? 4 : 2;
+
+    const Need n = need_for(m, p, d, o, p.batch);
+    p.kv_bytes_total = n.kv_total;
+    p.kv_bytes_total_mha = p.kv_pool_fixed ? n.kv_total * m.n_heads / m.n_kv_heads
+                                           : p.kv_bytes_per_sequence_mha * p.batch;
+    p.kv_bytes = n.kv_device;
+    p.tokens_per_step = n.tokens_per_step;
+    p.activation_bytes = n.activations;
+    p.overhead_bytes = n.overhead;
+    p.overhead_fraction = n.overhead_fraction;
+    p.total_bytes = n.total;
+    p.capacity_bytes = static_cast<uint64_t>(d.memory_bytes * p.utilization);
+    p.fits = p.total_bytes <= p.capacity_bytes;
+    p.margin_bytes =
+        (static_cast<int64_t>(p.capacity_bytes) - static_cast<int64_t>(p.total_bytes)) * p.tp;
+
+    // Largest n whose need fits. With a fixed pool the pool bounds it; otherwise need grows
+    // with n, so a binary search finds the edge.
+    if (p.kv_pool_fixed) {
+        p.max_sequences = p.kv_bytes_per_sequence ? o.kv_cache_memory / p.kv_bytes_per_sequence : 0;
+        if (!p.fits) p.max_sequences = 0;
+    } else {
+        auto fits_n = [&](int64_t k) { return need_for(m, p, d, o, k).total <= p.capacity_bytes; };
+        int64_t lo = 0, hi = 1;
+        while (fits_n(hi) && hi < (int64_t{1} << 40)) lo = hi, hi *= 2;
+        while (hi - lo > 1) {
+            const int64_t mid = lo + (hi - lo) / 2;
+            (fits_n(mid) ? lo : hi) = mid;
+        }
+        p.max_sequences = lo;
+    }
+    return p;
+}
+
+}  // namespace ferry::plan

@@ -1,0 +1,84 @@
+"""`ferry plan` as a user runs it: presets, the default GGUF, config.json, JSON keys, errors."""
+import json
+
+from conftest import run_ferry
+
+
+def plan_json(*args):
+    r = run_ferry("plan", "--json", *args, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_text_report_for_70b_on_h100():
+    r = run_ferry("plan", "--model", "llama-3-70b", "--device", "H100-SXM", "--ctx", "8192",
+                  "--batch", "16", timeout=60)
+    assert r.returncode == 0, r.stderr
+    for words in ("weights", "KV cache per token", "without GQA", "activations",
+                  "framework overhead", "capacity", "DOES NOT FIT", "concurrent sequences",
+                  "tok/s per sequence", "prefill", "bandwidth-bound", "tensor parallelism"):
+        assert words in r.stdout, words
+
+
+def test_seed_numbers_in_json():
+    j = plan_json("-m", "llama-2-70b", "-d", "a100-80gb", "--ctx", "4096", "--weights", "f16")
+    m = j["memory"]
+    assert abs(m["weights_bytes"] / 1e9 - 140) < 3
+    assert abs(m["kv_bytes_per_token_mha"] / 1e6 - 2.62) < 0.01
+    assert abs(m["kv_bytes_per_token"] / 1e6 - 0.33) < 0.01
+    assert m["kv_bytes_per_sequence"] == m["kv_bytes_per_token"] * 4096
+    j4 = plan_json("-m", "llama-2-7b", "-d", "T4", "--ctx", "2048", "--weights", "int4")
+    assert abs(j4["memory"]["weights_bytes"] / 1e9 - 3.5) < 0.15
+    assert j4["memory"]["fits"] is True
+
+
+def test_advice_and_tensor_parallel_count():
+    # 13B: 26 GB at fp16 > 23.2 GB usable on an A10; 13 GB at int8 + 3.4 GB of KV fits.
+    j = plan_json("-m", "llama-2-13b", "-d", "A10", "--ctx", "4096")
+    assert j["advice"]["recommendation"] == "int8"
+    # 70B: 69 GB at int8 plus KV and 10 % overhead just misses 77 GB usable; int4 fits.
+    j = plan_json("-m", "llama-2-70b", "-d", "H100-SXM", "--ctx", "4096")
+    assert j["advice"]["recommendation"] == "int4"
+    j = plan_json("-m", "llama-2-7b", "-d", "H100-SXM", "--ctx", "4096")
+    assert j["advice"]["recommendation"] == "keep_16bit"
+    assert j["memory"]["max_sequences"] > 1
+    j = plan_json("-m", "qwen2.5-72b", "-d", "RTX-4090", "--ctx", "8192", "--batch", "8")
+    assert j["advice"]["recommendation"] == "tensor_parallel"
+    n = j["advice"]["min_devices_16bit"]
+    assert n > 1 and 64 % n == 0
+    fits = plan_json("-m", "qwen2.5-72b", "-d", "RTX-4090", "--ctx", "8192", "--batch", "8",
+                     "--weights", "f16", "--tp", str(n))
+    assert fits["memory"]["fits"] is True
+
+
+def test_default_gguf_and_cpu_device(model_path):
+    j = plan_json("--device", "cpu", "--ctx", "2048", "--kv-cache-memory", "200000000")
+    assert j["model"]["source"] == "gguf"
+    assert abs(j["model"]["params"] / 1e6 - 134.5) < 0.5
+    assert j["device"]["measured"] is True and j["device"]["bandwidth_gbs"] > 0
+    assert j["memory"]["kv_bytes_total"] == 200000000
+    assert j["memory"]["max_sequences"] == 200000000 // j["memory"]["kv_bytes_per_sequence"]
+    assert j["settings"]["weights"] == "q4_1"
+
+
+def test_config_json_input(tmp_path):
+    cfg = {"model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+           "vocab_size": 32000, "max_position_embeddings": 32768, "tie_word_embeddings": False}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    from_file = plan_json("-m", tmp_path / "config.json", "-d", "L4", "--ctx", "4096")
+    from_dir = plan_json("-m", tmp_path, "-d", "L4", "--ctx", "4096")
+    preset = plan_json("-m", "mistral-7b", "-d", "L4", "--ctx", "4096")
+    assert from_file["model"]["params"] == from_dir["model"]["params"] == preset["model"]["params"]
+    assert from_file["memory"]["total_bytes"] == preset["memory"]["total_bytes"]
+
+
+def test_unknown_device_and_preset_are_clear_errors():
+    r = run_ferry("plan", "-m", "llama-2-7b", "-d", "tpu-v9", timeout=60)
+    assert r.returncode != 0
+    assert "unknown device 'tpu-v9'" in r.stderr and "H100-SXM" in r.stderr
+    r = run_ferry("plan", "-m", "gpt-5", "-d", "T4", timeout=60)
+    assert r.returncode != 0
+    assert "unknown model preset 'gpt-5'" in r.stderr and "llama-3-8b" in r.stderr
+    r = run_ferry("plan", "-m", "llama-2-7b", "-d", "T4", "--weights", "int3", timeout=60)
+    assert r.returncode != 0 and "int3" in r.stderr
