@@ -158,6 +158,8 @@ void add_bench_command(CLI::App& app) {
         ->check(CLI::Range(1, 1000));
     dec->add_flag("--json", o->json, "print JSON with stable keys");
     dec->callback([o] { bench_decode(*o); });
+    add_bench_throughput_command(*bench);
+    add_bench_serve_command(*bench);
 }
 
 }  // namespace ferry::cli

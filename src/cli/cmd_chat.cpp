@@ -49,7 +49,7 @@ void chat(const ChatOptions& o) {
         }
         if (line.empty()) continue;
         msgs.push_back({"user", line});
-        auto ids = tok.encode(lm.chat_template->apply(msgs, true), true, true);
+        auto ids = tok.encode(lm.chat_template->apply(msgs, true), false, true);
         if (static_cast<int64_t>(ids.size()) + 1 >= ctx) {
             std::fprintf(stderr,
                          "ferry: the conversation (%zu tokens) no longer fits the context "

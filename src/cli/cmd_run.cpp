@@ -41,7 +41,8 @@ void run(const RunOptions& o) {
         std::vector<tokenizer::ChatMessage> msgs;
         if (!o.system.empty()) msgs.push_back({"system", o.system});
         msgs.push_back({"user", prompt});
-        ids = tok.encode(lm.chat_template->apply(msgs, true), true, true);
+        // The rendered template carries its own BOS text where the model wants one.
+        ids = tok.encode(lm.chat_template->apply(msgs, true), false, true);
     } else {
         ids = tok.encode(prompt, true, true);
     }

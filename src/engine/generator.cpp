@@ -4,6 +4,8 @@
 
 namespace ferry::engine {
 namespace {
+constexpr int kBlock = 256;  // a single stream needs no fine-grained blocks
+
 double ms_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -12,7 +14,22 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 Generator::Generator(const model::LlamaModel& model, int n_threads, int64_t n_ctx)
     : model_(model),
       pool_(n_threads),
-      cache_(model.config().n_layer, n_ctx, model.config().kv_dim()) {}
+      n_ctx_(n_ctx),
+      store_(model.config().n_layer, (n_ctx + kBlock - 1) / kBlock, kBlock,
+             model.config().kv_dim()),
+      blocks_(store_.n_blocks()) {
+    for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i] = static_cast<int32_t>(i);
+}
+
+void Generator::feed(std::span<const int32_t> tokens, int n_logits, float* logits) {
+    model::LlamaModel::BatchSeq seq;
+    seq.start_pos = position();
+    seq.n_tokens = static_cast<int>(tokens.size());
+    seq.kv = {blocks_.data(), static_cast<int64_t>(blocks_.size())};
+    seq.n_logits = n_logits;
+    model_.forward(tokens, {&seq, 1}, store_, logits, pool_);
+    history_.insert(history_.end(), tokens.begin(), tokens.end());
+}
 
 Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
                                               const SamplingParams& params, int max_tokens,
@@ -33,8 +50,7 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
     std::vector<float> logits(n_vocab);
 
     auto t0 = std::chrono::steady_clock::now();
-    model_.forward(prompt, position(), cache_, logits.data(), false, pool_);
-    history_.insert(history_.end(), prompt.begin(), prompt.end());
+    feed(prompt, 1, logits.data());
     st.prefill_ms = ms_since(t0);
 
     st.finish_reason = "length";
@@ -56,8 +72,7 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
         }
         if (i + 1 == max_tokens || position() + 1 > n_ctx()) break;
         const int32_t one[1] = {tok};
-        model_.forward(one, position(), cache_, logits.data(), false, pool_);
-        history_.push_back(tok);
+        feed(one, 1, logits.data());
     }
     st.decode_ms = ms_since(t_decode);
     return st;
@@ -68,8 +83,7 @@ Expected<std::vector<float>> Generator::logits_for(std::span<const int32_t> toke
         return make_error("need 1..{} tokens, got {}", n_ctx(), tokens.size());
     reset();
     std::vector<float> logits(model_.config().n_vocab);
-    model_.forward(tokens, 0, cache_, logits.data(), false, pool_);
-    history_.assign(tokens.begin(), tokens.end());
+    feed(tokens, 1, logits.data());
     return logits;
 }
 

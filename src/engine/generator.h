@@ -10,7 +10,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "engine/sampler.h"
-#include "kv/contiguous_cache.h"
+#include "kv/kv_store.h"
 #include "model/llama.h"
 #include "tokenizer/tokenizer.h"
 
@@ -36,7 +36,7 @@ class Generator {
   public:
     Generator(const model::LlamaModel& model, int n_threads, int64_t n_ctx);
 
-    int64_t n_ctx() const { return cache_.n_ctx(); }
+    int64_t n_ctx() const { return n_ctx_; }
     int64_t position() const { return static_cast<int64_t>(history_.size()); }
     const std::vector<int32_t>& history() const { return history_; }
     void reset() { history_.clear(); }
@@ -57,9 +57,14 @@ class Generator {
     Expected<std::vector<float>> logits_for(std::span<const int32_t> tokens);
 
   private:
+    // Runs tokens at the end of the sequence, writing n_logits rows of logits.
+    void feed(std::span<const int32_t> tokens, int n_logits, float* logits);
+
     const model::LlamaModel& model_;
     ThreadPool pool_;
-    kv::ContiguousCache cache_;
+    int64_t n_ctx_;
+    kv::KvStore store_;  // one stream: its blocks are simply 0, 1, 2, ...
+    std::vector<int32_t> blocks_;
     std::vector<int32_t> history_;
 };
 

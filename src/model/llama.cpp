@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/paged_attention.h"
+
 namespace ferry::model {
 namespace {
 
@@ -110,18 +112,30 @@ int64_t LlamaModel::parameter_count() const {
     return n;
 }
 
-void LlamaModel::forward(std::span<const int32_t> tokens, int64_t pos, kv::ContiguousCache& cache,
-                         float* logits, bool all_logits, ThreadPool& pool) const {
+void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
+                         kv::KvStore& store, float* logits, ThreadPool& pool) const {
     const LlamaConfig& c = cfg_;
     const int64_t n = static_cast<int64_t>(tokens.size());
     const int hd = c.head_dim;
     const int group = c.n_head / c.n_head_kv;
+    const int bs = store.block_size();
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+
+    // Which sequence and position every token of the batch belongs to.
+    std::vector<int32_t> tok_seq(n);
+    std::vector<int64_t> tok_pos(n);
+    for (int64_t s = 0, t = 0; s < static_cast<int64_t>(seqs.size()); ++s)
+        for (int i = 0; i < seqs[s].n_tokens; ++i, ++t) {
+            tok_seq[t] = static_cast<int32_t>(s);
+            tok_pos[t] = seqs[s].start_pos + i;
+        }
 
     std::vector<float> x(n * c.n_embd), xn(n * c.n_embd);
     std::vector<float> q(n * c.q_dim()), k(n * c.kv_dim()), v(n * c.kv_dim());
     std::vector<float> attn(n * c.q_dim());
     std::vector<float> gate(n * c.n_ff), up(n * c.n_ff), ffn_out(n * c.n_embd);
+    // Per sequence, the addresses of its blocks in the current layer.
+    std::vector<std::vector<const float*>> k_blocks(seqs.size()), v_blocks(seqs.size());
 
     for (int64_t t = 0; t < n; ++t) kernels::get_row(tok_embd_, tokens[t], &x[t * c.n_embd]);
 
@@ -144,22 +158,36 @@ void LlamaModel::forward(std::span<const int32_t> tokens, int64_t pos, kv::Conti
         add_bias(k.data(), L.bk, c.kv_dim());
         add_bias(v.data(), L.bv, c.kv_dim());
         for (int64_t t = 0; t < n; ++t) {
-            kernels::rope(&q[t * c.q_dim()], c.n_head, hd, c.rope_dim, pos + t, c.rope_theta,
+            const int64_t pos = tok_pos[t];
+            kernels::rope(&q[t * c.q_dim()], c.n_head, hd, c.rope_dim, pos, c.rope_theta,
                           c.rope_style);
-            kernels::rope(&k[t * c.kv_dim()], c.n_head_kv, hd, c.rope_dim, pos + t, c.rope_theta,
+            kernels::rope(&k[t * c.kv_dim()], c.n_head_kv, hd, c.rope_dim, pos, c.rope_theta,
                           c.rope_style);
-            std::copy_n(&k[t * c.kv_dim()], c.kv_dim(), cache.k(li, pos + t));
-            std::copy_n(&v[t * c.kv_dim()], c.kv_dim(), cache.v(li, pos + t));
+            const int32_t block = seqs[tok_seq[t]].kv.blocks[pos / bs];
+            const int64_t slot = (pos % bs) * c.kv_dim();
+            std::copy_n(&k[t * c.kv_dim()], c.kv_dim(), store.k(li, block) + slot);
+            std::copy_n(&v[t * c.kv_dim()], c.kv_dim(), store.v(li, block) + slot);
         }
-        // Token t sees positions [0, pos + t]: causal masking is just the length of the scan.
+        for (size_t s = 0; s < seqs.size(); ++s) {
+            const auto& kv = seqs[s].kv;
+            k_blocks[s].resize(kv.n_blocks);
+            v_blocks[s].resize(kv.n_blocks);
+            for (int64_t b = 0; b < kv.n_blocks; ++b) {
+                k_blocks[s][b] = store.k(li, kv.blocks[b]);
+                v_blocks[s][b] = store.v(li, kv.blocks[b]);
+            }
+        }
+        // Token t sees positions [0, pos]: causal masking is just the length of the scan.
         pool.parallel_for(n * c.n_head, [&](int64_t i0, int64_t i1) {
             for (int64_t i = i0; i < i1; ++i) {
                 const int64_t t = i / c.n_head;
                 const int h = static_cast<int>(i % c.n_head);
-                const int kvh = h / group;
-                kernels::attend(&q[t * c.q_dim() + h * hd], cache.k(li, 0) + kvh * hd,
-                                cache.v(li, 0) + kvh * hd, c.kv_dim(), pos + t + 1, hd, scale,
-                                &attn[t * c.q_dim() + h * hd]);
+                const int s = tok_seq[t];
+                const kernels::PagedKvView view{k_blocks[s].data(), v_blocks[s].data(), bs,
+                                                static_cast<size_t>(c.kv_dim()),
+                                                static_cast<size_t>(h / group) * hd};
+                kernels::attend_paged(&q[t * c.q_dim() + h * hd], view, tok_pos[t] + 1, hd, scale,
+                                      &attn[t * c.q_dim() + h * hd]);
             }
         });
         kernels::matmul(L.wo, attn.data(), n, ffn_out.data(), pool);
@@ -175,12 +203,13 @@ void LlamaModel::forward(std::span<const int32_t> tokens, int64_t pos, kv::Conti
         for (int64_t i = 0; i < n * c.n_embd; ++i) x[i] += ffn_out[i];
     }
 
-    const int64_t first = all_logits ? 0 : n - 1;
-    const int64_t count = n - first;
-    for (int64_t t = first; t < n; ++t)
-        kernels::rmsnorm(&x[t * c.n_embd], output_norm_, &xn[(t - first) * c.n_embd], c.n_embd,
-                         c.rms_eps);
-    kernels::matmul(output_, xn.data(), count, logits, pool);
+    // Final norm and output head only for the tokens whose logits are wanted.
+    int64_t rows = 0;
+    for (int64_t s = 0, t0 = 0; s < static_cast<int64_t>(seqs.size()); t0 += seqs[s].n_tokens, ++s)
+        for (int64_t t = t0 + seqs[s].n_tokens - seqs[s].n_logits; t < t0 + seqs[s].n_tokens; ++t)
+            kernels::rmsnorm(&x[t * c.n_embd], output_norm_, &xn[rows++ * c.n_embd], c.n_embd,
+                             c.rms_eps);
+    if (rows > 0) kernels::matmul(output_, xn.data(), rows, logits, pool);
 }
 
 }  // namespace ferry::model

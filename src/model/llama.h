@@ -12,7 +12,7 @@
 #include "core/thread_pool.h"
 #include "gguf/gguf_file.h"
 #include "kernels/kernels.h"
-#include "kv/contiguous_cache.h"
+#include "kv/kv_store.h"
 #include "model/llama_config.h"
 
 namespace ferry::model {
@@ -36,11 +36,20 @@ class LlamaModel {
     size_t weight_bytes_per_token() const;
     int64_t parameter_count() const;
 
-    // Runs tokens at positions [pos, pos + tokens.size()) of one sequence, writing their keys
-    // and values into `cache`. Logits (n_vocab floats) are written for the last token only, or
-    // for every token when all_logits is set (logits must then hold tokens.size() * n_vocab).
-    void forward(std::span<const int32_t> tokens, int64_t pos, kv::ContiguousCache& cache,
-                 float* logits, bool all_logits, ThreadPool& pool) const;
+    // One sequence's share of a ragged batch: n_tokens consecutive tokens starting at
+    // position start_pos, whose keys and values go into (and whose attention reads from) the
+    // blocks of `kv`, which must cover positions [0, start_pos + n_tokens).
+    struct BatchSeq {
+        int64_t start_pos = 0;
+        int n_tokens = 0;
+        kv::SeqKv kv;
+        int n_logits = 1;  // logits wanted for this many of the chunk's last tokens (0..n_tokens)
+    };
+
+    // Runs a ragged batch: `tokens` holds every sequence's chunk, back to back in seqs' order.
+    // Writes n_vocab logits per wanted token, sequence by sequence, into `logits`.
+    void forward(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
+                 kv::KvStore& store, float* logits, ThreadPool& pool) const;
 
   private:
     LlamaModel() = default;

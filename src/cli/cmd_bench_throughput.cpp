@@ -1,0 +1,273 @@
+// `ferry bench throughput`: an offline workload through the serving engine (many requests,
+// lengths fixed or drawn, optional shared prefix, Poisson or all-at-once arrivals). --compare
+// runs the same workload under each baseline switch and prints one table.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/engine_options.h"
+#include "cli/model_options.h"
+#include "core/progress.h"
+
+namespace ferry::cli {
+namespace {
+
+struct Range {
+    int lo = 0, hi = 0;
+};
+
+Range parse_range(const std::string& s, const char* what) {
+    Range r;
+    const auto dash = s.find('-');
+    try {
+        r.lo = std::stoi(s.substr(0, dash));
+        r.hi = dash == std::string::npos ? r.lo : std::stoi(s.substr(dash + 1));
+    } catch (...) {
+        throw ExitError(fmt::format("{} must be N or LO-HI, got '{}'", what, s));
+    }
+    if (r.lo < 1 || r.hi < r.lo) throw ExitError(fmt::format("{}: bad range '{}'", what, s));
+    return r;
+}
+
+struct ThroughputOptions {
+    ModelOptions model;
+    EngineOptions engine;
+    int num_prompts = 64;
+    std::string input_len = "32-512";
+    std::string output_len = "16-256";
+    std::string dataset;
+    int shared_prefix_len = 0;
+    std::string request_rate = "inf";
+    uint64_t seed = 0;
+    bool compare = false;
+    bool json = false;
+};
+
+struct Item {
+    std::vector<int32_t> prompt;
+    int output_len;
+    double arrival_s;
+};
+
+std::vector<Item> make_workload(const ThroughputOptions& o, const engine::LoadedModel& lm,
+                                int max_len) {
+    std::mt19937_64 rng(o.seed);
+    std::vector<Item> items;
+    const auto& tok = *lm.tokenizer;
+    if (!o.dataset.empty()) {
+        std::ifstream in(o.dataset);
+        if (!in) throw ExitError(o.dataset + ": cannot be read");
+        std::string line;
+        while (std::getline(in, line) && static_cast<int>(items.size()) < o.num_prompts) {
+            if (line.empty()) continue;
+            auto j = nlohmann::json::parse(line, nullptr, false);
+            if (j.is_discarded() || !j.contains("prompt"))
+                throw ExitError(o.dataset + ": each line must be JSON with a \"prompt\"");
+            items.push_back({tok.encode(j["prompt"].get<std::string>(), true, false),
+                             j.value("output_len", 128), 0});
+        }
+    } else {
+        const Range in = parse_range(o.input_len, "--input-len");
+        const Range out = parse_range(o.output_len, "--output-len");
+        // Ordinary text tokens (ids of the byte-level merges), so prompts look like text to
+        // the model; which ones does not change the cost.
+        std::uniform_int_distribution<int32_t> id(300, lm.model->config().n_vocab - 1);
+        std::vector<int32_t> prefix(o.shared_prefix_len);
+        for (auto& t : prefix) t = id(rng);
+        for (int i = 0; i < o.num_prompts; ++i) {
+            const int len = std::uniform_int_distribution<int>(in.lo, in.hi)(rng);
+            Item it{prefix, std::uniform_int_distribution<int>(out.lo, out.hi)(rng), 0};
+            while (static_cast<int>(it.prompt.size()) < o.shared_prefix_len + len)
+                it.prompt.push_back(id(rng));
+            items.push_back(std::move(it));
+        }
+    }
+    for (auto& it : items) {
+        if (static_cast<int>(it.prompt.size()) >= max_len) it.prompt.resize(max_len / 2);
+        it.output_len = std::clamp(it.output_len, 1, max_len - static_cast<int>(it.prompt.size()));
+    }
+    if (o.request_rate != "inf") {
+        double rate = 0;
+        try {
+            rate = std::stod(o.request_rate);
+        } catch (...) {
+        }
+        if (rate <= 0) throw ExitError("--request-rate must be a positive number or inf");
+        std::exponential_distribution<double> gap(rate);
+        double t = 0;
+        for (auto& it : items) it.arrival_s = (t += gap(rng));
+    }
+    return items;
+}
+
+struct Stats {
+    double mean = 0, p50 = 0, p90 = 0, p99 = 0;
+};
+Stats stats_of(std::vector<double> v) {
+    Stats s;
+    if (v.empty()) return s;
+    std::sort(v.begin(), v.end());
+    auto pct = [&](double p) { return v[static_cast<size_t>(std::round(p * (v.size() - 1)))]; };
+    for (double x : v) s.mean += x;
+    s.mean /= double(v.size());
+    s.p50 = pct(0.5), s.p90 = pct(0.9), s.p99 = pct(0.99);
+    return s;
+}
+nlohmann::json to_json(const Stats& s) {
+    return {{"mean", s.mean}, {"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}};
+}
+
+nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineConfig& cfg,
+                            const std::vector<Item>& items, const std::string& label, bool quiet) {
+    engine::Engine eng(lm, cfg);
+    engine::RequestParams base;
+    base.sampling.temperature = 0;
+    base.ignore_eos = true;
+    Progress bar("bench throughput: " + label, static_cast<int64_t>(items.size()), !quiet);
+
+    const auto t0 = std::chrono::steady_clock::now();
+    auto elapsed = [&] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    size_t next = 0, done = 0;
+    double waste_sum = 0;
+    int64_t waste_steps = 0, peak_blocks = 0;
+    std::vector<engine::RequestMetrics> finished;
+    while (done < items.size()) {
+        while (next < items.size() && items[next].arrival_s <= elapsed()) {
+            auto p = base;
+            p.max_tokens = items[next].output_len;
+            auto id = eng.add_request(items[next].prompt, p, nullptr);
+            if (!id) throw ExitError("request refused: " + id.error().message);
+            ++next;
+        }
+        const bool ran = eng.step();
+        const auto m = eng.metrics();
+        if (ran) {
+            waste_sum += m.kv_waste_fraction;
+            ++waste_steps;
+            peak_blocks = std::max(peak_blocks, m.kv_blocks_used);
+        } else if (next < items.size()) {
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+        for (auto& r : eng.take_finished_metrics()) finished.push_back(std::move(r));
+        done = finished.size();
+        bar.update(static_cast<int64_t>(done));
+    }
+    bar.finish();
+    const double wall = elapsed();
+    const auto m = eng.metrics();
+    int64_t in_tok = 0, out_tok = 0;
+    std::vector<double> ttft, tpot;
+    for (const auto& r : finished) {
+        in_tok += r.prompt_tokens;
+        out_tok += r.output_tokens;
+        ttft.push_back(r.ttft_s * 1e3);
+        if (!r.itl_s.empty()) tpot.push_back(r.tpot_s() * 1e3);
+    }
+    return {
+        {"label", label},
+        {"requests", finished.size()},
+        {"duration_s", wall},
+        {"requests_per_s", double(finished.size()) / wall},
+        {"output_tokens_per_s", double(out_tok) / wall},
+        {"total_tokens_per_s", double(in_tok + out_tok) / wall},
+        {"ttft_ms", to_json(stats_of(ttft))},
+        {"tpot_ms", to_json(stats_of(tpot))},
+        {"kv_waste_fraction", waste_steps ? waste_sum / double(waste_steps) : 0.0},
+        {"peak_kv_blocks", peak_blocks},
+        {"kv_blocks_total", m.kv_blocks_total},
+        {"preemptions", m.preemptions},
+        {"prefix_hit_fraction",
+         m.prefix_query_tokens ? double(m.prefix_hit_tokens) / double(m.prefix_query_tokens) : 0.0},
+        {"mean_batch_size", m.steps ? double(m.batched_seqs_total) / double(m.steps) : 0.0},
+        {"mean_tokens_per_step", m.steps ? double(m.batched_tokens_total) / double(m.steps) : 0.0},
+    };
+}
+
+void print_row(const nlohmann::json& r) {
+    std::printf("%-22s %8.2f %10.1f %10.1f %9.1f %9.1f %9.1f %8.1f%% %7lld %6llu %7.1f%%\n",
+                r["label"].get<std::string>().c_str(), r["requests_per_s"].get<double>(),
+                r["output_tokens_per_s"].get<double>(), r["total_tokens_per_s"].get<double>(),
+                r["ttft_ms"]["p50"].get<double>(), r["ttft_ms"]["p99"].get<double>(),
+                r["tpot_ms"]["p50"].get<double>(), 100 * r["kv_waste_fraction"].get<double>(),
+                static_cast<long long>(r["peak_kv_blocks"].get<int64_t>()),
+                static_cast<unsigned long long>(r["preemptions"].get<uint64_t>()),
+                100 * r["prefix_hit_fraction"].get<double>());
+}
+
+void bench_throughput(const ThroughputOptions& o) {
+    engine::LoadedModel lm = o.model.load(!o.json);
+    const int max_len = o.model.resolved_ctx(lm);
+    const auto items = make_workload(o, lm, max_len);
+    const auto cfg = o.engine.resolved(o.model.resolved_threads(), max_len);
+
+    std::vector<nlohmann::json> rows;
+    if (!o.compare) {
+        rows.push_back(run_workload(lm, cfg, items, "as configured", o.json));
+    } else {
+        using C = engine::EngineConfig;
+        auto with = [&](auto change) {
+            C c = cfg;
+            change(c);
+            return c;
+        };
+        rows.push_back(run_workload(lm, with([](C&) {}), items, "continuous+paged+prefix", o.json));
+        rows.push_back(run_workload(lm, with([](C& c) { c.batching = C::Batching::Static; }), items,
+                                    "static batching", o.json));
+        rows.push_back(run_workload(lm, with([](C& c) { c.kv_layout = C::KvLayout::Contiguous; }),
+                                    items, "contiguous kv", o.json));
+        rows.push_back(run_workload(lm, with([](C& c) { c.prefix_cache = false; }), items,
+                                    "prefix cache off", o.json));
+    }
+    if (o.json) {
+        nlohmann::json j = o.compare ? nlohmann::json{{"runs", rows}} : rows.front();
+        j["model"] = lm.file->path();
+        j["num_prompts"] = items.size();
+        j["threads"] = cfg.n_threads;
+        std::printf("%s\n", j.dump(2).c_str());
+        return;
+    }
+    std::printf("%zu requests, %d threads, max %d seqs, %d tokens/step, block %d\n", items.size(),
+                cfg.n_threads, cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.block_size);
+    std::printf("%-22s %8s %10s %10s %9s %9s %9s %9s %7s %6s %8s\n", "run", "req/s", "out tok/s",
+                "tot tok/s", "ttft p50", "ttft p99", "tpot p50", "kv waste", "peak kv", "preem",
+                "prefix");
+    for (const auto& r : rows) print_row(r);
+}
+
+}  // namespace
+
+void add_bench_throughput_command(CLI::App& bench) {
+    auto o = std::make_shared<ThroughputOptions>();
+    CLI::App* cmd = bench.add_subcommand("throughput", "many requests through the serving engine");
+    o->model.add_to(*cmd);
+    o->engine.add_to(*cmd);
+    cmd->add_option("--num-prompts", o->num_prompts, "requests in the workload")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1000000));
+    cmd->add_option("--input-len", o->input_len, "prompt tokens: N or LO-HI (uniform)")
+        ->capture_default_str();
+    cmd->add_option("--output-len", o->output_len, "generated tokens: N or LO-HI (uniform)")
+        ->capture_default_str();
+    cmd->add_option("--dataset", o->dataset,
+                    "JSONL of {\"prompt\": text, \"output_len\": N} instead of synthetic prompts");
+    cmd->add_option("--shared-prefix-len", o->shared_prefix_len,
+                    "every prompt starts with the same L tokens")
+        ->check(CLI::Range(0, 1 << 20));
+    cmd->add_option("--request-rate", o->request_rate, "Poisson arrivals per second, or inf")
+        ->capture_default_str();
+    cmd->add_option("--seed", o->seed, "workload seed")->capture_default_str();
+    cmd->add_flag("--compare", o->compare,
+                  "run the workload under static batching, contiguous KV and prefix cache off too");
+    cmd->add_flag("--json", o->json, "print JSON with stable keys");
+    cmd->callback([o] { bench_throughput(*o); });
+}
+
+}  // namespace ferry::cli

@@ -1,0 +1,48 @@
+#include "cli/engine_options.h"
+
+namespace ferry::cli {
+
+void EngineOptions::add_to(CLI::App& cmd) {
+    auto& e = config;
+    cmd.add_option("--max-num-seqs", e.max_num_seqs, "sequences in one step at most")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1 << 16));
+    cmd.add_option("--max-num-batched-tokens", e.max_num_batched_tokens,
+                   "tokens in one step at most (prefill chunks + decodes)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1 << 20));
+    cmd.add_option("--kv-cache-memory", e.kv_cache_memory,
+                   "bytes for the KV block pool (0: 25% of available RAM, at most 2 GiB)")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+    cmd.add_option("--block-size", e.block_size, "token slots per KV block")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1024));
+    cmd.add_option("--prefix-cache", prefix_cache, "reuse KV blocks of shared prompt prefixes")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"on", "off"}));
+    cmd.add_option("--batching", batching, "continuous (token-level) or static batching")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"continuous", "static"}));
+    cmd.add_option("--batch-wait-ms", e.batch_wait_ms,
+                   "static batching: how long to wait for company")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 60000));
+    cmd.add_option("--kv", kv, "KV cache layout: paged blocks, or max length reserved up front")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"paged", "contiguous"}));
+}
+
+engine::EngineConfig EngineOptions::resolved(int threads, int max_model_len) const {
+    engine::EngineConfig c = config;
+    c.n_threads = threads;
+    c.max_model_len = max_model_len;
+    c.prefix_cache = prefix_cache == "on";
+    c.batching = batching == "static" ? engine::EngineConfig::Batching::Static
+                                      : engine::EngineConfig::Batching::Continuous;
+    c.kv_layout = kv == "contiguous" ? engine::EngineConfig::KvLayout::Contiguous
+                                     : engine::EngineConfig::KvLayout::Paged;
+    return c;
+}
+
+}  // namespace ferry::cli

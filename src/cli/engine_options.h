@@ -1,0 +1,23 @@
+// The serving engine's switches, spelled the same by `ferry serve` and `ferry bench
+// throughput`, so a configuration measured offline is the one served.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "engine/engine.h"
+
+namespace ferry::cli {
+
+struct EngineOptions {
+    engine::EngineConfig config;
+    std::string prefix_cache = "on";
+    std::string batching = "continuous";
+    std::string kv = "paged";
+
+    void add_to(CLI::App& cmd);
+    engine::EngineConfig resolved(int threads, int max_model_len) const;
+};
+
+}  // namespace ferry::cli

@@ -1,0 +1,420 @@
+#include "engine/engine.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <string>
+
+#include "core/thread_pool.h"
+#include "engine/model_runner.h"
+#include "engine/scheduler.h"
+
+namespace ferry::engine {
+
+const char* finish_reason_name(FinishReason r) {
+    switch (r) {
+        case FinishReason::Stop:
+            return "stop";
+        case FinishReason::Length:
+            return "length";
+        case FinishReason::Abort:
+            return "abort";
+        default:
+            return "";
+    }
+}
+
+Histogram Histogram::latency_seconds() {
+    Histogram h;
+    h.bounds = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,
+                0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 120.0};
+    h.counts.assign(h.bounds.size() + 1, 0);
+    return h;
+}
+
+void Histogram::observe(double v) {
+    const size_t i = std::lower_bound(bounds.begin(), bounds.end(), v) - bounds.begin();
+    ++counts[i];
+    sum += v;
+    ++count;
+}
+
+struct Engine::Live {
+    std::unique_ptr<Request> request;
+    std::vector<std::unique_ptr<Sequence>> seqs;
+};
+
+namespace {
+
+double seconds(Clock::duration d) {
+    return std::chrono::duration<double>(d).count();
+}
+
+int64_t available_memory_bytes() {
+    std::ifstream in("/proc/meminfo");
+    std::string key;
+    int64_t kb;
+    std::string unit;
+    while (in >> key >> kb >> unit)
+        if (key == "MemAvailable:") return kb * 1024;
+    return int64_t{4} << 30;
+}
+
+}  // namespace
+
+Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), config_(config) {
+    const auto& c = model.model->config();
+    if (config_.n_threads <= 0) config_.n_threads = physical_core_count();
+    if (config_.block_size <= 0) config_.block_size = 16;
+    config_.max_num_seqs = std::max(1, config_.max_num_seqs);
+    config_.max_num_batched_tokens = std::max(1, config_.max_num_batched_tokens);
+    max_model_len_ =
+        config_.max_model_len > 0 ? config_.max_model_len : std::min(c.n_ctx_train, 4096);
+    int64_t bytes = config_.kv_cache_memory;
+    if (bytes <= 0) bytes = std::min<int64_t>(available_memory_bytes() / 4, int64_t{2} << 30);
+    const size_t per_block = kv_bytes_per_block();
+    n_blocks_ = std::max<int64_t>(1, bytes / static_cast<int64_t>(per_block));
+    scheduler_ = std::make_unique<Scheduler>(config_, max_model_len_, n_blocks_);
+    runner_ = std::make_unique<ModelRunner>(*model.model, config_.n_threads, n_blocks_,
+                                            config_.block_size);
+    metrics_.kv_blocks_total = n_blocks_;
+    metrics_.block_size = config_.block_size;
+}
+
+Engine::~Engine() {
+    stop();
+    abort_all();
+    drain_inbox();
+}
+
+size_t Engine::kv_bytes_per_block() const {
+    const auto& c = model_.model->config();
+    return 2 * sizeof(float) * static_cast<size_t>(c.n_layer) * config_.block_size * c.kv_dim();
+}
+
+Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt, RequestParams params,
+                                        TokenCallback on_token) {
+    const int n_vocab = model_.model->config().n_vocab;
+    if (prompt.empty()) return make_error("the prompt is empty");
+    for (int32_t t : prompt)
+        if (t < 0 || t >= n_vocab)
+            return make_error("token id {} is outside the vocabulary (0..{})", t, n_vocab - 1);
+    if (static_cast<int64_t>(prompt.size()) >= max_model_len_)
+        return make_error(
+            "the prompt is {} tokens, but this model's context holds {} tokens; at most {} "
+            "prompt tokens fit with room for one generated token",
+            prompt.size(), max_model_len_, max_model_len_ - 1);
+    const int64_t blocks_needed =
+        (static_cast<int64_t>(prompt.size()) + config_.block_size) / config_.block_size;
+    if (blocks_needed > n_blocks_)
+        return make_error(
+            "the prompt needs {} KV blocks but the cache has {} (raise "
+            "--kv-cache-memory)",
+            blocks_needed, n_blocks_);
+    if (params.n < 1 || params.n > 128) return make_error("n must be between 1 and 128");
+    if (params.max_tokens < 1) return make_error("max_tokens must be at least 1");
+    if (params.top_logprobs > 20) return make_error("top_logprobs must be at most 20");
+    if (queued_.load() >= config_.max_waiting)
+        return make_error("queue full: {} requests are waiting", queued_.load());
+
+    auto live = std::make_unique<Live>();
+    live->request = std::make_unique<Request>();
+    Request& r = *live->request;
+    r.id = next_id_.fetch_add(1);
+    r.params = std::move(params);
+    r.on_token = std::move(on_token);
+    r.prompt = std::move(prompt);
+    r.arrival_time = Clock::now();
+    const RequestId id = r.id;
+    {
+        std::lock_guard lock(inbox_mu_);
+        pending_adds_.push_back(std::move(live));
+        ++queued_;
+        ++active_;
+    }
+    cv_.notify_one();
+    return id;
+}
+
+void Engine::abort(RequestId id) {
+    {
+        std::lock_guard lock(inbox_mu_);
+        pending_aborts_.push_back(id);
+    }
+    cv_.notify_one();
+}
+
+void Engine::abort_all() {
+    std::lock_guard lock(inbox_mu_);
+    for (auto& [id, live] : live_) pending_aborts_.push_back(id);
+    for (auto& l : pending_adds_) pending_aborts_.push_back(l->request->id);
+}
+
+bool Engine::has_work() const {
+    std::lock_guard lock(inbox_mu_);
+    return active_.load() > 0 || !pending_adds_.empty() || !pending_aborts_.empty();
+}
+
+void Engine::drain_inbox() {
+    std::vector<std::unique_ptr<Live>> adds;
+    std::vector<RequestId> aborts;
+    {
+        std::lock_guard lock(inbox_mu_);
+        adds.swap(pending_adds_);
+        aborts.swap(pending_aborts_);
+    }
+    for (auto& live : adds) {
+        Request& r = *live->request;
+        r.arrival = next_arrival_++;
+        auto seq = std::make_unique<Sequence>();
+        seq->id = next_seq_++;
+        seq->request = &r;
+        seq->tokens = r.prompt;
+        seq->prompt_len = static_cast<int>(r.prompt.size());
+        SamplingParams sp = r.params.sampling;
+        seq->sampler = std::make_unique<Sampler>(sp);
+        seq->text = std::make_unique<StopText>(*model_.tokenizer, r.params.stop);
+        scheduler_->add(seq.get());
+        live->seqs.push_back(std::move(seq));
+        const RequestId id = r.id;
+        live_.emplace(id, std::move(live));
+    }
+    for (RequestId id : aborts) abort_now(id);
+    retire_finished();
+}
+
+void Engine::abort_now(RequestId id) {
+    auto it = live_.find(id);
+    if (it == live_.end()) return;
+    for (auto& seq : it->second->seqs)
+        if (seq->status != SeqStatus::Finished) finish(*seq, FinishReason::Abort, nullptr);
+}
+
+bool Engine::step() {
+    drain_inbox();
+    const auto now = Clock::now();
+    SchedulerOutput out = scheduler_->schedule(now);
+    if (out.empty()) {
+        publish_metrics();
+        return false;
+    }
+    for (const auto& s : out.seqs) {
+        Request& r = *s.seq->request;
+        if (!r.started) {
+            r.started = true;
+            r.scheduled_time = now;
+            --queued_;
+        }
+    }
+    const std::vector<float>& logits = runner_->execute(out);
+    for (const auto& s : out.seqs) scheduler_->on_computed(s.seq, s.num_tokens);
+
+    const int n_vocab = runner_->n_vocab();
+    size_t row = 0;
+    std::vector<Sequence*> targets;
+    for (const auto& s : out.seqs) {
+        if (!s.wants_logits) continue;
+        const float* l = logits.data() + row++ * n_vocab;
+        Request& r = *s.seq->request;
+        if (r.aborted || s.seq->status == SeqStatus::Finished) continue;
+        targets.assign(1, s.seq);
+        if (!r.forked && r.params.n > 1) fork(r, *s.seq, targets);
+        for (Sequence* t : targets) sample_and_emit(*t, l);
+    }
+    {
+        std::lock_guard lock(metrics_mu_);
+        ++metrics_.steps;
+        metrics_.batched_tokens_total += out.total_tokens;
+        metrics_.batched_seqs_total += out.seqs.size();
+    }
+    retire_finished();
+    publish_metrics();
+    return true;
+}
+
+void Engine::fork(Request& req, Sequence& parent, std::vector<Sequence*>& out) {
+    Live& live = *live_.at(req.id);
+    req.forked = true;
+    for (int i = 1; i < req.params.n; ++i) {
+        auto child = std::make_unique<Sequence>();
+        child->id = next_seq_++;
+        child->request = &req;
+        child->index = i;
+        child->tokens = parent.tokens;
+        child->prompt_len = parent.prompt_len;
+        SamplingParams sp = req.params.sampling;
+        sp.seed += static_cast<uint64_t>(i);  // distinct but reproducible samples
+        child->sampler = std::make_unique<Sampler>(sp);
+        child->text = std::make_unique<StopText>(*model_.tokenizer, req.params.stop);
+        scheduler_->share_blocks(parent, *child);
+        scheduler_->add_running(child.get());
+        out.push_back(child.get());
+        live.seqs.push_back(std::move(child));
+        ++req.unfinished;
+    }
+}
+
+void Engine::sample_and_emit(Sequence& seq, const float* logits) {
+    Request& r = *seq.request;
+    const RequestParams& p = r.params;
+    const int n_vocab = runner_->n_vocab();
+    std::span<const float> row(logits, n_vocab);
+    const int32_t tok = seq.sampler->sample(row, seq.tokens);
+    const auto now = Clock::now();
+
+    TokenEvent ev;
+    ev.request = r.id;
+    ev.index = seq.index;
+    ev.token = tok;
+    if (p.top_logprobs >= 0) {
+        // Log-probabilities of the model's own distribution (before sampling adjustments).
+        const float mx = *std::max_element(row.begin(), row.end());
+        double z = 0;
+        for (float x : row) z += std::exp(static_cast<double>(x - mx));
+        const float lse = mx + static_cast<float>(std::log(z));
+        ev.logprob = row[tok] - lse;
+        std::vector<int32_t> ids(n_vocab);
+        for (int i = 0; i < n_vocab; ++i) ids[i] = i;
+        const int k = std::min(p.top_logprobs, n_vocab);
+        std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                          [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+        for (int i = 0; i < k; ++i) ev.top_logprobs.push_back({ids[i], row[ids[i]] - lse});
+    }
+
+    seq.tokens.push_back(tok);
+    ++r.output_tokens;
+    if (r.first_token_time == Clock::time_point{}) r.first_token_time = now;
+    if (seq.index == 0 && seq.last_token_time != Clock::time_point{})
+        seq.itl_s.push_back(seconds(now - seq.last_token_time));
+    seq.last_token_time = now;
+    {
+        std::lock_guard lock(metrics_mu_);
+        ++metrics_.generation_tokens_total;
+        if (seq.output_len() == 1 && seq.index == 0) {
+            metrics_.ttft.observe(seconds(now - r.arrival_time));
+            metrics_.prompt_tokens_total += r.prompt.size();
+        } else if (seq.index == 0) {
+            metrics_.itl.observe(seq.itl_s.back());
+        }
+    }
+
+    const bool eog = !p.ignore_eos && model_.tokenizer->is_eog(tok);
+    const bool stop_id =
+        std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end();
+    if (!eog && !stop_id) ev.text = seq.text->push(tok);
+    FinishReason reason = FinishReason::None;
+    if (eog || stop_id || seq.text->stopped())
+        reason = FinishReason::Stop;
+    else if (seq.output_len() >= p.max_tokens ||
+             static_cast<int64_t>(seq.tokens.size()) >= max_model_len_)
+        reason = FinishReason::Length;
+    if (reason != FinishReason::None) {
+        finish(seq, reason, &ev);
+    } else {
+        ev.prompt_tokens = static_cast<int>(r.prompt.size());
+        ev.completion_tokens = seq.output_len();
+        ev.cached_tokens = r.cached_tokens;
+        if (r.on_token) r.on_token(ev);
+    }
+}
+
+// Ends one sequence: the final event (carrying `last`'s token, if any), its blocks back to the
+// pool, and once every sibling has ended, the request's metrics.
+void Engine::finish(Sequence& seq, FinishReason reason, TokenEvent* last) {
+    Request& r = *seq.request;
+    TokenEvent ev;
+    if (last) ev = std::move(*last);
+    ev.request = r.id;
+    ev.index = seq.index;
+    if (reason != FinishReason::Abort) ev.text += seq.text->flush();
+    ev.finished = true;
+    ev.finish_reason = reason;
+    ev.prompt_tokens = static_cast<int>(r.prompt.size());
+    ev.completion_tokens = std::max(0, seq.output_len());
+    ev.cached_tokens = r.cached_tokens;
+    if (reason == FinishReason::Abort) r.aborted = true;
+    const bool was_waiting_unstarted = !r.started;
+    scheduler_->remove(&seq);
+    if (r.on_token) r.on_token(ev);
+    if (--r.unfinished > 0) return;
+
+    if (was_waiting_unstarted) --queued_;
+    const auto now = Clock::now();
+    RequestMetrics m;
+    m.prompt_tokens = static_cast<int>(r.prompt.size());
+    m.output_tokens = r.output_tokens;
+    m.cached_tokens = r.cached_tokens;
+    m.e2e_s = seconds(now - r.arrival_time);
+    if (r.started) m.queue_s = seconds(r.scheduled_time - r.arrival_time);
+    if (r.first_token_time != Clock::time_point{})
+        m.ttft_s = seconds(r.first_token_time - r.arrival_time);
+    for (const auto& s : live_.at(r.id)->seqs)
+        if (s->index == 0) m.itl_s = s->itl_s;
+    {
+        std::lock_guard lock(metrics_mu_);
+        ++metrics_.finished[finish_reason_name(reason)];
+        metrics_.e2e.observe(m.e2e_s);
+        if (r.started) metrics_.queue.observe(m.queue_s);
+        finished_metrics_.push_back(std::move(m));
+    }
+    done_.push_back(r.id);
+}
+
+void Engine::retire_finished() {
+    for (RequestId id : done_) {
+        live_.erase(id);
+        --active_;
+    }
+    done_.clear();
+}
+
+void Engine::publish_metrics() {
+    std::lock_guard lock(metrics_mu_);
+    metrics_.running = scheduler_->num_running();
+    metrics_.waiting = scheduler_->num_waiting() + static_cast<int>(pending_adds_.size());
+    metrics_.kv_blocks_used = scheduler_->pool().num_used();
+    metrics_.kv_blocks_cached = scheduler_->pool().num_cached();
+    metrics_.kv_waste_fraction = scheduler_->kv_waste_fraction();
+    metrics_.prefix_query_tokens = scheduler_->prefix_query_tokens();
+    metrics_.prefix_hit_tokens = scheduler_->prefix_hit_tokens();
+    metrics_.preemptions = scheduler_->preemptions();
+}
+
+EngineMetrics Engine::metrics() const {
+    std::lock_guard lock(metrics_mu_);
+    return metrics_;
+}
+
+std::vector<RequestMetrics> Engine::take_finished_metrics() {
+    std::lock_guard lock(metrics_mu_);
+    return std::exchange(finished_metrics_, {});
+}
+
+void Engine::start() {
+    if (thread_.joinable()) return;
+    stopping_ = false;
+    thread_ = std::thread([this] { loop(); });
+}
+
+void Engine::stop() {
+    if (!thread_.joinable()) return;
+    stopping_ = true;
+    cv_.notify_all();
+    thread_.join();
+}
+
+void Engine::loop() {
+    while (!stopping_) {
+        if (step()) continue;
+        // Nothing ran: sleep until a request or an abort arrives (or a static batch's
+        // waiting time may have passed).
+        std::unique_lock lock(inbox_mu_);
+        cv_.wait_for(lock, std::chrono::milliseconds(active_.load() > 0 ? 1 : 50), [&] {
+            return stopping_ || !pending_adds_.empty() || !pending_aborts_.empty();
+        });
+    }
+}
+
+}  // namespace ferry::engine

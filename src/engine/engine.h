@@ -1,0 +1,124 @@
+// The serving engine: many requests share one model. Each step the scheduler picks which
+// sequences run and how many tokens each (a plain SchedulerOutput), the model runner packs
+// them into one ragged batch over the paged KV cache, the sampler extends each sequence, and
+// tokens stream back through each request's callback. Requests board and leave at token
+// granularity (continuous batching); `--batching static` and `--kv contiguous` are kept as
+// baselines so the gain is measured.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/loaded_model.h"
+#include "engine/metrics.h"
+#include "engine/request.h"
+
+namespace ferry::engine {
+
+struct EngineConfig {
+    int n_threads = 0;                 // 0: physical cores
+    int max_model_len = 0;             // 0: min(trained context, 4096)
+    int max_num_seqs = 64;             // sequences in one step at most
+    int max_num_batched_tokens = 512;  // tokens in one step at most (prefill chunks + decodes)
+    int64_t kv_cache_memory =
+        0;                // bytes for the block pool; 0: 25 % of available RAM, capped at 2 GiB
+    int block_size = 16;  // token slots per KV block
+    bool prefix_cache = true;
+    enum class Batching { Continuous, Static } batching = Batching::Continuous;
+    int batch_wait_ms = 50;  // static batching: how long the oldest request waits for company
+    enum class KvLayout { Paged, Contiguous } kv_layout = KvLayout::Paged;
+    int max_waiting = 4096;  // requests queued beyond this are refused
+};
+
+class Scheduler;
+class ModelRunner;
+struct Request;
+struct Sequence;
+
+class Engine {
+  public:
+    Engine(const LoadedModel& model, EngineConfig config);
+    ~Engine();
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    // Queues a request. Fails (without side effects) when the prompt is empty, longer than
+    // the model length allows, has a token outside the vocabulary, the parameters are out of
+    // range, or the waiting queue is full (message starts with "queue full").
+    Expected<RequestId> add_request(std::vector<int32_t> prompt, RequestParams params,
+                                    TokenCallback on_token);
+    // Stops a request wherever it is; its callback gets a final event with reason Abort and
+    // its KV blocks are freed before the next step. Safe from any thread; unknown ids ignored.
+    void abort(RequestId id);
+
+    // Runs one scheduler step (when not running its own thread). Returns whether a forward
+    // pass ran (false when idle, or when a static batch is still waiting to form).
+    bool step();
+    bool has_work() const;
+
+    // A dedicated engine thread for servers: steps while there is work, sleeps otherwise.
+    void start();
+    void stop();  // aborts nothing by itself: call abort_all() first for a hard stop
+    void abort_all();
+
+    EngineMetrics metrics() const;
+    // Per-request metrics for requests finished since the last call (benchmarks use this).
+    std::vector<RequestMetrics> take_finished_metrics();
+
+    const EngineConfig& config() const { return config_; }
+    int max_model_len() const { return max_model_len_; }
+    const LoadedModel& model() const { return model_; }
+
+    // KV pool geometry actually used (after sizing from kv_cache_memory).
+    int64_t kv_blocks() const { return n_blocks_; }
+    size_t kv_bytes_per_block() const;
+
+  private:
+    struct Live;
+    void loop();
+    void drain_inbox();
+    void fork(Request& req, Sequence& parent, std::vector<Sequence*>& out);
+    void sample_and_emit(Sequence& seq, const float* logits);
+    void finish(Sequence& seq, FinishReason reason, TokenEvent* last);
+    void abort_now(RequestId id);
+    void retire_finished();
+    void publish_metrics();
+
+    const LoadedModel& model_;
+    EngineConfig config_;
+    int max_model_len_ = 0;
+    int64_t n_blocks_ = 0;
+    std::unique_ptr<Scheduler> scheduler_;
+    std::unique_ptr<ModelRunner> runner_;
+
+    // Owned by the engine thread (or whoever calls step()).
+    std::unordered_map<RequestId, std::unique_ptr<Live>> live_;
+    std::vector<RequestId> done_;
+    uint64_t next_arrival_ = 0;
+    uint64_t next_seq_ = 0;
+
+    // The inbox: what other threads hand to the engine thread.
+    mutable std::mutex inbox_mu_;
+    std::vector<std::unique_ptr<Live>> pending_adds_;
+    std::vector<RequestId> pending_aborts_;
+    std::atomic<RequestId> next_id_{1};
+    std::atomic<int> queued_{0};  // waiting + pending, for the queue bound
+    std::atomic<int> active_{0};  // requests not yet finished
+    std::condition_variable cv_;
+
+    mutable std::mutex metrics_mu_;
+    EngineMetrics metrics_;
+    std::vector<RequestMetrics> finished_metrics_;
+
+    std::thread thread_;
+    std::atomic<bool> stopping_{false};
+};
+
+}  // namespace ferry::engine

@@ -1,0 +1,53 @@
+// What a client asks the engine for, and what the engine streams back. Plain values: the
+// server and the CLI build them; the scheduler and the model runner never see HTTP or text.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+
+namespace ferry::engine {
+
+using RequestId = uint64_t;
+
+struct RequestParams {
+    SamplingParams sampling;
+    int max_tokens = 256;           // per completion (each of the n)
+    int n = 1;                      // parallel samples sharing the prompt's KV blocks
+    std::vector<std::string> stop;  // stop strings; the text stops before the match
+    std::vector<int32_t> stop_token_ids;
+    bool ignore_eos = false;
+    int priority = 0;       // lower value runs first (vLLM's convention); ties are FCFS
+    int top_logprobs = -1;  // -1: no logprobs; 0..20: the sampled token's plus this many best
+};
+
+enum class FinishReason { None, Stop, Length, Abort };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort"
+
+struct TokenLogprob {
+    int32_t token;
+    float logprob;
+};
+
+// One event per generated token of one completion, and a last one with finished = true.
+struct TokenEvent {
+    RequestId request = 0;
+    int index = 0;       // which of the n completions
+    int32_t token = -1;  // -1 on the final event when nothing new was generated
+    std::string text;    // newly completed text (UTF-8 safe, stop strings held back)
+    float logprob = 0;
+    std::vector<TokenLogprob> top_logprobs;
+    bool finished = false;
+    FinishReason finish_reason = FinishReason::None;
+    int prompt_tokens = 0;
+    int completion_tokens = 0;  // so far, for this completion
+    int cached_tokens = 0;      // prompt tokens served from the prefix cache
+};
+
+// Called on the engine thread: keep it short (copy into a queue, notify a connection).
+using TokenCallback = std::function<void(const TokenEvent&)>;
+
+}  // namespace ferry::engine

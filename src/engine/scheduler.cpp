@@ -1,0 +1,245 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace ferry::engine {
+namespace {
+
+// Runs first: lower priority value, then earlier arrival, then lower completion index.
+bool runs_before(const Sequence* a, const Sequence* b) {
+    const Request& ra = *a->request;
+    const Request& rb = *b->request;
+    if (ra.params.priority != rb.params.priority) return ra.params.priority < rb.params.priority;
+    if (ra.arrival != rb.arrival) return ra.arrival < rb.arrival;
+    return a->index < b->index;
+}
+
+int ceil_div(int64_t a, int64_t b) {
+    return static_cast<int>((a + b - 1) / b);
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const EngineConfig& config, int max_model_len, int64_t n_blocks)
+    : config_(config),
+      max_model_len_(max_model_len),
+      pool_(n_blocks, config.block_size,
+            config.prefix_cache && config.kv_layout == EngineConfig::KvLayout::Paged) {}
+
+void Scheduler::insert_waiting(Sequence* seq) {
+    seq->status = SeqStatus::Waiting;
+    waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), seq, runs_before), seq);
+}
+
+void Scheduler::add(Sequence* seq) {
+    insert_waiting(seq);
+}
+
+void Scheduler::add_running(Sequence* seq) {
+    seq->status = SeqStatus::Running;
+    running_.push_back(seq);
+}
+
+void Scheduler::share_blocks(const Sequence& parent, Sequence& child) {
+    child.blocks = parent.blocks;
+    child.block_hashes = parent.block_hashes;
+    child.num_computed = parent.num_computed;
+    for (int32_t b : child.blocks) pool_.incref(b);
+}
+
+int Scheduler::reserve_tokens(const Sequence* seq) const {
+    const Request& r = *seq->request;
+    const int64_t want = static_cast<int64_t>(r.prompt.size()) + r.params.max_tokens;
+    return static_cast<int>(std::min<int64_t>(want, max_model_len_));
+}
+
+bool Scheduler::ensure_blocks(Sequence* seq, int num_tokens, SchedulerOutput& out) {
+    const int bs = config_.block_size;
+    int64_t need_tokens = seq->num_computed + num_tokens;
+    if (config_.kv_layout == EngineConfig::KvLayout::Contiguous)
+        need_tokens = std::max<int64_t>(need_tokens, reserve_tokens(seq));
+    const int need_blocks = ceil_div(need_tokens, bs);
+    const int fresh = std::max(0, need_blocks - static_cast<int>(seq->blocks.size()));
+    // Copy-on-write: the block the first new token goes into may be shared with siblings.
+    const size_t first = static_cast<size_t>(seq->num_computed / bs);
+    const bool cow = first < seq->blocks.size() && pool_.ref(seq->blocks[first]) > 1;
+    if (pool_.num_free() < fresh + (cow ? 1 : 0)) return false;
+    if (cow) {
+        const int32_t copy = *pool_.allocate();
+        out.copies.emplace_back(seq->blocks[first], copy);
+        pool_.decref(seq->blocks[first]);
+        seq->blocks[first] = copy;
+        // The copy is partial and private, so it no longer has a registered hash.
+        seq->block_hashes.resize(std::min(seq->block_hashes.size(), first));
+    }
+    for (int i = 0; i < fresh; ++i) seq->blocks.push_back(*pool_.allocate());
+    return true;
+}
+
+void Scheduler::release_blocks(Sequence* seq) {
+    // Release in reverse so a prefix's later blocks are evicted before its first ones.
+    for (auto it = seq->blocks.rbegin(); it != seq->blocks.rend(); ++it) pool_.decref(*it);
+    seq->blocks.clear();
+    seq->block_hashes.clear();
+}
+
+int Scheduler::match_prefix(Sequence* seq) {
+    if (!pool_.prefix_caching() || !seq->blocks.empty()) return seq->num_computed;
+    const int bs = config_.block_size;
+    // At least one token must be left to compute, or there would be no logits to sample.
+    const int64_t max_blocks = (static_cast<int64_t>(seq->tokens.size()) - 1) / bs;
+    uint64_t parent = 0;
+    for (int64_t i = 0; i < max_blocks; ++i) {
+        std::span<const int32_t> toks(seq->tokens.data() + i * bs, bs);
+        const uint64_t h = kv::BlockPool::chain_hash(parent, toks);
+        auto b = pool_.lookup(h, parent, toks);
+        if (!b) break;
+        seq->blocks.push_back(*b);
+        seq->block_hashes.push_back(h);
+        parent = h;
+    }
+    seq->num_computed = static_cast<int>(seq->blocks.size()) * bs;
+    return seq->num_computed;
+}
+
+Sequence* Scheduler::pick_victim() const {
+    return running_.empty() ? nullptr : running_.back();  // running_ is kept sorted
+}
+
+void Scheduler::preempt(Sequence* victim, SchedulerOutput& out) {
+    release_blocks(victim);
+    victim->num_computed = 0;
+    running_.erase(std::find(running_.begin(), running_.end(), victim));
+    insert_waiting(victim);  // keeps its arrival, so it boards again before newer requests
+    ++preemptions_;
+    ++out.preempted;
+}
+
+bool Scheduler::admit_allowed() const {
+    if (config_.batching == EngineConfig::Batching::Continuous) return true;
+    return !waiting_.empty() && (static_batch_open_ || running_.empty());
+}
+
+SchedulerOutput Scheduler::schedule(Clock::time_point now) {
+    SchedulerOutput out;
+    int budget = config_.max_num_batched_tokens;
+    std::stable_sort(running_.begin(), running_.end(), runs_before);
+
+    // 1. Sequences already running: decodes (1 token) and unfinished prefill chunks.
+    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+        Sequence* s = running_[i];
+        const int n = std::min(s->num_uncomputed(), budget);
+        if (n <= 0) continue;
+        bool ok = true;
+        while (!ensure_blocks(s, n, out)) {
+            Sequence* victim = pick_victim();
+            const bool self = victim == s;
+            preempt(victim, out);
+            if (self) {
+                ok = false;
+                break;
+            }
+        }
+        if (!ok) break;
+        out.seqs.push_back({s, n, s->num_computed + n == static_cast<int>(s->tokens.size())});
+        budget -= n;
+    }
+
+    // 2. Waiting sequences board while budget, sequence cap and blocks allow; not in a step
+    // that had to preempt (memory is short: let the running ones finish first).
+    if (config_.batching == EngineConfig::Batching::Static && running_.empty() &&
+        !static_batch_open_ && !waiting_.empty()) {
+        // Form the next static batch: when enough requests wait or the oldest waited enough.
+        const auto oldest = std::min_element(
+            waiting_.begin(), waiting_.end(),
+            [](auto* a, auto* b) { return a->request->arrival_time < b->request->arrival_time; });
+        const bool full = static_cast<int>(waiting_.size()) >= config_.max_num_seqs;
+        const bool waited = now - (*oldest)->request->arrival_time >=
+                            std::chrono::milliseconds(config_.batch_wait_ms);
+        if (full || waited) {
+            for (size_t i = 0; i < waiting_.size() && static_cast<int>(i) < config_.max_num_seqs;
+                 ++i)
+                waiting_[i]->batch_member = true;
+            static_batch_open_ = true;
+        }
+    }
+    const bool is_static = config_.batching == EngineConfig::Batching::Static;
+    if (out.preempted == 0 && admit_allowed()) {
+        for (size_t i = 0; i < waiting_.size() && budget > 0 &&
+                           static_cast<int>(running_.size()) < config_.max_num_seqs;) {
+            Sequence* s = waiting_[i];
+            if (is_static && !s->batch_member) {
+                ++i;
+                continue;
+            }
+            const int hit = match_prefix(s);
+            const int n = std::min(s->num_uncomputed(), budget);
+            if (!ensure_blocks(s, n, out)) {
+                release_blocks(s);
+                s->num_computed = 0;
+                break;
+            }
+            if (s->request->prompt.size() <= s->tokens.size() && s->output_len() == 0) {
+                prefix_query_tokens_ += s->tokens.size();
+                prefix_hit_tokens_ += hit;
+                s->request->cached_tokens = std::max(s->request->cached_tokens, hit);
+            }
+            waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
+            s->status = SeqStatus::Running;
+            running_.push_back(s);
+            out.seqs.push_back({s, n, s->num_computed + n == static_cast<int>(s->tokens.size())});
+            budget -= n;
+        }
+    }
+    if (is_static && static_batch_open_ && running_.empty() &&
+        std::none_of(waiting_.begin(), waiting_.end(), [](auto* s) { return s->batch_member; }))
+        static_batch_open_ = false;
+    for (const auto& s : out.seqs) out.total_tokens += s.num_tokens;
+    return out;
+}
+
+void Scheduler::on_computed(Sequence* seq, int num_tokens) {
+    seq->num_computed += num_tokens;
+    const int bs = config_.block_size;
+    // Register every newly full block so later requests with the same prefix can reuse it.
+    while (static_cast<int>(seq->block_hashes.size()) < seq->num_computed / bs) {
+        const size_t i = seq->block_hashes.size();
+        const uint64_t parent = i ? seq->block_hashes[i - 1] : 0;
+        std::span<const int32_t> toks(seq->tokens.data() + i * bs, bs);
+        const uint64_t h = kv::BlockPool::chain_hash(parent, toks);
+        pool_.register_full(seq->blocks[i], h, parent, toks);
+        seq->block_hashes.push_back(h);
+    }
+}
+
+void Scheduler::remove(Sequence* seq) {
+    release_blocks(seq);
+    seq->status = SeqStatus::Finished;
+    seq->batch_member = false;
+    if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end())
+        running_.erase(it);
+    if (auto it = std::find(waiting_.begin(), waiting_.end(), seq); it != waiting_.end())
+        waiting_.erase(it);
+    if (running_.empty() &&
+        std::none_of(waiting_.begin(), waiting_.end(), [](auto* s) { return s->batch_member; }))
+        static_batch_open_ = false;
+}
+
+double Scheduler::kv_waste_fraction() const {
+    const int bs = config_.block_size;
+    std::unordered_map<int32_t, int> filled;  // per held block, the most slots any holder uses
+    for (const Sequence* s : running_)
+        for (size_t j = 0; j < s->blocks.size(); ++j) {
+            const int f = std::clamp(s->num_computed - static_cast<int>(j) * bs, 0, bs);
+            int& slot = filled[s->blocks[j]];
+            slot = std::max(slot, f);
+        }
+    if (filled.empty()) return 0.0;
+    int64_t used = 0;
+    for (auto& [b, f] : filled) used += f;
+    const int64_t held = static_cast<int64_t>(filled.size()) * bs;
+    return 1.0 - static_cast<double>(used) / static_cast<double>(held);
+}
+
+}  // namespace ferry::engine

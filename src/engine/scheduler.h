@@ -1,0 +1,74 @@
+// Decides, each step, which sequences run and how many tokens each, under a token budget and
+// a sequence cap, allocating their KV blocks (prefix-cache hits first) and preempting the
+// lowest-priority, most recent sequence by recomputation when blocks run out. One budget rule
+// covers prefill, decode and chunking: a sequence gets min(its uncomputed tokens, budget left).
+// It never touches tensors: block copies for copy-on-write are listed in its output.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/sequence.h"
+#include "kv/block_pool.h"
+
+namespace ferry::engine {
+
+struct ScheduledSeq {
+    Sequence* seq;
+    int num_tokens;
+    bool wants_logits;  // the chunk reaches the end of the sequence's known tokens
+};
+
+struct SchedulerOutput {
+    std::vector<ScheduledSeq> seqs;
+    std::vector<std::pair<int32_t, int32_t>> copies;  // (src, dst) blocks, before the run
+    int total_tokens = 0;
+    int preempted = 0;
+    bool empty() const { return seqs.empty(); }
+};
+
+class Scheduler {
+  public:
+    Scheduler(const EngineConfig& config, int max_model_len, int64_t n_blocks);
+
+    void add(Sequence* seq);          // a new request's first sequence: waits
+    void add_running(Sequence* seq);  // a forked sibling: already holds its blocks
+    SchedulerOutput schedule(Clock::time_point now);
+    // After the model ran: the scheduled tokens are now in the cache.
+    void on_computed(Sequence* seq, int num_tokens);
+    // A finished or aborted sequence leaves and lets go of its blocks.
+    void remove(Sequence* seq);
+    // Copies a parent's block table into a sibling, taking a holder on every block.
+    void share_blocks(const Sequence& parent, Sequence& child);
+
+    int num_running() const { return static_cast<int>(running_.size()); }
+    int num_waiting() const { return static_cast<int>(waiting_.size()); }
+    const kv::BlockPool& pool() const { return pool_; }
+    uint64_t prefix_query_tokens() const { return prefix_query_tokens_; }
+    uint64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
+    uint64_t preemptions() const { return preemptions_; }
+    // Token slots held by running sequences that hold no token yet, over all held slots.
+    double kv_waste_fraction() const;
+    int64_t blocks_held() const { return pool_.num_used(); }
+
+  private:
+    bool admit_allowed() const;
+    int match_prefix(Sequence* seq);  // takes cached blocks, returns tokens covered
+    bool ensure_blocks(Sequence* seq, int num_tokens, SchedulerOutput& out);
+    void release_blocks(Sequence* seq);
+    void preempt(Sequence* victim, SchedulerOutput& out);
+    Sequence* pick_victim() const;
+    void insert_waiting(Sequence* seq);
+    int reserve_tokens(const Sequence* seq) const;  // contiguous baseline's up-front reservation
+
+    EngineConfig config_;
+    int max_model_len_;
+    kv::BlockPool pool_;
+    std::vector<Sequence*> waiting_;  // by (priority, arrival)
+    std::vector<Sequence*> running_;
+    bool static_batch_open_ = false;  // static batching: the current batch still runs
+    uint64_t prefix_query_tokens_ = 0, prefix_hit_tokens_ = 0, preemptions_ = 0;
+};
+
+}  // namespace ferry::engine

@@ -1,0 +1,273 @@
+// The serving engine against the real default model: batching must not change what a request
+// gets, memory must always come back, and the baselines must behave as their names say.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "engine/engine.h"
+#include "engine/generator.h"
+#include "test_util.h"
+
+using namespace ferry::engine;
+
+namespace {
+
+const LoadedModel& model() {
+    static LoadedModel lm = [] {
+        auto r = LoadedModel::load(ferry::testing::default_model_path(), false);
+        if (!r) throw std::runtime_error(r.error().message);
+        return std::move(r).value();
+    }();
+    return lm;
+}
+
+RequestParams greedy(int max_tokens) {
+    RequestParams p;
+    p.sampling.temperature = 0;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    return p;
+}
+
+struct Collected {
+    std::map<int, std::vector<int32_t>> tokens;  // by completion index
+    std::map<int, std::string> text;
+    std::map<int, FinishReason> reason;
+    int finals = 0;
+};
+
+// Runs requests through one engine (stepped on this thread) and collects their outputs.
+std::vector<Collected> run_all(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
+                               const std::vector<RequestParams>& params) {
+    std::vector<Collected> out(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        auto id = engine.add_request(prompts[i], params[i], [&out, i](const TokenEvent& e) {
+            auto& c = out[i];
+            if (e.token >= 0) c.tokens[e.index].push_back(e.token);
+            c.text[e.index] += e.text;
+            if (e.finished) {
+                c.reason[e.index] = e.finish_reason;
+                ++c.finals;
+            }
+        });
+        EXPECT_TRUE(id.ok()) << id.error().message;
+    }
+    while (engine.has_work()) engine.step();
+    return out;
+}
+
+std::vector<std::vector<int32_t>> mixed_prompts(int n, uint32_t seed) {
+    const auto& tok = *model().tokenizer;
+    const std::vector<std::string> texts = {"The capital of France is",
+                                            "def fibonacci(n):",
+                                            "Once upon a time, in a land far away,",
+                                            "1, 2, 3, 4, 5,",
+                                            "The mitochondria is the",
+                                            "Translate to French: good morning",
+                                            "Water boils at",
+                                            "In 1492, Columbus"};
+    std::mt19937 rng(seed);
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < n; ++i) {
+        std::string t;
+        const int parts = 1 + static_cast<int>(rng() % 4);
+        for (int k = 0; k < parts; ++k) t += texts[rng() % texts.size()] + " ";
+        prompts.push_back(tok.encode(t, true, false));
+    }
+    return prompts;
+}
+
+EngineConfig small_config() {
+    EngineConfig c;
+    c.n_threads = 2;
+    c.max_model_len = 512;
+    c.kv_cache_memory = 64ll << 20;
+    c.max_num_seqs = 64;
+    c.max_num_batched_tokens = 256;
+    return c;
+}
+
+void expect_all_free(const Engine& e) {
+    auto m = e.metrics();
+    EXPECT_EQ(m.kv_blocks_used, 0);
+    EXPECT_EQ(m.running, 0);
+    EXPECT_EQ(m.waiting, 0);
+}
+
+}  // namespace
+
+TEST(Engine, ConcurrentGreedyEqualsOneAtATime) {
+    const int n = 32;
+    auto prompts = mixed_prompts(n, 1);
+    std::vector<RequestParams> params;
+    for (int i = 0; i < n; ++i) params.push_back(greedy(4 + i % 9));
+
+    Engine together(model(), small_config());
+    auto batched = run_all(together, prompts, params);
+    expect_all_free(together);
+    EXPECT_GT(together.metrics().batched_seqs_total / double(together.metrics().steps), 4.0);
+
+    auto cfg = small_config();
+    cfg.max_num_seqs = 1;
+    cfg.prefix_cache = false;
+    Engine alone(model(), cfg);
+    for (int i = 0; i < n; ++i) {
+        auto single = run_all(alone, {prompts[i]}, {params[i]});
+        ASSERT_EQ(single[0].tokens[0], batched[i].tokens[0]) << "request " << i;
+        EXPECT_EQ(single[0].text[0], batched[i].text[0]);
+        EXPECT_EQ(batched[i].reason[0], FinishReason::Length);
+        EXPECT_EQ(int(batched[i].tokens[0].size()), params[i].max_tokens);
+    }
+}
+
+TEST(Engine, MatchesSingleStreamGenerator) {
+    const auto prompt = model().tokenizer->encode("The capital of France is", true, false);
+    Generator gen(*model().model, 2, 256);
+    SamplingParams sp;
+    sp.temperature = 0;
+    std::vector<int32_t> expected;
+    auto st = gen.generate(
+        prompt, sp, 12,
+        [&](int32_t t) {
+            expected.push_back(t);
+            return true;
+        },
+        nullptr);
+    ASSERT_TRUE(st.ok());
+    Engine e(model(), small_config());
+    auto got = run_all(e, {prompt}, {greedy(12)});
+    EXPECT_EQ(got[0].tokens[0], expected);
+}
+
+TEST(Engine, TinyPoolForcesPreemptionAndKeepsOutputs) {
+    const int n = 12;
+    auto prompts = mixed_prompts(n, 2);
+    std::vector<RequestParams> params(n, greedy(24));
+    Engine roomy(model(), small_config());
+    auto expected = run_all(roomy, prompts, params);
+
+    auto cfg = small_config();
+    cfg.block_size = 16;
+    Engine probe(model(), cfg);
+    cfg.kv_cache_memory = static_cast<int64_t>(probe.kv_bytes_per_block()) * 14;  // 224 slots
+    Engine tight(model(), cfg);
+    auto got = run_all(tight, prompts, params);
+    EXPECT_GT(tight.metrics().preemptions, 0u);
+    for (int i = 0; i < n; ++i) EXPECT_EQ(got[i].tokens[0], expected[i].tokens[0]) << i;
+    expect_all_free(tight);
+}
+
+TEST(Engine, PrefixCacheHitsGiveIdenticalOutputs) {
+    const auto& tok = *model().tokenizer;
+    std::string system;
+    for (int i = 0; i < 12; ++i) system += "You are a careful assistant who answers briefly. ";
+    const auto a = tok.encode(system + "Question: what is two plus two?", true, false);
+    const auto b = tok.encode(system + "Question: name a colour.", true, false);
+
+    auto cfg = small_config();
+    Engine cached(model(), cfg);
+    auto first = run_all(cached, {a}, {greedy(8)});
+    auto second = run_all(cached, {b}, {greedy(8)});
+    auto m = cached.metrics();
+    EXPECT_GE(m.prefix_hit_tokens, 96u);  // the shared system text spans several blocks
+    EXPECT_GT(m.kv_blocks_cached, 0);
+
+    cfg.prefix_cache = false;
+    Engine cold(model(), cfg);
+    auto ref = run_all(cold, {a, b}, {greedy(8), greedy(8)});
+    EXPECT_EQ(cold.metrics().prefix_hit_tokens, 0u);
+    EXPECT_EQ(first[0].tokens[0], ref[0].tokens[0]);
+    EXPECT_EQ(second[0].tokens[0], ref[1].tokens[0]);
+    expect_all_free(cached);
+}
+
+TEST(Engine, ParallelSamplesShareThePromptAndCopyOnWrite) {
+    const auto prompt =
+        model().tokenizer->encode("Write a word: apple, banana, cherry,", true, false);
+    RequestParams p;
+    p.n = 4;
+    p.max_tokens = 10;
+    p.ignore_eos = true;
+    p.sampling.temperature = 1.0f;
+    p.sampling.seed = 5;
+    p.sampling.has_seed = true;
+    Engine e(model(), small_config());
+    auto out = run_all(e, {prompt}, {p});
+    ASSERT_EQ(out[0].tokens.size(), 4u);
+    EXPECT_EQ(out[0].finals, 4);
+    std::set<std::vector<int32_t>> distinct;
+    for (auto& [i, t] : out[0].tokens) {
+        EXPECT_EQ(t.size(), 10u);
+        distinct.insert(t);
+    }
+    EXPECT_GT(distinct.size(), 1u);
+    expect_all_free(e);
+
+    // The same seed gives the same n samples again.
+    Engine again(model(), small_config());
+    auto out2 = run_all(again, {prompt}, {p});
+    EXPECT_EQ(out2[0].tokens, out[0].tokens);
+}
+
+TEST(Engine, StopStringsAndStopTokens) {
+    const auto prompt = model().tokenizer->encode("1, 2, 3, 4, 5,", true, false);
+    auto p = greedy(20);
+    p.stop = {" 8"};
+    Engine e(model(), small_config());
+    auto out = run_all(e, {prompt}, {p});
+    EXPECT_EQ(out[0].reason[0], FinishReason::Stop);
+    EXPECT_EQ(out[0].text[0], " 6, 7,");
+    expect_all_free(e);
+}
+
+TEST(Engine, AbortsFreeEverything) {
+    auto prompts = mixed_prompts(24, 3);
+    Engine e(model(), small_config());
+    std::vector<RequestId> ids;
+    std::map<RequestId, FinishReason> reasons;
+    for (auto& pr : prompts) {
+        auto id = e.add_request(pr, greedy(50), [&](const TokenEvent& ev) {
+            if (ev.finished) reasons[ev.request] = ev.finish_reason;
+        });
+        ASSERT_TRUE(id.ok());
+        ids.push_back(*id);
+    }
+    std::mt19937 rng(9);
+    for (int step = 0; e.has_work(); ++step) {
+        if (step % 2 == 0 && !ids.empty()) {
+            const size_t k = rng() % ids.size();
+            e.abort(ids[k]);
+            ids.erase(ids.begin() + k);
+        }
+        e.step();
+    }
+    EXPECT_EQ(reasons.size(), prompts.size());
+    int aborted = 0;
+    for (auto& [id, r] : reasons) aborted += r == FinishReason::Abort;
+    EXPECT_GT(aborted, 0);
+    expect_all_free(e);
+}
+
+TEST(Engine, RejectsBadRequestsWithoutSideEffects) {
+    Engine e(model(), small_config());
+    EXPECT_FALSE(e.add_request({}, greedy(4), nullptr).ok());
+    EXPECT_FALSE(e.add_request({1, 999999}, greedy(4), nullptr).ok());
+    auto err = e.add_request(std::vector<int32_t>(600, 42), greedy(4), nullptr);
+    ASSERT_FALSE(err.ok());
+    EXPECT_NE(err.error().message.find("600"), std::string::npos);
+    auto p = greedy(4);
+    p.n = 0;
+    EXPECT_FALSE(e.add_request({1, 2}, p, nullptr).ok());
+    EXPECT_FALSE(e.has_work());
+    auto cfg = small_config();
+    cfg.max_waiting = 2;
+    Engine q(model(), cfg);
+    EXPECT_TRUE(q.add_request({1, 2}, greedy(2), nullptr).ok());
+    EXPECT_TRUE(q.add_request({1, 2}, greedy(2), nullptr).ok());
+    auto full = q.add_request({1, 2}, greedy(2), nullptr);
+    ASSERT_FALSE(full.ok());
+    EXPECT_EQ(full.error().message.rfind("queue full", 0), 0u);
+    while (q.has_work()) q.step();
+    expect_all_free(q);
+}
