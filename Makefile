@@ -7,8 +7,8 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := build-essential cmake pkg-config git nlohmann-json3-dev libcli11-dev libfmt-dev \
-	libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev python3 python3-venv python3-pip
+APT_PACKAGES := build-essential libboost-dev cmake pkg-config git nlohmann-json3-dev libcli11-dev libfmt-dev \
+	libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev chromium chromium-driver python3 python3-venv python3-pip
 PROMPT ?= What is the capital of France? Answer in one sentence.
 
 .PHONY: demo test deps venv build build-asan model unit integration fuzz clean format

@@ -15,6 +15,10 @@ void add_chat_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
+// Under `bench`: `bench throughput` (offline, through the engine), `bench serve` (over HTTP).
+void add_bench_throughput_command(CLI::App& bench);
+void add_bench_serve_command(CLI::App& bench);
 
 // Thrown by a subcommand's callback to end the program with a one-line message; main turns it
 // into "ferry: error: <message>" and the exit code.

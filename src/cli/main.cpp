@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
     app.fallthrough(false);
     ferry::cli::add_run_command(app);
     ferry::cli::add_chat_command(app);
+    ferry::cli::add_serve_command(app);
     ferry::cli::add_info_command(app);
     ferry::cli::add_plan_command(app);
     ferry::cli::add_bench_command(app);

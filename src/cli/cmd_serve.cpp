@@ -1,0 +1,133 @@
+// `ferry serve`: the OpenAI-compatible HTTP server. It listens first (so /health can say 503
+// while the model loads), then loads the model, starts the engine thread and serves until
+// SIGTERM, when it drains running requests within a grace period.
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "cli/engine_options.h"
+#include "cli/model_options.h"
+#include "core/paths.h"
+#include "engine/engine.h"
+#include "server/auth.h"
+#include "server/backend.h"
+#include "server/http_server.h"
+
+namespace ferry::cli {
+namespace {
+
+// The real Backend: the serving engine plus the model's tokenizer and chat template.
+class EngineBackend : public server::Backend {
+  public:
+    EngineBackend(engine::Engine& e, const engine::LoadedModel& lm) : e_(e), lm_(lm) {}
+
+    Expected<engine::RequestId> add_request(std::vector<int32_t> prompt,
+                                            engine::RequestParams params,
+                                            engine::TokenCallback on_token) override {
+        return e_.add_request(std::move(prompt), std::move(params), std::move(on_token));
+    }
+    void abort(engine::RequestId id) override { e_.abort(id); }
+    void abort_all() override { e_.abort_all(); }
+    engine::EngineMetrics metrics() const override { return e_.metrics(); }
+    int max_model_len() const override { return e_.max_model_len(); }
+    int n_vocab() const override { return lm_.tokenizer->n_vocab(); }
+    std::vector<int32_t> encode(std::string_view text, bool add_special) const override {
+        return lm_.tokenizer->encode(text, add_special, true);
+    }
+    std::string decode(std::span<const int32_t> ids) const override {
+        return lm_.tokenizer->decode(ids);
+    }
+    std::string token_piece(int32_t id) const override {
+        return lm_.tokenizer->token_to_piece(id, true);
+    }
+    Expected<std::string> apply_chat(
+        const std::vector<tokenizer::ChatMessage>& msgs) const override {
+        if (!lm_.chat_template)
+            return make_error(
+                "this model has no chat template ferry understands ({}); use "
+                "/v1/completions",
+                lm_.chat_template_error);
+        return lm_.chat_template->apply(msgs, true);
+    }
+
+  private:
+    engine::Engine& e_;
+    const engine::LoadedModel& lm_;
+};
+
+struct ServeOptions {
+    ModelOptions model;
+    server::ServerOptions server;
+    EngineOptions engine;
+    std::string api_key_file;
+    std::string served_name;
+};
+
+void serve(ServeOptions& o) {
+    if (!o.api_key_file.empty()) o.server.api_key = take(server::read_key_file(o.api_key_file));
+    const std::string path = take(resolve_model_path(o.model.model));
+    std::string stem = std::filesystem::path(path).stem().string();
+    auto& names = o.server.model_names;
+    names = {o.served_name.empty() ? stem : o.served_name, stem,
+             std::filesystem::path(path).filename().string(), o.model.model};
+
+    // The context is resolved by the engine from the model (0: min(trained, 4096)).
+    const engine::EngineConfig config = o.engine.resolved(o.model.resolved_threads(), o.model.ctx);
+
+    server::HttpServer http(o.server);
+    if (auto st = http.start(); !st) throw ExitError(st.error().message);
+    std::fprintf(stderr, "ferry serve: listening on http://%s:%d (model loading)%s\n",
+                 o.server.host.c_str(), http.port(),
+                 o.server.api_key.empty() ? "" : ", API key required");
+
+    engine::LoadedModel lm = take(engine::LoadedModel::load(path, true));
+    if (http.shutting_down()) return http.wait();
+    engine::Engine eng(lm, config);
+    eng.start();
+    EngineBackend backend(eng, lm);
+    http.set_backend(&backend);
+    std::fprintf(stderr, "ferry serve: ready: model '%s', context %d, chat page at http://%s:%d/\n",
+                 names.front().c_str(), eng.max_model_len(), o.server.host.c_str(), http.port());
+    std::fflush(stderr);
+    http.wait();
+    // The HTTP side is down: nothing can receive events any more, so stop hard.
+    eng.abort_all();
+    eng.stop();
+    std::fprintf(stderr, "ferry serve: stopped\n");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+    auto o = std::make_shared<ServeOptions>();
+    CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with a chat page");
+    o->model.add_to(*cmd);
+    auto& s = o->server;
+    auto& e = o->engine.config;
+    cmd->add_option("--host", s.host, "address to listen on")->capture_default_str();
+    cmd->add_option("--port", s.port, "TCP port (0: any free port)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 65535));
+    auto* key = cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY'");
+    cmd->add_option("--api-key-file", o->api_key_file, "read the API key from a file")
+        ->excludes(key);
+    cmd->add_option("--served-model-name", o->served_name,
+                    "model id reported by /v1/models (default: the file name)");
+    cmd->add_option("--max-queue", e.max_waiting, "waiting requests beyond this get 429")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1 << 20));
+    cmd->add_option("--max-body-bytes", s.max_body_bytes, "larger request bodies get 413")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30));
+    cmd->add_option("--http-threads", s.io_threads, "threads running the HTTP event loop")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 64));
+    cmd->add_option("--grace", s.grace_seconds, "seconds running requests get on SIGTERM")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 3600.0));
+    cmd->add_flag("!--no-log-requests", s.log_requests, "do not log one line per request");
+    o->engine.add_to(*cmd);
+    cmd->callback([o] { serve(*o); });
+}
+
+}  // namespace ferry::cli

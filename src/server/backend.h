@@ -1,0 +1,40 @@
+// What the HTTP layer needs from a model and an engine, as one narrow interface. The real one
+// (EngineBackend, built by `ferry serve`) wraps engine::Engine and the loaded model; unit tests
+// plug in a scripted fake, so the HTTP layer is tested without a model.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/metrics.h"
+#include "engine/request.h"
+#include "tokenizer/chat_template.h"
+
+namespace ferry::server {
+
+class Backend {
+  public:
+    virtual ~Backend() = default;
+
+    virtual Expected<engine::RequestId> add_request(std::vector<int32_t> prompt,
+                                                    engine::RequestParams params,
+                                                    engine::TokenCallback on_token) = 0;
+    virtual void abort(engine::RequestId id) = 0;
+    virtual void abort_all() = 0;
+    virtual engine::EngineMetrics metrics() const = 0;
+
+    virtual int max_model_len() const = 0;
+    virtual int n_vocab() const = 0;
+    virtual std::vector<int32_t> encode(std::string_view text, bool add_special) const = 0;
+    virtual std::string decode(std::span<const int32_t> ids) const = 0;
+    virtual std::string token_piece(int32_t id) const = 0;  // raw bytes, for logprobs
+    // The conversation rendered through the model's chat template, or why it cannot be.
+    virtual Expected<std::string> apply_chat(
+        const std::vector<tokenizer::ChatMessage>& msgs) const = 0;
+};
+
+}  // namespace ferry::server

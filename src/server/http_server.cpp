@@ -1,0 +1,783 @@
+#include "server/http_server.h"
+
+#include <sys/resource.h>
+
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "server/auth.h"
+#include "server/chat_page.h"
+#include "server/openai_schema.h"
+#include "server/prometheus.h"
+#include "server/sse.h"
+
+namespace ferry::server {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string_view sv(beast::string_view s) {
+    return {s.data(), s.size()};
+}
+
+double ms_since(Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// X-Request-Id is echoed into logs and JSON, so only a short printable token is honoured.
+bool sane_request_id(std::string_view s) {
+    if (s.empty() || s.size() > 128) return false;
+    for (char c : s)
+        if (!(std::isalnum((unsigned char)c) || c == '-' || c == '_' || c == '.' || c == ':'))
+            return false;
+    return true;
+}
+
+std::string random_id() {
+    static std::atomic<uint64_t> counter{0};
+    static const uint64_t salt = std::random_device{}();
+    uint64_t x = (salt << 20) ^ counter.fetch_add(1);
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return fmt::format("{:016x}", x);
+}
+
+}  // namespace
+
+struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
+    ServerOptions opt;
+    asio::io_context ioc;
+    std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+    tcp::acceptor acceptor{ioc};
+    asio::signal_set signals{ioc};
+    asio::steady_timer drain_timer{ioc};
+    std::vector<std::thread> threads;
+    std::atomic<Backend*> backend{nullptr};
+    std::atomic<bool> draining{false};
+    std::atomic<bool> stopped{false};
+    std::atomic<int> active_generations{0};
+    Clock::time_point drain_start;
+    bool aborted_all = false;
+    int bound_port = 0;
+
+    std::atomic<int64_t> connections{0};
+    std::atomic<uint64_t> http_requests{0}, rejected{0}, disconnects{0};
+    std::mutex log_mu;
+
+    explicit Impl(ServerOptions o) : opt(std::move(o)) {}
+
+    const std::string& model_id() const {
+        static const std::string none = "ferry";
+        return opt.model_names.empty() ? none : opt.model_names.front();
+    }
+
+    void log(const std::string& line) {
+        if (!opt.log_requests) return;
+        std::lock_guard<std::mutex> lk(log_mu);
+        std::fputs(line.c_str(), stderr);
+        std::fputc('\n', stderr);
+    }
+
+    void do_accept();
+    void begin_shutdown();
+    void drain_tick();
+};
+
+namespace {
+
+using Impl = HttpServer::Impl;
+
+// One generation request (all its prompts and their n choices) on one connection.
+struct Gen {
+    GenRequest req;
+    std::vector<engine::RequestId> ids;
+    std::vector<Choice> choices;
+    std::vector<size_t> lp_sent;   // logprob entries already streamed, per choice
+    std::vector<size_t> text_len;  // bytes streamed, per choice (completions text_offset)
+    int remaining = 0;
+    Usage usage;
+    std::vector<bool> prompt_counted;
+    std::string id;
+    int64_t created = 0;
+    bool rejected = false;  // refused after some prompts were queued: ignore their events
+    bool first_token_seen = false;
+    double ttft_ms = 0;
+};
+
+class Session : public std::enable_shared_from_this<Session> {
+  public:
+    Session(tcp::socket sock, std::shared_ptr<Impl> srv)
+        : stream_(std::move(sock)), srv_(std::move(srv)) {
+        srv_->connections.fetch_add(1);
+    }
+    ~Session() { srv_->connections.fetch_sub(1); }
+
+    void start() { do_read(); }
+
+  private:
+    beast::tcp_stream stream_;
+    std::shared_ptr<Impl> srv_;
+    beast::flat_buffer buf_;
+    std::optional<http::request_parser<http::string_body>> parser_;
+    http::request<http::string_body> req_;
+    std::shared_ptr<http::response<http::string_body>> res_;
+    std::string request_id_;
+    Clock::time_point t0_;
+    bool keep_alive_ = true;
+
+    // Generation state (touched only on this connection's strand).
+    std::shared_ptr<Gen> gen_;
+    bool streaming_ = false;
+    bool headers_sent_ = false;
+    bool client_gone_ = false;
+    bool writing_ = false;
+    bool stream_done_ = false;  // all chunks, [DONE] and the terminator are queued
+    std::string pending_, inflight_;
+    char watch_buf_[256];
+    int status_ = 0;
+
+    void do_read() {
+        parser_.emplace();
+        parser_->body_limit(uint64_t(srv_->opt.max_body_bytes));
+        parser_->header_limit(64 * 1024);
+        // Idle keep-alive connections and slow senders are dropped rather than held forever.
+        stream_.expires_after(std::chrono::seconds(120));
+        http::async_read(stream_, buf_, *parser_,
+                         beast::bind_front_handler(&Session::on_read, shared_from_this()));
+    }
+
+    void on_read(beast::error_code ec, size_t) {
+        if (ec == http::error::end_of_stream || ec == asio::error::eof ||
+            ec == asio::error::connection_reset || ec == beast::error::timeout ||
+            ec == asio::error::operation_aborted)
+            return close();
+        t0_ = Clock::now();
+        srv_->http_requests.fetch_add(1);
+        request_id_ = random_id();
+        if (ec == http::error::body_limit) {
+            keep_alive_ = false;
+            ApiError e;
+            e.status = 413;
+            e.code = "request_too_large";
+            e.message = fmt::format("the request body exceeds {} bytes (--max-body-bytes)",
+                                    srv_->opt.max_body_bytes);
+            return send_error(e, "?", "?");
+        }
+        if (ec) {  // malformed HTTP: answer once, then hang up
+            keep_alive_ = false;
+            return send_error(bad_request(fmt::format("malformed HTTP request: {}", ec.message())),
+                              "?", "?");
+        }
+        req_ = parser_->release();
+        keep_alive_ = req_.keep_alive();
+        if (auto it = req_.find("X-Request-Id");
+            it != req_.end() && sane_request_id(sv(it->value())))
+            request_id_ = std::string(sv(it->value()));
+        stream_.expires_never();
+        route();
+    }
+
+    std::string target_path() const {
+        std::string_view t = sv(req_.target());
+        auto q = t.find('?');
+        return std::string(q == std::string_view::npos ? t : t.substr(0, q));
+    }
+
+    void route() {
+        const std::string path = target_path();
+        const auto method = req_.method();
+        const bool get = method == http::verb::get || method == http::verb::head;
+        const bool post = method == http::verb::post;
+        if (method == http::verb::options) return send_text(204, "", "text/plain");
+
+        enum class R {
+            Page,
+            Health,
+            Metrics,
+            Models,
+            Model,
+            Completions,
+            Chat,
+            Tokenize,
+            Detokenize,
+            None
+        };
+        R r = R::None;
+        bool want_get = true;
+        if (path == "/" || path == "/index.html")
+            r = R::Page;
+        else if (path == "/health")
+            r = R::Health;
+        else if (path == "/metrics")
+            r = R::Metrics;
+        else if (path == "/v1/models")
+            r = R::Models;
+        else if (path.rfind("/v1/models/", 0) == 0)
+            r = R::Model;
+        else if (path == "/v1/completions")
+            r = R::Completions, want_get = false;
+        else if (path == "/v1/chat/completions")
+            r = R::Chat, want_get = false;
+        else if (path == "/tokenize")
+            r = R::Tokenize, want_get = false;
+        else if (path == "/detokenize")
+            r = R::Detokenize, want_get = false;
+        if (r == R::None) {
+            ApiError e;
+            e.status = 404;
+            e.type = "not_found_error";
+            e.message = fmt::format("no route for {} {}", std::string(sv(req_.method_string())),
+                                    path.substr(0, 200));
+            return send_error(e);
+        }
+        if ((want_get && !get) || (!want_get && !post)) {
+            ApiError e;
+            e.status = 405;
+            e.message = fmt::format("{} takes {}", path, want_get ? "GET" : "POST");
+            return send_error(e);
+        }
+        if (r == R::Page) return send_text(200, chat_page_html(), "text/html; charset=utf-8");
+        if (r == R::Health) {
+            if (srv_->draining) return send_unavailable("the server is shutting down");
+            if (!srv_->backend.load()) return send_unavailable("the model is loading");
+            return send_json(200, json{{"status", "ok"}});
+        }
+        if (r == R::Metrics) {
+            Backend* b = srv_->backend.load();
+            ServerCounters c{srv_->connections.load(), srv_->http_requests.load(),
+                             srv_->rejected.load(), srv_->disconnects.load()};
+            return send_text(
+                200,
+                render_prometheus(b ? b->metrics() : engine::EngineMetrics{}, c, srv_->model_id()),
+                "text/plain; version=0.0.4; charset=utf-8");
+        }
+        // Everything below is the API proper: keyed, and only once a model is there.
+        if (!authorized(sv(req_[http::field::authorization]), srv_->opt.api_key)) {
+            ApiError e;
+            e.status = 401;
+            e.type = "authentication_error";
+            e.code = "invalid_api_key";
+            e.message = "a valid API key is required: send 'Authorization: Bearer <key>'";
+            return send_error(e);
+        }
+        if (srv_->draining) return send_unavailable("the server is shutting down");
+        Backend* b = srv_->backend.load();
+        if (!b) return send_unavailable("the model is loading");
+        switch (r) {
+            case R::Models:
+                return models(*b, "");
+            case R::Model:
+                return models(*b, path.substr(std::strlen("/v1/models/")));
+            case R::Tokenize:
+                return tokenize(*b);
+            case R::Detokenize:
+                return detokenize(*b);
+            case R::Completions:
+                return generate(*b, Endpoint::Completions);
+            case R::Chat:
+                return generate(*b, Endpoint::Chat);
+            default:
+                return;
+        }
+    }
+
+    json model_card(const Backend& b) const {
+        return json{{"id", srv_->model_id()},
+                    {"object", "model"},
+                    {"created", 0},
+                    {"owned_by", "ferry"},
+                    {"max_model_len", b.max_model_len()}};
+    }
+
+    void models(const Backend& b, const std::string& one) {
+        if (one.empty())
+            return send_json(200, json{{"object", "list"}, {"data", json::array({model_card(b)})}});
+        for (const auto& n : srv_->opt.model_names)
+            if (n == one) return send_json(200, model_card(b));
+        ApiError e;
+        e.status = 404;
+        e.type = "not_found_error";
+        e.code = "model_not_found";
+        e.message = fmt::format("The model '{}' does not exist", one.substr(0, 200));
+        send_error(e);
+    }
+
+    bool check_model(const json& body) {
+        auto it = body.find("model");
+        if (it == body.end() || it->is_null()) return true;
+        ApiError e;
+        if (!it->is_string()) {
+            send_error(bad_request("'model' must be a string", "model"));
+            return false;
+        }
+        for (const auto& n : srv_->opt.model_names)
+            if (n == it->get<std::string>()) return true;
+        e.status = 404;
+        e.type = "not_found_error";
+        e.code = "model_not_found";
+        e.message =
+            fmt::format("The model '{}' does not exist", it->get<std::string>().substr(0, 200));
+        send_error(e);
+        return false;
+    }
+
+    void tokenize(const Backend& b) {
+        ApiError err;
+        auto body = parse_body(req_.body(), err);
+        if (!body) return send_error(err);
+        if (!check_model(*body)) return;
+        bool add_special = true;
+        if (auto it = body->find("add_special_tokens"); it != body->end() && !it->is_null()) {
+            if (!it->is_boolean())
+                return send_error(
+                    bad_request("'add_special_tokens' must be a boolean", "add_special_tokens"));
+            add_special = it->get<bool>();
+        }
+        std::string text;
+        if (auto it = body->find("messages"); it != body->end()) {
+            // Reuse the chat validation by asking for a one-token chat completion.
+            json probe = *body;
+            probe.erase("add_special_tokens");
+            probe["max_tokens"] = 1;
+            auto g = parse_generation(probe, Endpoint::Chat, b, srv_->opt.model_names, err);
+            if (!g) {
+                if (err.param == "max_tokens")
+                    err = bad_request("the conversation fills the context", "messages");
+                return send_error(err);
+            }
+            return send_json(200, json{{"tokens", g->prompts[0]},
+                                       {"count", g->prompts[0].size()},
+                                       {"max_model_len", b.max_model_len()}});
+        }
+        auto it = body->find("prompt");
+        if (it == body->end() || !it->is_string())
+            return send_error(bad_request("'prompt' must be a string", "prompt"));
+        auto ids = b.encode(it->get<std::string>(), add_special);
+        send_json(
+            200,
+            json{{"tokens", ids}, {"count", ids.size()}, {"max_model_len", b.max_model_len()}});
+    }
+
+    void detokenize(const Backend& b) {
+        ApiError err;
+        auto body = parse_body(req_.body(), err);
+        if (!body) return send_error(err);
+        if (!check_model(*body)) return;
+        auto it = body->find("tokens");
+        if (it == body->end() || !it->is_array())
+            return send_error(bad_request("'tokens' must be an array of token ids", "tokens"));
+        std::vector<int32_t> ids;
+        for (const json& t : *it) {
+            if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= b.n_vocab())
+                return send_error(bad_request(
+                    fmt::format("'tokens' must hold integers in [0, {})", b.n_vocab()), "tokens"));
+            ids.push_back(int32_t(t.get<int64_t>()));
+        }
+        send_json(200, json{{"prompt", valid_utf8(b.decode(ids))}});
+    }
+
+    // ---- generation ----------------------------------------------------------------------
+
+    void generate(Backend& b, Endpoint kind) {
+        ApiError err;
+        auto body = parse_body(req_.body(), err);
+        if (!body) return send_error(err);
+        auto parsed = parse_generation(*body, kind, b, srv_->opt.model_names, err);
+        if (!parsed) return send_error(err);
+
+        auto g = std::make_shared<Gen>();
+        g->req = std::move(*parsed);
+        g->id = (kind == Endpoint::Chat ? "chatcmpl-" : "cmpl-") + request_id_;
+        g->created = std::chrono::duration_cast<std::chrono::seconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+        const int n = g->req.params.n;
+        const size_t np = g->req.prompts.size();
+        g->choices.resize(np * size_t(n));
+        g->lp_sent.assign(g->choices.size(), 0);
+        g->text_len.assign(g->choices.size(), 0);
+        g->prompt_counted.assign(np, false);
+        g->remaining = int(g->choices.size());
+        gen_ = g;
+        streaming_ = g->req.stream;
+        keep_alive_ = false;  // one generation per connection keeps disconnect watching simple
+        srv_->active_generations.fetch_add(1);
+
+        auto self = shared_from_this();
+        auto exec = stream_.get_executor();
+        for (size_t p = 0; p < np; ++p) {
+            std::vector<int32_t> ids = g->req.prompts[p];
+            g->usage.prompt_tokens += int(ids.size());
+            auto cb = [self, g, p, exec](const engine::TokenEvent& ev) {
+                asio::post(exec, [self, g, p, ev] { self->on_event(g, p, ev); });
+            };
+            auto id = b.add_request(std::move(ids), g->req.params, std::move(cb));
+            if (!id) {
+                g->rejected = true;
+                for (auto x : g->ids) b.abort(x);
+                gen_.reset();
+                srv_->active_generations.fetch_sub(1);
+                ApiError e = bad_request(id.error().message);
+                if (id.error().message.rfind("queue full", 0) == 0) {
+                    e.status = 429;
+                    e.type = "rate_limit_error";
+                    e.code = "queue_full";
+                    srv_->rejected.fetch_add(1);
+                }
+                return send_error(e);
+            }
+            g->ids.push_back(*id);
+        }
+        watch_disconnect();
+    }
+
+    // A read that only completes when the client hangs up (or sends bytes we ignore): the
+    // signal to abort at once instead of generating into a dead socket.
+    void watch_disconnect() {
+        stream_.socket().async_read_some(
+            asio::buffer(watch_buf_), [self = shared_from_this()](beast::error_code ec, size_t) {
+                if (!self->gen_) return;
+                if (!ec) return self->watch_disconnect();
+                if (ec == asio::error::operation_aborted && self->stream_done_) return;
+                self->client_went_away();
+            });
+    }
+
+    void client_went_away() {
+        if (client_gone_ || !gen_) return;
+        client_gone_ = true;
+        if (gen_->remaining > 0) {
+            srv_->disconnects.fetch_add(1);
+            if (Backend* b = srv_->backend.load())
+                for (auto id : gen_->ids) b->abort(id);
+        }
+        beast::error_code ec;
+        stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+        stream_.socket().close(ec);
+    }
+
+    void on_event(const std::shared_ptr<Gen>& g, size_t prompt, const engine::TokenEvent& ev) {
+        if (g->rejected || g != gen_) return;
+        const size_t ci = prompt * size_t(g->req.params.n) + size_t(ev.index);
+        if (ci >= g->choices.size()) return;
+        Choice& c = g->choices[ci];
+        if (c.finish != engine::FinishReason::None) return;
+        if (!g->first_token_seen && ev.token >= 0) {
+            g->first_token_seen = true;
+            g->ttft_ms = ms_since(t0_);
+        }
+        if (ev.token >= 0) {
+            c.tokens.push_back(ev.token);
+            if (g->req.logprobs) {
+                c.logprobs.push_back(ev.logprob);
+                c.top_logprobs.push_back(ev.top_logprobs);
+            }
+        }
+        c.text += ev.text;
+        c.completion_tokens = std::max(c.completion_tokens, ev.completion_tokens);
+        if (ev.finished) {
+            c.finish = ev.finish_reason == engine::FinishReason::None ? engine::FinishReason::Stop
+                                                                      : ev.finish_reason;
+            if (!g->prompt_counted[prompt]) {
+                g->prompt_counted[prompt] = true;
+                g->usage.cached_tokens += ev.cached_tokens;
+            }
+            g->remaining--;
+        }
+        if (streaming_ && !client_gone_) stream_event(*g, ci, ev);
+        if (g->remaining == 0) finish_generation();
+    }
+
+    void stream_event(Gen& g, size_t ci, const engine::TokenEvent& ev) {
+        Choice& c = g.choices[ci];
+        std::string text = ev.text;
+        const bool first = !c.started;
+        if (first && g.req.kind == Endpoint::Completions && g.req.echo)
+            text = g.req.prompt_texts[ci / size_t(g.req.params.n)] + text;
+        json lp = nullptr;
+        if (g.req.logprobs && g.lp_sent[ci] < c.tokens.size()) {
+            lp = logprobs_json(g.req.kind, *srv_->backend.load(), c, g.lp_sent[ci], c.tokens.size(),
+                               g.text_len[ci]);
+            g.lp_sent[ci] = c.tokens.size();
+        }
+        const bool has_news = !text.empty() || !lp.is_null() || ev.finished ||
+                              (first && g.req.kind == Endpoint::Chat);
+        if (!has_news) return;
+        c.started = true;
+        g.text_len[ci] += text.size();
+        queue_chunk(sse_event(
+            dump(stream_chunk(g.req, g.id, g.created, srv_->model_id(), int(ci), text, first, lp,
+                              ev.finished ? c.finish : engine::FinishReason::None))));
+    }
+
+    void finish_generation() {
+        auto g = gen_;
+        srv_->active_generations.fetch_sub(1);
+        for (const auto& c : g->choices) g->usage.completion_tokens += c.completion_tokens;
+        const char* reason =
+            g->choices.empty() ? "stop" : engine::finish_reason_name(g->choices[0].finish);
+        status_ = 200;
+        srv_->log(
+            fmt::format("{} {} {} {} prompt={} output={} ttft={:.1f}ms e2e={:.1f}ms finish={}{}",
+                        request_id_, std::string(sv(req_.method_string())), target_path(), 200,
+                        g->usage.prompt_tokens, g->usage.completion_tokens, g->ttft_ms,
+                        ms_since(t0_), reason, client_gone_ ? " (client gone)" : ""));
+        if (client_gone_) return;
+        if (streaming_) {
+            if (g->req.include_usage)
+                queue_chunk(sse_event(
+                    dump(usage_chunk(g->req, g->id, g->created, srv_->model_id(), g->usage))));
+            queue_chunk(sse_done());
+            pending_ += "0\r\n\r\n";
+            stream_done_ = true;
+            flush();
+            return;
+        }
+        json resp = full_response(g->req, *srv_->backend.load(), g->id, g->created,
+                                  srv_->model_id(), g->choices, g->usage);
+        stream_done_ = true;
+        send_json(200, resp, /*log=*/false);
+    }
+
+    // Chunked transfer encoding frames each SSE event so the connection needs no length.
+    void queue_chunk(const std::string& data) {
+        if (!headers_sent_) {
+            headers_sent_ = true;
+            pending_ += fmt::format(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
+                "Cache-Control: no-cache\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n"
+                "X-Request-Id: {}\r\nAccess-Control-Allow-Origin: *\r\n\r\n",
+                request_id_);
+        }
+        pending_ += fmt::format("{:x}\r\n", data.size());
+        pending_ += data;
+        pending_ += "\r\n";
+        flush();
+    }
+
+    void flush() {
+        if (writing_ || client_gone_) return;
+        if (pending_.empty()) {
+            if (stream_done_) close();
+            return;
+        }
+        writing_ = true;
+        inflight_.swap(pending_);
+        pending_.clear();
+        asio::async_write(stream_.socket(), asio::buffer(inflight_),
+                          [self = shared_from_this()](beast::error_code ec, size_t) {
+                              self->writing_ = false;
+                              self->inflight_.clear();
+                              if (ec) return self->client_went_away();
+                              self->flush();
+                          });
+    }
+
+    // ---- plain responses -----------------------------------------------------------------
+
+    void send_unavailable(const std::string& why) {
+        ApiError e;
+        e.status = 503;
+        e.type = "service_unavailable";
+        e.message = why;
+        send_error(e);
+    }
+
+    void send_error(const ApiError& e, const std::string& method = {},
+                    const std::string& path = {}) {
+        auto res = make_response(e.status, error_body(e), "application/json");
+        if (e.status == 429) res->set(http::field::retry_after, "1");
+        if (e.status == 503) res->set(http::field::retry_after, "5");
+        if (e.status == 401) res->set(http::field::www_authenticate, "Bearer");
+        log_plain(e.status, method, path, e.message);
+        write_response(res);
+    }
+
+    void send_json(int status, const json& j, bool log = true) {
+        auto res = make_response(status, dump(j), "application/json");
+        if (log) log_plain(status, {}, {}, {});
+        write_response(res);
+    }
+
+    void send_text(int status, std::string body, const char* type) {
+        auto res = make_response(status, std::move(body), type);
+        log_plain(status, {}, {}, {});
+        write_response(res);
+    }
+
+    void log_plain(int status, std::string method, std::string path, const std::string& msg) {
+        status_ = status;
+        if (method.empty()) method = std::string(sv(req_.method_string()));
+        if (path.empty()) path = target_path();
+        srv_->log(fmt::format("{} {} {} {} e2e={:.1f}ms{}{}", request_id_, method,
+                              path.substr(0, 200), status, ms_since(t0_), msg.empty() ? "" : " ",
+                              msg.substr(0, 200)));
+    }
+
+    std::shared_ptr<http::response<http::string_body>> make_response(int status, std::string body,
+                                                                     const char* type) {
+        auto res = std::make_shared<http::response<http::string_body>>(
+            http::int_to_status(unsigned(status)), 11);
+        res->set(http::field::server, "ferry");
+        res->set(http::field::content_type, type);
+        res->set("X-Request-Id", request_id_);
+        res->set(http::field::access_control_allow_origin, "*");
+        res->set(http::field::access_control_allow_headers,
+                 "Authorization, Content-Type, X-Request-Id");
+        res->set(http::field::access_control_allow_methods, "GET, POST, OPTIONS");
+        res->keep_alive(keep_alive_ && !srv_->draining);
+        if (req_.method() != http::verb::head) res->body() = std::move(body);
+        res->prepare_payload();
+        return res;
+    }
+
+    void write_response(std::shared_ptr<http::response<http::string_body>> res) {
+        res_ = res;
+        stream_.expires_after(std::chrono::seconds(60));
+        http::async_write(stream_, *res_,
+                          [self = shared_from_this()](beast::error_code ec, size_t) {
+                              if (ec || !self->res_->keep_alive()) return self->close();
+                              self->res_.reset();
+                              self->do_read();
+                          });
+    }
+
+    void close() {
+        beast::error_code ec;
+        stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+        stream_.socket().close(ec);
+    }
+};
+
+}  // namespace
+
+void HttpServer::Impl::do_accept() {
+    acceptor.async_accept(asio::make_strand(ioc), [self = shared_from_this()](beast::error_code ec,
+                                                                              tcp::socket sock) {
+        if (!self->acceptor.is_open()) return;
+        if (ec) {
+            // Out of descriptors: back off briefly instead of spinning on accept.
+            auto t = std::make_shared<asio::steady_timer>(self->ioc, std::chrono::milliseconds(50));
+            t->async_wait([self, t](beast::error_code) { self->do_accept(); });
+            return;
+        }
+        sock.set_option(tcp::no_delay(true), ec);
+        std::make_shared<Session>(std::move(sock), self)->start();
+        self->do_accept();
+    });
+}
+
+void HttpServer::Impl::begin_shutdown() {
+    if (draining.exchange(true)) return;
+    log("shutting down: no new requests; running ones get the grace period");
+    beast::error_code ec;
+    acceptor.close(ec);
+    signals.cancel(ec);
+    drain_start = Clock::now();
+    drain_tick();
+}
+
+void HttpServer::Impl::drain_tick() {
+    const double waited = ms_since(drain_start) / 1000.0;
+    if (active_generations.load() == 0 || waited > opt.grace_seconds + 5) {
+        // A moment for the last responses to leave the socket buffers, then stop.
+        drain_timer.expires_after(std::chrono::milliseconds(100));
+        drain_timer.async_wait([self = shared_from_this()](beast::error_code) {
+            self->stopped = true;
+            self->work.reset();
+            self->ioc.stop();
+        });
+        return;
+    }
+    if (waited > opt.grace_seconds && !aborted_all) {
+        aborted_all = true;
+        log(fmt::format("grace period over: aborting {} running requests",
+                        active_generations.load()));
+        if (Backend* b = backend.load()) b->abort_all();
+    }
+    drain_timer.expires_after(std::chrono::milliseconds(50));
+    drain_timer.async_wait([self = shared_from_this()](beast::error_code) { self->drain_tick(); });
+}
+
+HttpServer::HttpServer(ServerOptions options) : impl_(std::make_shared<Impl>(std::move(options))) {}
+
+HttpServer::~HttpServer() {
+    if (!impl_->stopped) {
+        impl_->stopped = true;
+        impl_->work.reset();
+        impl_->ioc.stop();
+    }
+    wait();
+}
+
+Status HttpServer::start() {
+    auto& m = *impl_;
+    // Each connection is a descriptor; the default soft limit (often 1024) would cap them.
+    rlimit rl{};
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    beast::error_code ec;
+    auto addr = asio::ip::make_address(m.opt.host, ec);
+    if (ec) return make_error("--host {}: not an IP address ({})", m.opt.host, ec.message());
+    tcp::endpoint ep(addr, uint16_t(m.opt.port));
+    m.acceptor.open(ep.protocol(), ec);
+    if (!ec) m.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) m.acceptor.bind(ep, ec);
+    if (!ec) m.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return make_error("cannot listen on {}:{}: {}", m.opt.host, m.opt.port, ec.message());
+    m.bound_port = m.acceptor.local_endpoint().port();
+    m.work.emplace(m.ioc.get_executor());
+    if (m.opt.handle_signals) {
+        m.signals.add(SIGTERM);
+        m.signals.add(SIGINT);
+        m.signals.async_wait([self = impl_](beast::error_code e, int) {
+            if (!e) self->begin_shutdown();
+        });
+    }
+    m.do_accept();
+    for (int i = 0; i < std::max(1, m.opt.io_threads); ++i)
+        m.threads.emplace_back([self = impl_] { self->ioc.run(); });
+    return Status::Ok();
+}
+
+int HttpServer::port() const {
+    return impl_->bound_port;
+}
+void HttpServer::set_backend(Backend* backend) {
+    impl_->backend = backend;
+}
+
+void HttpServer::shutdown() {
+    asio::post(impl_->ioc, [self = impl_] { self->begin_shutdown(); });
+}
+
+bool HttpServer::shutting_down() const {
+    return impl_->draining || impl_->stopped;
+}
+
+void HttpServer::wait() {
+    for (auto& t : impl_->threads)
+        if (t.joinable()) t.join();
+}
+
+}  // namespace ferry::server

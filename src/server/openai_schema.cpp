@@ -1,0 +1,531 @@
+#include "server/openai_schema.h"
+
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+namespace ferry::server {
+
+ApiError bad_request(std::string message, std::string param) {
+    ApiError e;
+    e.status = 400;
+    e.message = std::move(message);
+    e.param = std::move(param);
+    return e;
+}
+
+std::string dump(const json& j) {
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string valid_utf8(const std::string& s) {
+    return json::parse(dump(json(s))).get<std::string>();
+}
+
+std::string error_body(const ApiError& e) {
+    json err = {{"message", e.message},
+                {"type", e.type},
+                {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+                {"code", e.code.empty() ? json(nullptr) : json(e.code)}};
+    return dump(json{{"error", err}});
+}
+
+namespace {
+
+// Depth of [ and { outside strings; a cheap pass that keeps the parser away from bombs.
+int json_depth(const std::string& s) {
+    int depth = 0, max_depth = 0;
+    bool in_str = false, esc = false;
+    for (char c : s) {
+        if (in_str) {
+            if (esc)
+                esc = false;
+            else if (c == '\\')
+                esc = true;
+            else if (c == '"')
+                in_str = false;
+            continue;
+        }
+        if (c == '"')
+            in_str = true;
+        else if (c == '[' || c == '{')
+            max_depth = std::max(max_depth, ++depth);
+        else if (c == ']' || c == '}')
+            --depth;
+    }
+    return max_depth;
+}
+
+const char* type_name(const json& j) {
+    switch (j.type()) {
+        case json::value_t::null:
+            return "null";
+        case json::value_t::boolean:
+            return "boolean";
+        case json::value_t::string:
+            return "string";
+        case json::value_t::array:
+            return "array";
+        case json::value_t::object:
+            return "object";
+        case json::value_t::number_float:
+            return "number";
+        default:
+            return "integer";
+    }
+}
+
+struct Fields {
+    const json& body;
+    ApiError& err;
+    bool failed = false;
+
+    const json* get(const char* name) {
+        auto it = body.find(name);
+        if (it == body.end() || it->is_null()) return nullptr;
+        return &*it;
+    }
+    bool fail(std::string msg, const char* param) {
+        if (!failed) err = bad_request(std::move(msg), param);
+        failed = true;
+        return false;
+    }
+    bool type_error(const char* name, const char* want, const json& v) {
+        return fail(fmt::format("'{}' must be {}, not {}", name, want, type_name(v)), name);
+    }
+
+    // Integers may arrive as 16.0 from some clients; anything fractional or out of range fails.
+    bool integer(const char* name, int64_t& out, int64_t lo, int64_t hi) {
+        const json* v = get(name);
+        if (!v) return true;
+        return to_integer(name, *v, out, lo, hi);
+    }
+    bool to_integer(const char* name, const json& v, int64_t& out, int64_t lo, int64_t hi) {
+        int64_t x = 0;
+        if (v.is_number_integer() && !v.is_number_unsigned()) {
+            x = v.get<int64_t>();
+        } else if (v.is_number_unsigned()) {
+            uint64_t u = v.get<uint64_t>();
+            if (u > uint64_t(std::numeric_limits<int64_t>::max()))
+                return fail(fmt::format("'{}' must be between {} and {}", name, lo, hi), name);
+            x = int64_t(u);
+        } else if (v.is_number_float()) {
+            double d = v.get<double>();
+            if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9e15)
+                return type_error(name, "an integer", v);
+            x = int64_t(d);
+        } else {
+            return type_error(name, "an integer", v);
+        }
+        if (x < lo || x > hi)
+            return fail(fmt::format("'{}' must be between {} and {}, got {}", name, lo, hi, x),
+                        name);
+        out = x;
+        return true;
+    }
+    bool number(const char* name, double& out, double lo, double hi, bool lo_open = false) {
+        const json* v = get(name);
+        if (!v) return true;
+        if (!v->is_number()) return type_error(name, "a number", *v);
+        double d = v->get<double>();
+        if (!std::isfinite(d) || d < lo || d > hi || (lo_open && d == lo))
+            return fail(fmt::format("'{}' must be {} {} and <= {}, got {}", name,
+                                    lo_open ? ">" : ">=", lo, hi, d),
+                        name);
+        out = d;
+        return true;
+    }
+    bool boolean(const char* name, bool& out) {
+        const json* v = get(name);
+        if (!v) return true;
+        if (!v->is_boolean()) return type_error(name, "a boolean", *v);
+        out = v->get<bool>();
+        return true;
+    }
+};
+
+bool parse_messages(const json& msgs, std::vector<tokenizer::ChatMessage>& out, Fields& f) {
+    if (!msgs.is_array()) return f.type_error("messages", "an array", msgs);
+    if (msgs.empty()) return f.fail("'messages' must not be empty", "messages");
+    for (size_t i = 0; i < msgs.size(); ++i) {
+        const json& m = msgs[i];
+        std::string where = fmt::format("messages[{}]", i);
+        if (!m.is_object()) return f.fail(fmt::format("'{}' must be an object", where), "messages");
+        auto role = m.find("role");
+        if (role == m.end() || !role->is_string())
+            return f.fail(fmt::format("'{}.role' must be a string", where), "messages");
+        std::string r = role->get<std::string>();
+        if (r == "developer") r = "system";
+        if (r != "system" && r != "user" && r != "assistant")
+            return f.fail(
+                fmt::format("'{}.role' must be system, user or assistant, not '{}'", where, r),
+                "messages");
+        std::string content;
+        auto c = m.find("content");
+        if (c == m.end() || c->is_null()) {
+            if (r != "assistant")
+                return f.fail(fmt::format("'{}.content' is required", where), "messages");
+        } else if (c->is_string()) {
+            content = c->get<std::string>();
+        } else if (c->is_array()) {
+            // Content parts: only text is understood; images and audio are refused by name.
+            for (const json& part : *c) {
+                if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+                    return f.fail(
+                        fmt::format("'{}.content' parts must be objects with a type", where),
+                        "messages");
+                if (part["type"] != "text")
+                    return f.fail(fmt::format("'{}.content' part type '{}' is not supported", where,
+                                              part["type"].get<std::string>()),
+                                  "messages");
+                auto t = part.find("text");
+                if (t == part.end() || !t->is_string())
+                    return f.fail(
+                        fmt::format("'{}.content' text parts need a string 'text'", where),
+                        "messages");
+                content += t->get<std::string>();
+            }
+        } else {
+            return f.fail(fmt::format("'{}.content' must be a string or an array of parts", where),
+                          "messages");
+        }
+        out.push_back({r, std::move(content)});
+    }
+    return true;
+}
+
+bool token_list(const json& arr, std::vector<int32_t>& out, int n_vocab, Fields& f,
+                const char* name) {
+    for (const json& t : arr) {
+        int64_t id = 0;
+        if (!f.to_integer(name, t, id, 0, n_vocab - 1)) return false;
+        out.push_back(int32_t(id));
+    }
+    return true;
+}
+
+}  // namespace
+
+std::optional<json> parse_body(const std::string& body, ApiError& err) {
+    if (json_depth(body) > kMaxJsonDepth) {
+        err = bad_request(fmt::format("JSON nested deeper than {} levels", kMaxJsonDepth));
+        return std::nullopt;
+    }
+    try {
+        json j = json::parse(body);
+        if (!j.is_object()) {
+            err = bad_request(fmt::format("the body must be a JSON object, not {}", type_name(j)));
+            return std::nullopt;
+        }
+        return j;
+    } catch (const json::exception& e) {
+        err = bad_request(fmt::format("malformed JSON: {}", e.what()));
+        return std::nullopt;
+    }
+}
+
+std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, const Backend& backend,
+                                           const std::vector<std::string>& model_names,
+                                           ApiError& err) {
+    Fields f{body, err};
+    GenRequest r;
+    r.kind = kind;
+    r.model = model_names.empty() ? "" : model_names.front();
+    if (const json* m = f.get("model")) {
+        if (!m->is_string()) return f.type_error("model", "a string", *m), std::nullopt;
+        std::string name = m->get<std::string>();
+        bool known = false;
+        for (const auto& n : model_names) known = known || n == name;
+        if (!known) {
+            err.status = 404;
+            err.type = "not_found_error";
+            err.code = "model_not_found";
+            err.param = "model";
+            err.message = fmt::format("The model '{}' does not exist; this server serves '{}'",
+                                      name.substr(0, 200), r.model);
+            return std::nullopt;
+        }
+    }
+
+    // OpenAI's defaults, not the CLI's: plain sampling at temperature 1 unless asked.
+    auto& s = r.params.sampling;
+    s.temperature = 1.0f;
+    s.top_k = 0;
+    s.top_p = 1.0f;
+    s.min_p = 0.0f;
+    s.repetition_penalty = 1.0f;
+    s.penalty_last_n = -1;
+    double d = 0;
+    int64_t i = 0;
+    if (f.get("temperature") && f.number("temperature", d, 0, 2)) s.temperature = float(d);
+    if (f.get("top_p") && f.number("top_p", d, 0, 1, true)) s.top_p = float(d);
+    if (f.get("top_k") && f.integer("top_k", i, -1, 1 << 30))
+        s.top_k = int(std::max<int64_t>(i, 0));
+    if (f.get("min_p") && f.number("min_p", d, 0, 1)) s.min_p = float(d);
+    if (f.get("presence_penalty") && f.number("presence_penalty", d, -2, 2))
+        s.presence_penalty = float(d);
+    if (f.get("frequency_penalty") && f.number("frequency_penalty", d, -2, 2))
+        s.frequency_penalty = float(d);
+    if (f.get("repetition_penalty") && f.number("repetition_penalty", d, 0, 2, true))
+        s.repetition_penalty = float(d);
+    if (f.get("seed") && f.integer("seed", i, std::numeric_limits<int64_t>::min(),
+                                   std::numeric_limits<int64_t>::max())) {
+        s.seed = uint64_t(i);
+        s.has_seed = true;
+    }
+    if (f.get("n") && f.integer("n", i, 1, 64)) r.params.n = int(i);
+    f.boolean("stream", r.stream);
+    f.boolean("ignore_eos", r.params.ignore_eos);
+    if (const json* so = f.get("stream_options")) {
+        if (!so->is_object()) return f.type_error("stream_options", "an object", *so), std::nullopt;
+        Fields g{*so, err};
+        g.boolean("include_usage", r.include_usage);
+        if (g.failed) return std::nullopt;
+        if (!r.stream) {
+            err = bad_request("'stream_options' is only allowed when 'stream' is true",
+                              "stream_options");
+            return std::nullopt;
+        }
+    }
+    if (const json* u = f.get("user"); u && !u->is_string()) f.type_error("user", "a string", *u);
+
+    if (const json* st = f.get("stop")) {
+        if (st->is_string()) {
+            r.params.stop.push_back(st->get<std::string>());
+        } else if (st->is_array()) {
+            if (st->size() > 16) f.fail("'stop' takes at most 16 strings", "stop");
+            for (const json& x : *st) {
+                if (!x.is_string())
+                    return f.type_error("stop", "a string or an array of strings", x), std::nullopt;
+                r.params.stop.push_back(x.get<std::string>());
+            }
+        } else {
+            f.type_error("stop", "a string or an array of strings", *st);
+        }
+        for (const auto& x : r.params.stop)
+            if (x.empty()) f.fail("'stop' strings must not be empty", "stop");
+    }
+    if (const json* st = f.get("stop_token_ids")) {
+        if (!st->is_array()) return f.type_error("stop_token_ids", "an array", *st), std::nullopt;
+        token_list(*st, r.params.stop_token_ids, backend.n_vocab(), f, "stop_token_ids");
+    }
+
+    if (kind == Endpoint::Completions) {
+        if (const json* lp = f.get("logprobs")) {
+            if (lp->is_boolean()) {  // tolerated: some clients send the chat shape here
+                r.logprobs = lp->get<bool>();
+                if (r.logprobs) r.params.top_logprobs = 0;
+            } else if (f.integer("logprobs", i, 0, 20)) {
+                r.logprobs = true;
+                r.params.top_logprobs = int(i);
+            }
+        }
+        f.boolean("echo", r.echo);
+    } else {
+        f.boolean("logprobs", r.logprobs);
+        if (f.get("top_logprobs") && f.integer("top_logprobs", i, 0, 20)) {
+            if (!r.logprobs) f.fail("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+            r.params.top_logprobs = int(i);
+        } else if (r.logprobs) {
+            r.params.top_logprobs = 0;
+        }
+    }
+    if (f.failed) return std::nullopt;
+
+    // Prompts become token ids here, so their length can be checked against the context.
+    const int n_vocab = backend.n_vocab();
+    if (kind == Endpoint::Chat) {
+        const json* m = f.get("messages");
+        if (!m) return f.fail("'messages' is required", "messages"), std::nullopt;
+        std::vector<tokenizer::ChatMessage> msgs;
+        if (!parse_messages(*m, msgs, f)) return std::nullopt;
+        auto text = backend.apply_chat(msgs);
+        if (!text) {
+            err = bad_request(text.error().message, "messages");
+            return std::nullopt;
+        }
+        r.prompts.push_back(backend.encode(*text, true));
+        r.prompt_texts.push_back(*text);
+    } else {
+        const json* p = f.get("prompt");
+        if (!p) return f.fail("'prompt' is required", "prompt"), std::nullopt;
+        auto add_text = [&](const std::string& t) {
+            r.prompts.push_back(backend.encode(t, true));
+            r.prompt_texts.push_back(t);
+        };
+        if (p->is_string()) {
+            add_text(p->get<std::string>());
+        } else if (p->is_array() && !p->empty() && (*p)[0].is_string()) {
+            for (const json& x : *p) {
+                if (!x.is_string())
+                    return f.type_error("prompt", "a string, strings, or token ids", x),
+                           std::nullopt;
+                add_text(x.get<std::string>());
+            }
+        } else if (p->is_array() && !p->empty() && (*p)[0].is_array()) {
+            for (const json& x : *p) {
+                if (!x.is_array())
+                    return f.type_error("prompt", "an array of token-id arrays", x), std::nullopt;
+                std::vector<int32_t> ids;
+                if (!token_list(x, ids, n_vocab, f, "prompt")) return std::nullopt;
+                r.prompt_texts.push_back(backend.decode(ids));
+                r.prompts.push_back(std::move(ids));
+            }
+        } else if (p->is_array() && !p->empty()) {
+            std::vector<int32_t> ids;
+            if (!token_list(*p, ids, n_vocab, f, "prompt")) return std::nullopt;
+            r.prompt_texts.push_back(backend.decode(ids));
+            r.prompts.push_back(std::move(ids));
+        } else if (p->is_array()) {
+            return f.fail("'prompt' must not be empty", "prompt"), std::nullopt;
+        } else {
+            return f.type_error("prompt", "a string, strings, or token ids", *p), std::nullopt;
+        }
+        if (r.prompts.size() > 64)
+            return f.fail("at most 64 prompts per request", "prompt"), std::nullopt;
+        if (r.prompts.size() * size_t(r.params.n) > 256)
+            return f.fail("prompts x n must be at most 256", "n"), std::nullopt;
+    }
+
+    const int ctx = backend.max_model_len();
+    size_t longest = 0;
+    for (const auto& p : r.prompts) {
+        if (p.empty())
+            return f.fail("the prompt is empty after tokenization", "prompt"), std::nullopt;
+        longest = std::max(longest, p.size());
+    }
+    if (int64_t(longest) >= ctx) {
+        f.fail(fmt::format("the prompt is {} tokens, but this model's context is {} tokens; it "
+                           "must be at most {} tokens to leave room for one generated token",
+                           longest, ctx, ctx - 1),
+               kind == Endpoint::Chat ? "messages" : "prompt");
+        return std::nullopt;
+    }
+    const int room = ctx - int(longest);
+    const char* mt = f.get("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if (f.get(mt)) {
+        if (!f.integer(mt, i, 1, 1 << 24)) return std::nullopt;
+        if (i > room) {
+            f.fail(fmt::format("this model's context is {} tokens; the prompt takes {} and {} = "
+                               "{} asks for {} more, but only {} fit",
+                               ctx, longest, mt, i, i, room),
+                   mt);
+            return std::nullopt;
+        }
+        r.params.max_tokens = int(i);
+    } else {
+        // OpenAI's completions default is 16; chat runs to the end of the context.
+        r.params.max_tokens = kind == Endpoint::Completions ? std::min(16, room) : room;
+    }
+    return r;
+}
+
+json usage_json(const Usage& u) {
+    json j = {{"prompt_tokens", u.prompt_tokens},
+              {"completion_tokens", u.completion_tokens},
+              {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+    j["prompt_tokens_details"] = {{"cached_tokens", u.cached_tokens}};
+    return j;
+}
+
+json logprobs_json(Endpoint kind, const Backend& b, const Choice& c, size_t from, size_t to,
+                   size_t offset) {
+    to = std::min(to, c.tokens.size());
+    if (kind == Endpoint::Chat) {
+        json content = json::array();
+        auto entry = [&](int32_t tok, float lp) {
+            std::string piece = b.token_piece(tok);
+            json bytes = json::array();
+            for (unsigned char ch : piece) bytes.push_back(int(ch));
+            return json{{"token", piece}, {"logprob", lp}, {"bytes", bytes}};
+        };
+        for (size_t k = from; k < to; ++k) {
+            json e = entry(c.tokens[k], c.logprobs[k]);
+            json tops = json::array();
+            for (const auto& t : c.top_logprobs[k]) tops.push_back(entry(t.token, t.logprob));
+            e["top_logprobs"] = tops;
+            content.push_back(std::move(e));
+        }
+        return json{{"content", content}};
+    }
+    json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+    for (size_t k = from; k < to; ++k) {
+        std::string piece = b.token_piece(c.tokens[k]);
+        tokens.push_back(piece);
+        lps.push_back(c.logprobs[k]);
+        // Keys must be valid UTF-8: a piece that splits a character gets U+FFFD.
+        json t = json::object();
+        for (const auto& x : c.top_logprobs[k]) t[valid_utf8(b.token_piece(x.token))] = x.logprob;
+        tops.push_back(std::move(t));
+        offsets.push_back(offset);
+        offset += piece.size();
+    }
+    return json{{"tokens", tokens},
+                {"token_logprobs", lps},
+                {"top_logprobs", tops},
+                {"text_offset", offsets}};
+}
+
+json full_response(const GenRequest& r, const Backend& b, const std::string& id, int64_t created,
+                   const std::string& model, const std::vector<Choice>& choices, const Usage& u) {
+    json cs = json::array();
+    for (size_t k = 0; k < choices.size(); ++k) {
+        const Choice& c = choices[k];
+        json lp = r.logprobs ? logprobs_json(r.kind, b, c, 0, c.tokens.size(), 0) : json(nullptr);
+        const char* fr = engine::finish_reason_name(c.finish);
+        if (r.kind == Endpoint::Chat) {
+            cs.push_back({{"index", k},
+                          {"message", {{"role", "assistant"}, {"content", c.text}}},
+                          {"logprobs", lp},
+                          {"finish_reason", fr}});
+        } else {
+            std::string text = c.text;
+            if (r.echo) text = r.prompt_texts[k / size_t(r.params.n)] + text;
+            cs.push_back({{"index", k}, {"text", text}, {"logprobs", lp}, {"finish_reason", fr}});
+        }
+    }
+    return json{{"id", id},
+                {"object", r.kind == Endpoint::Chat ? "chat.completion" : "text_completion"},
+                {"created", created},
+                {"model", model},
+                {"choices", cs},
+                {"usage", usage_json(u)}};
+}
+
+json stream_chunk(const GenRequest& r, const std::string& id, int64_t created,
+                  const std::string& model, int index, const std::string& text, bool first,
+                  const json& logprobs, engine::FinishReason finish) {
+    json fr = finish == engine::FinishReason::None ? json(nullptr)
+                                                   : json(engine::finish_reason_name(finish));
+    json choice;
+    if (r.kind == Endpoint::Chat) {
+        json delta = json::object();
+        if (first) delta["role"] = "assistant";
+        if (!text.empty() || (first && finish == engine::FinishReason::None))
+            delta["content"] = text;
+        choice = {
+            {"index", index}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", fr}};
+    } else {
+        choice = {{"index", index}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", fr}};
+    }
+    json j = {{"id", id},
+              {"object", r.kind == Endpoint::Chat ? "chat.completion.chunk" : "text_completion"},
+              {"created", created},
+              {"model", model},
+              {"choices", json::array({choice})}};
+    if (r.include_usage) j["usage"] = nullptr;
+    return j;
+}
+
+json usage_chunk(const GenRequest& r, const std::string& id, int64_t created,
+                 const std::string& model, const Usage& u) {
+    return json{{"id", id},
+                {"object", r.kind == Endpoint::Chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created},
+                {"model", model},
+                {"choices", json::array()},
+                {"usage", usage_json(u)}};
+}
+
+}  // namespace ferry::server

@@ -1,0 +1,99 @@
+// The OpenAI wire format: request bodies parsed and validated into engine::RequestParams, and
+// responses, stream chunks and errors rendered in the shapes the official clients expect.
+// Validation is strict on types and ranges (a wrong type is a 400 naming the field) and lax
+// on unknown fields, which clients send freely.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/request.h"
+#include "server/backend.h"
+
+namespace ferry::server {
+
+using json = nlohmann::json;
+
+struct ApiError {
+    int status = 400;
+    std::string message;
+    std::string type = "invalid_request_error";
+    std::string param;  // the offending field, when there is one
+    std::string code;
+};
+ApiError bad_request(std::string message, std::string param = {});
+// {"error": {"message", "type", "param", "code"}} as OpenAI sends it.
+std::string error_body(const ApiError& e);
+
+// Nesting deeper than this is refused before the JSON parser sees it, so no hostile body can
+// make parsing, copying or destroying a document recurse deeply.
+constexpr int kMaxJsonDepth = 64;
+// Parses a request body; errors are 400s that say what is wrong with the JSON.
+std::optional<json> parse_body(const std::string& body, ApiError& err);
+
+enum class Endpoint { Completions, Chat };
+
+struct GenRequest {
+    Endpoint kind = Endpoint::Completions;
+    std::string model;
+    std::vector<std::vector<int32_t>> prompts;  // token ids, one entry per prompt
+    std::vector<std::string> prompt_texts;      // for echo
+    engine::RequestParams params;
+    bool stream = false;
+    bool include_usage = false;
+    bool logprobs = false;
+    bool echo = false;
+};
+
+// Validates a /v1/completions or /v1/chat/completions body against the served model and the
+// context length. `model_names`: every name the served model answers to (the first is its id).
+std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, const Backend& backend,
+                                           const std::vector<std::string>& model_names,
+                                           ApiError& err);
+
+// The state of one choice while its tokens arrive.
+struct Choice {
+    std::string text;
+    std::vector<int32_t> tokens;
+    std::vector<float> logprobs;
+    std::vector<std::vector<engine::TokenLogprob>> top_logprobs;
+    engine::FinishReason finish = engine::FinishReason::None;
+    int completion_tokens = 0;
+    bool started = false;  // chat streams send the assistant role once
+};
+
+struct Usage {
+    int prompt_tokens = 0;
+    int completion_tokens = 0;
+    int cached_tokens = 0;
+};
+json usage_json(const Usage& u);
+
+// Logprobs of tokens [from, to) of a choice in the endpoint's shape; text_offset starts at
+// `offset` (completions only).
+json logprobs_json(Endpoint kind, const Backend& b, const Choice& c, size_t from, size_t to,
+                   size_t offset);
+
+// A whole non-streaming response.
+json full_response(const GenRequest& r, const Backend& b, const std::string& id, int64_t created,
+                   const std::string& model, const std::vector<Choice>& choices, const Usage& u);
+
+// One streamed chunk for choice `index` carrying `text` (and, when set, its logprobs and
+// finish reason); `first` adds the assistant role to a chat delta.
+json stream_chunk(const GenRequest& r, const std::string& id, int64_t created,
+                  const std::string& model, int index, const std::string& text, bool first,
+                  const json& logprobs, engine::FinishReason finish);
+// The closing chunk of include_usage: no choices, only usage.
+json usage_chunk(const GenRequest& r, const std::string& id, int64_t created,
+                 const std::string& model, const Usage& u);
+
+// json::dump that never throws on invalid UTF-8 (token pieces can split a character).
+std::string dump(const json& j);
+// The string with any invalid UTF-8 replaced by U+FFFD, safe as a JSON object key.
+std::string valid_utf8(const std::string& s);
+
+}  // namespace ferry::server

@@ -1,0 +1,106 @@
+#include "server/prometheus.h"
+
+#include <fmt/format.h>
+
+namespace ferry::server {
+
+namespace {
+
+std::string escape_label(const std::string& v) {
+    std::string out;
+    for (char c : v) {
+        if (c == '\\' || c == '"')
+            out += '\\', out += c;
+        else if (c == '\n')
+            out += "\\n";
+        else
+            out += c;
+    }
+    return out;
+}
+
+std::string num(double v) {
+    return fmt::format("{}", v);
+}
+
+struct Writer {
+    std::string out;
+    std::string label;  // model_name="..."
+
+    void head(const char* name, const char* type, const char* help) {
+        out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+    }
+    void sample(const char* name, double v, const std::string& extra = {}) {
+        out += fmt::format("{}{{{}{}}} {}\n", name, label, extra, num(v));
+    }
+    void gauge(const char* name, double v, const char* help) {
+        head(name, "gauge", help);
+        sample(name, v);
+    }
+    void counter(const char* name, double v, const char* help) {
+        head(name, "counter", help);
+        sample(name, v);
+    }
+    void histogram(const char* name, const engine::Histogram& h, const char* help) {
+        head(name, "histogram", help);
+        uint64_t cum = 0;
+        for (size_t i = 0; i < h.bounds.size(); ++i) {
+            cum += i < h.counts.size() ? h.counts[i] : 0;
+            out +=
+                fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", name, label, num(h.bounds[i]), cum);
+        }
+        out += fmt::format("{}_bucket{{{},le=\"+Inf\"}} {}\n", name, label, h.count);
+        out += fmt::format("{}_sum{{{}}} {}\n", name, label, num(h.sum));
+        out += fmt::format("{}_count{{{}}} {}\n", name, label, h.count);
+    }
+};
+
+}  // namespace
+
+std::string render_prometheus(const engine::EngineMetrics& m, const ServerCounters& s,
+                              const std::string& model_name) {
+    Writer w;
+    w.label = fmt::format("model_name=\"{}\"", escape_label(model_name));
+    w.gauge("ferry:num_requests_running", m.running, "Requests in the running batch.");
+    w.gauge("ferry:num_requests_waiting", m.waiting, "Requests waiting to be scheduled.");
+    w.gauge("ferry:kv_cache_usage_perc", m.kv_usage(),
+            "Fraction of KV-cache blocks referenced by live requests (1 = full).");
+    w.gauge("ferry:kv_cache_used_blocks", double(m.kv_blocks_used),
+            "KV-cache blocks referenced by live requests.");
+    w.gauge("ferry:kv_cache_cached_blocks", double(m.kv_blocks_cached),
+            "Unreferenced KV-cache blocks kept for prefix reuse (evictable).");
+    w.gauge("ferry:kv_cache_total_blocks", double(m.kv_blocks_total),
+            "KV-cache blocks in the pool.");
+    w.counter("ferry:prefix_cache_queries_total", double(m.prefix_query_tokens),
+              "Prompt tokens looked up in the prefix cache.");
+    w.counter("ferry:prefix_cache_hits_total", double(m.prefix_hit_tokens),
+              "Prompt tokens found in the prefix cache.");
+    w.counter("ferry:prompt_tokens_total", double(m.prompt_tokens_total),
+              "Prompt tokens processed.");
+    w.counter("ferry:generation_tokens_total", double(m.generation_tokens_total),
+              "Tokens generated.");
+    w.head("ferry:request_success_total", "counter", "Finished requests by finish reason.");
+    for (const char* r : {"stop", "length", "abort"}) {
+        auto it = m.finished.find(r);
+        w.sample("ferry:request_success_total", it == m.finished.end() ? 0 : double(it->second),
+                 fmt::format(",finished_reason=\"{}\"", r));
+    }
+    for (const auto& [r, n] : m.finished)
+        if (r != "stop" && r != "length" && r != "abort")
+            w.sample("ferry:request_success_total", double(n),
+                     fmt::format(",finished_reason=\"{}\"", escape_label(r)));
+    w.counter("ferry:num_preemptions_total", double(m.preemptions), "Preempted sequences.");
+    w.histogram("ferry:time_to_first_token_seconds", m.ttft, "Time to first token.");
+    w.histogram("ferry:inter_token_latency_seconds", m.itl, "Time between generated tokens.");
+    w.histogram("ferry:e2e_request_latency_seconds", m.e2e, "End-to-end request latency.");
+    w.histogram("ferry:request_queue_time_seconds", m.queue, "Time spent waiting to be scheduled.");
+    w.gauge("ferry:http_connections_open", double(s.connections_open), "Open HTTP connections.");
+    w.counter("ferry:http_requests_total", double(s.http_requests), "HTTP requests handled.");
+    w.counter("ferry:http_rejected_queue_full_total", double(s.rejected_queue_full),
+              "Generation requests refused with 429 because the waiting queue was full.");
+    w.counter("ferry:http_client_disconnects_total", double(s.client_disconnects),
+              "Generation requests aborted because the client went away.");
+    return std::move(w.out);
+}
+
+}  // namespace ferry::server

@@ -1,0 +1,161 @@
+// The OpenAI request validation and response shapes, against a fake backend (no model).
+#include <gtest/gtest.h>
+
+#include "server/auth.h"
+#include "server/openai_schema.h"
+#include "server/prometheus.h"
+#include "server/sse.h"
+
+namespace ferry::server {
+namespace {
+
+// One token per byte (id = byte + 1), so lengths are easy to reason about.
+class ByteBackend : public Backend {
+  public:
+    Expected<engine::RequestId> add_request(std::vector<int32_t>, engine::RequestParams,
+                                            engine::TokenCallback) override {
+        return engine::RequestId{1};
+    }
+    void abort(engine::RequestId) override {}
+    void abort_all() override {}
+    engine::EngineMetrics metrics() const override { return {}; }
+    int max_model_len() const override { return 64; }
+    int n_vocab() const override { return 257; }
+    std::vector<int32_t> encode(std::string_view t, bool) const override {
+        std::vector<int32_t> ids;
+        for (unsigned char c : t) ids.push_back(int32_t(c) + 1);
+        return ids;
+    }
+    std::string decode(std::span<const int32_t> ids) const override {
+        std::string s;
+        for (auto i : ids) s += char(i - 1);
+        return s;
+    }
+    std::string token_piece(int32_t id) const override { return std::string(1, char(id - 1)); }
+    Expected<std::string> apply_chat(const std::vector<tokenizer::ChatMessage>& m) const override {
+        std::string s;
+        for (const auto& x : m) s += x.role + ":" + x.content + "\n";
+        return s;
+    }
+};
+
+std::optional<GenRequest> parse(const std::string& body, Endpoint kind, ApiError& err) {
+    ByteBackend b;
+    auto j = parse_body(body, err);
+    if (!j) return std::nullopt;
+    return parse_generation(*j, kind, b, {"m", "alias"}, err);
+}
+
+TEST(ServerSchema, CompletionDefaultsAndParams) {
+    ApiError err;
+    auto r = parse(R"({"model":"m","prompt":"hi","temperature":0,"seed":7,"n":2,"stop":"x",
+                      "max_tokens":5,"logprobs":2,"top_k":-1,"ignore_eos":true})",
+                   Endpoint::Completions, err);
+    ASSERT_TRUE(r) << err.message;
+    EXPECT_EQ(r->prompts.size(), 1u);
+    EXPECT_EQ(r->prompts[0].size(), 2u);
+    EXPECT_EQ(r->params.n, 2);
+    EXPECT_EQ(r->params.max_tokens, 5);
+    EXPECT_EQ(r->params.stop, std::vector<std::string>{"x"});
+    EXPECT_EQ(r->params.top_logprobs, 2);
+    EXPECT_TRUE(r->params.sampling.has_seed);
+    EXPECT_EQ(r->params.sampling.top_k, 0);
+    EXPECT_TRUE(r->params.ignore_eos);
+    auto d = parse(R"({"prompt":[[1,2],[3]]})", Endpoint::Completions, err);
+    ASSERT_TRUE(d) << err.message;
+    EXPECT_EQ(d->prompts.size(), 2u);
+    EXPECT_EQ(d->params.max_tokens, 16);
+}
+
+TEST(ServerSchema, ErrorsNameTheField) {
+    struct Case {
+        const char* body;
+        int status;
+        const char* param;
+    };
+    const Case cases[] = {
+        {R"({"prompt":"hi","temperature":"hot"})", 400, "temperature"},
+        {R"({"prompt":"hi","temperature":3})", 400, "temperature"},
+        {R"({"prompt":"hi","n":0})", 400, "n"},
+        {R"({"prompt":"hi","max_tokens":1.5})", 400, "max_tokens"},
+        {R"({"prompt":"hi","max_tokens":1e300})", 400, "max_tokens"},
+        {R"({"prompt":"hi","max_tokens":100})", 400, "max_tokens"},
+        {R"({"prompt":[1,2,999]})", 400, "prompt"},
+        {R"({"prompt":"hi","model":"other"})", 404, "model"},
+        {R"({"prompt":"hi","stop":[1]})", 400, "stop"},
+        {R"({"prompt":"hi","stream_options":{"include_usage":true}})", 400, "stream_options"},
+        {R"({"temperature":1})", 400, "prompt"},
+    };
+    for (const auto& c : cases) {
+        ApiError err;
+        EXPECT_FALSE(parse(c.body, Endpoint::Completions, err)) << c.body;
+        EXPECT_EQ(err.status, c.status) << c.body;
+        EXPECT_EQ(err.param, c.param) << c.body;
+    }
+    ApiError err;
+    std::string long_prompt(100, 'a');
+    EXPECT_FALSE(parse(R"({"prompt":")" + long_prompt + "\"}", Endpoint::Completions, err));
+    EXPECT_NE(err.message.find("100 tokens"), std::string::npos) << err.message;
+    EXPECT_FALSE(parse(R"({"messages":[{"role":"robot","content":"x"}]})", Endpoint::Chat, err));
+    EXPECT_FALSE(parse(R"({"messages":[]})", Endpoint::Chat, err));
+    EXPECT_FALSE(parse(std::string(100, '[') + std::string(100, ']'), Endpoint::Chat, err));
+    EXPECT_FALSE(parse("{\"prompt\":\"\xff\"}", Endpoint::Completions, err));
+    EXPECT_FALSE(parse("{\"prompt\":", Endpoint::Completions, err));
+    EXPECT_FALSE(parse("[]", Endpoint::Completions, err));
+}
+
+TEST(ServerSchema, ChatShapes) {
+    ApiError err;
+    auto r = parse(R"({"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],
+                      "logprobs":true,"top_logprobs":1,"stream":true,
+                      "stream_options":{"include_usage":true}})",
+                   Endpoint::Chat, err);
+    ASSERT_TRUE(r) << err.message;
+    EXPECT_EQ(r->prompt_texts[0], "user:hi\n");
+    EXPECT_EQ(r->params.top_logprobs, 1);
+    EXPECT_EQ(r->params.max_tokens, 64 - 8);
+    ByteBackend b;
+    Choice c;
+    c.text = "ok";
+    c.tokens = {'o' + 1, 'k' + 1};
+    c.logprobs = {-0.5f, -0.25f};
+    c.top_logprobs = {{{'o' + 1, -0.5f}}, {{'k' + 1, -0.25f}}};
+    c.finish = engine::FinishReason::Length;
+    json full = full_response(*r, b, "id", 1, "m", {c}, Usage{8, 2, 0});
+    EXPECT_EQ(full["choices"][0]["message"]["content"], "ok");
+    EXPECT_EQ(full["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(full["choices"][0]["logprobs"]["content"][1]["token"], "k");
+    EXPECT_EQ(full["usage"]["total_tokens"], 10);
+    json chunk = stream_chunk(*r, "id", 1, "m", 0, "o", true, nullptr, engine::FinishReason::None);
+    EXPECT_EQ(chunk["choices"][0]["delta"]["role"], "assistant");
+    EXPECT_TRUE(chunk["usage"].is_null());
+    EXPECT_EQ(sse_event("x"), "data: x\n\n");
+}
+
+TEST(ServerAuth, Bearer) {
+    EXPECT_TRUE(authorized("", ""));
+    EXPECT_TRUE(authorized("Bearer k1", "k1"));
+    EXPECT_TRUE(authorized("bearer  k1 ", "k1"));
+    EXPECT_FALSE(authorized("Bearer k2", "k1"));
+    EXPECT_FALSE(authorized("k1", "k1"));
+    EXPECT_FALSE(authorized("", "k1"));
+}
+
+TEST(ServerPrometheus, NamesAndHistogram) {
+    engine::EngineMetrics m;
+    m.running = 3;
+    m.finished["stop"] = 2;
+    m.ttft.observe(0.01);
+    std::string t = render_prometheus(m, {}, "mod\"el");
+    EXPECT_NE(t.find("ferry:num_requests_running{model_name=\"mod\\\"el\"} 3"), std::string::npos)
+        << t;
+    EXPECT_NE(
+        t.find("ferry:request_success_total{model_name=\"mod\\\"el\",finished_reason=\"stop\"} 2"),
+        std::string::npos);
+    EXPECT_NE(t.find("ferry:time_to_first_token_seconds_count{model_name=\"mod\\\"el\"} 1"),
+              std::string::npos);
+    EXPECT_NE(t.find("# TYPE ferry:e2e_request_latency_seconds histogram"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ferry::server
