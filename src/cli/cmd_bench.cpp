@@ -14,6 +14,8 @@
 #include "core/machine_probe.h"
 #include "core/progress.h"
 #include "engine/generator.h"
+#include "plan/bottleneck.h"
+#include "plan/roofline.h"
 
 namespace ferry::cli {
 namespace {
@@ -76,8 +78,10 @@ void bench_decode(const DecodeBenchOptions& o) {
     auto prompt = bench_prompt(o, lm, std::max(ctx, o.prompt_tokens + o.gen_tokens));
     const int run_ctx = static_cast<int>(prompt.size()) + o.gen_tokens;
 
-    if (!o.json) std::fprintf(stderr, "measuring read bandwidth ...\n");
+    if (!o.json)
+        std::fprintf(stderr, "measuring this machine's read bandwidth and peak FLOP/s ...\n");
     const double bw = measure_read_bandwidth_gbs(threads);
+    const double peak_gflops = measure_peak_gflops_f32(threads);
 
     engine::Generator gen(*lm.model, threads, run_ctx);
     engine::SamplingParams greedy;
@@ -117,6 +121,23 @@ void bench_decode(const DecodeBenchOptions& o) {
         {"roofline_decode_tokens_per_s", roofline},
         {"roofline_fraction", dc.median / roofline},
     };
+    // Where each phase sits under the roofline (plan/bottleneck): bytes and FLOPs per token
+    // from the model's size, time from the medians above.
+    const auto& cfg = lm.model->config();
+    const int64_t params = lm.model->parameter_count();
+    const double kv_per_token = static_cast<double>(cfg.kv_bytes_per_token(sizeof(float)));
+    const auto pre_cost = plan::prefill_cost(params, wbytes, static_cast<int64_t>(prompt.size()));
+    const auto dec_cost = plan::decode_step_cost(
+        params, wbytes, kv_per_token, 1, static_cast<int64_t>(prompt.size()) + o.gen_tokens / 2);
+    const plan::BottleneckReport phases[] = {
+        plan::analyze_bottleneck({"prefill", pre_cost.bytes, pre_cost.flops,
+                                  pf.median > 0 ? double(prompt.size()) / pf.median : 0, bw,
+                                  peak_gflops}),
+        plan::analyze_bottleneck(
+            {"decode", dec_cost.bytes, dec_cost.flops, tp.median / 1e3, bw, peak_gflops}),
+    };
+    j["peak_gflops"] = peak_gflops;
+    for (const auto& ph : phases) j["bottleneck"][ph.phase] = ph.to_json();
     for (auto [key, s] :
          {std::pair{"prefill_tokens_per_s", pf}, std::pair{"decode_tokens_per_s", dc},
           std::pair{"ttft_ms", tt}, std::pair{"tpot_ms", tp}})
@@ -136,6 +157,9 @@ void bench_decode(const DecodeBenchOptions& o) {
                 dc.max, tp.median);
     std::printf("roofline   %.1f GB/s read / %.1f MiB per token = %.1f tok/s; decode at %.0f %%\n",
                 bw, wbytes / 1048576.0, roofline, 100.0 * dc.median / roofline);
+    for (const auto& ph : phases)
+        std::printf("bound      %s (%.1f GB/s, %.1f GFLOP/s achieved)\n", ph.sentence.c_str(),
+                    ph.achieved_gbs, ph.achieved_gflops);
 }
 
 }  // namespace

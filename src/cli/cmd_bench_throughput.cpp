@@ -13,7 +13,9 @@
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/model_options.h"
+#include "core/machine_probe.h"
 #include "core/progress.h"
+#include "plan/bottleneck.h"
 
 namespace ferry::cli {
 namespace {
@@ -123,8 +125,13 @@ nlohmann::json to_json(const Stats& s) {
     return {{"mean", s.mean}, {"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}};
 }
 
+struct Peaks {
+    double gbs = 0, gflops = 0;
+};
+
 nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineConfig& cfg,
-                            const std::vector<Item>& items, const std::string& label, bool quiet) {
+                            const std::vector<Item>& items, const std::string& label, bool quiet,
+                            const Peaks& peaks) {
     engine::Engine eng(lm, cfg);
     engine::RequestParams base;
     base.sampling.temperature = 0;
@@ -171,8 +178,14 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
         ttft.push_back(r.ttft_s * 1e3);
         if (!r.itl_s.empty()) tpot.push_back(r.tpot_s() * 1e3);
     }
+    // Every step reads all weights once and does 2 x params FLOPs per token it runs.
+    const double bytes = double(m.steps) * double(lm.model->weight_bytes_per_token());
+    const double flops = 2.0 * double(lm.model->parameter_count()) * double(m.batched_tokens_total);
+    const auto bound =
+        plan::analyze_bottleneck({"throughput", bytes, flops, wall, peaks.gbs, peaks.gflops});
     return {
         {"label", label},
+        {"bottleneck", bound.to_json()},
         {"requests", finished.size()},
         {"duration_s", wall},
         {"requests_per_s", double(finished.size()) / wall},
@@ -207,10 +220,14 @@ void bench_throughput(const ThroughputOptions& o) {
     const int max_len = o.model.resolved_ctx(lm);
     const auto items = make_workload(o, lm, max_len);
     const auto cfg = o.engine.resolved(o.model.resolved_threads(), max_len);
+    if (!o.json)
+        std::fprintf(stderr, "measuring this machine's read bandwidth and peak FLOP/s ...\n");
+    const Peaks peaks{measure_read_bandwidth_gbs(cfg.n_threads),
+                      measure_peak_gflops_f32(cfg.n_threads)};
 
     std::vector<nlohmann::json> rows;
     if (!o.compare) {
-        rows.push_back(run_workload(lm, cfg, items, "as configured", o.json));
+        rows.push_back(run_workload(lm, cfg, items, "as configured", o.json, peaks));
     } else {
         using C = engine::EngineConfig;
         auto with = [&](auto change) {
@@ -218,13 +235,14 @@ void bench_throughput(const ThroughputOptions& o) {
             change(c);
             return c;
         };
-        rows.push_back(run_workload(lm, with([](C&) {}), items, "continuous+paged+prefix", o.json));
+        rows.push_back(
+            run_workload(lm, with([](C&) {}), items, "continuous+paged+prefix", o.json, peaks));
         rows.push_back(run_workload(lm, with([](C& c) { c.batching = C::Batching::Static; }), items,
-                                    "static batching", o.json));
+                                    "static batching", o.json, peaks));
         rows.push_back(run_workload(lm, with([](C& c) { c.kv_layout = C::KvLayout::Contiguous; }),
-                                    items, "contiguous kv", o.json));
+                                    items, "contiguous kv", o.json, peaks));
         rows.push_back(run_workload(lm, with([](C& c) { c.prefix_cache = false; }), items,
-                                    "prefix cache off", o.json));
+                                    "prefix cache off", o.json, peaks));
     }
     if (o.json) {
         nlohmann::json j = o.compare ? nlohmann::json{{"runs", rows}} : rows.front();
@@ -240,6 +258,9 @@ void bench_throughput(const ThroughputOptions& o) {
                 "tot tok/s", "ttft p50", "ttft p99", "tpot p50", "kv waste", "peak kv", "preem",
                 "prefix");
     for (const auto& r : rows) print_row(r);
+    for (const auto& r : rows)
+        std::printf("%-22s %s\n", r["label"].get<std::string>().c_str(),
+                    r["bottleneck"]["summary"].get<std::string>().c_str());
 }
 
 }  // namespace
