@@ -271,3 +271,32 @@ TEST(Engine, RejectsBadRequestsWithoutSideEffects) {
     while (q.has_work()) q.step();
     expect_all_free(q);
 }
+
+// Continuous batching may only be invisible if a sequence's logits do not depend on what else
+// is in the batch, to the bit: with 8-bit activations a one-ulp change can flip a rounding
+// and, a few layers later, a greedy pick.
+TEST(Engine, ForwardIsBatchInvariant) {
+    const auto& m = *model().model;
+    const auto& tok = *model().tokenizer;
+    ferry::ThreadPool pool(2);
+    ferry::kv::KvStore store(m.config().n_layer, 32, 16, m.config().kv_dim());
+    const auto a = tok.encode("The capital of France is", false, false);
+    const auto b = tok.encode("Once upon a time there was a little", false, false);
+    const int n_vocab = m.config().n_vocab;
+    std::vector<float> alone;
+    for (int n : {1, 2, 3, 6, 11}) {
+        std::vector<int32_t> tokens = a;
+        std::vector<std::vector<int32_t>> tables(n);
+        std::vector<ferry::model::LlamaModel::BatchSeq> seqs;
+        for (int i = 0; i < n; ++i) {
+            tables[i] = {i};
+            if (i > 0) tokens.insert(tokens.end(), b.begin(), b.end());
+            seqs.push_back({0, int(i ? b.size() : a.size()), {tables[i].data(), 1}, 1});
+        }
+        std::vector<float> logits(size_t(n) * n_vocab);
+        m.forward(tokens, seqs, store, logits.data(), pool);
+        if (alone.empty()) alone.assign(logits.begin(), logits.begin() + n_vocab);
+        for (int v = 0; v < n_vocab; ++v)
+            ASSERT_EQ(alone[v], logits[v]) << "batch of " << n << ", logit " << v;
+    }
+}
