@@ -39,8 +39,10 @@ setup_venv() {
     echo "gen-golden: creating $venv (builds llama.cpp from source, this takes a while) ..." >&2
     "$py" -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check --upgrade pip >&2
+    # llama-cpp-python's own dependencies are pinned too (none of them touches the numbers)
     "$venv/bin/pip" install --quiet --disable-pip-version-check \
-        "numpy==$NUMPY_VERSION" "gguf==$GGUF_VERSION" >&2
+        "numpy==$NUMPY_VERSION" "gguf==$GGUF_VERSION" \
+        typing-extensions==4.16.0 diskcache==5.6.3 jinja2==3.1.6 MarkupSafe==3.0.4 >&2
     local t0=$SECONDS
     CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
 -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_OPENMP=OFF -DGGML_BLAS=OFF \

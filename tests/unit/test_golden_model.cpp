@@ -5,10 +5,14 @@
 // Why the tolerances are what they are: the two references themselves differ by up to 1.15 in
 // a logit (RMS up to 0.39) on these prompts, because llama.cpp quantizes activations to 8 bits
 // before its Q4_1/Q8_0 dot products and keeps the KV cache in f16, while the NumPy reference is
-// exact. ferry sits between them, so we allow a max abs diff of 1.5 and an RMS of 0.5 against
-// each — far below what a real bug gives (a wrong rope style moves logits by ~10, a wrong
-// norm epsilon or head grouping by more). The argmax must be llama.cpp's, unless llama.cpp's
-// own top-1/top-2 margin is inside that noise, when ferry's pick must be one of its top two.
+// exact (float64 over gguf-py's dequantized weights). ferry computes in float32 with float
+// activations by default, so against the exact reference it must agree to 0.01 (measured:
+// under 1e-4; f32 rounding alone is ~5e-5). Against llama.cpp we allow what separates the two
+// references: max abs diff 1.5, RMS 0.5 — far below what a real bug gives (the wrong rope
+// style moves logits by ~10). The argmax must be llama.cpp's, unless llama.cpp's own
+// top-1/top-2 margin is inside that noise, when ferry's pick must be one of its top two.
+// With FERRY_ACT_QUANT=1 (8-bit activations, like llama.cpp) the exact bound becomes the
+// llama.cpp one.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +22,7 @@
 
 #include "engine/generator.h"
 #include "engine/loaded_model.h"
+#include "kernels/kernels.h"
 #include "test_util.h"
 
 using ferry::engine::Generator;
@@ -26,6 +31,7 @@ using ferry::engine::LoadedModel;
 namespace {
 
 constexpr float kMaxAbs = 1.5f;
+constexpr float kMaxAbsExact = 0.01f;
 constexpr float kMaxRms = 0.5f;
 constexpr float kNoiseMargin = 0.5f;  // a top-1/top-2 gap below this is within numeric noise
 
@@ -94,8 +100,9 @@ TEST(GoldenModel, FinalLogitsMatchLlamaCppAndExactReference) {
         const Diff dl = diff(*logits, ref), dx = diff(*logits, exact);
         EXPECT_LE(dl.max_abs, kMaxAbs) << name << " vs llama.cpp";
         EXPECT_LE(dl.rms, kMaxRms) << name << " vs llama.cpp";
-        EXPECT_LE(dx.max_abs, kMaxAbs) << name << " vs exact";
-        EXPECT_LE(dx.rms, kMaxRms) << name << " vs exact";
+        const bool exact_math = !ferry::kernels::activation_quantization_enabled();
+        EXPECT_LE(dx.max_abs, exact_math ? kMaxAbsExact : kMaxAbs) << name << " vs exact";
+        EXPECT_LE(dx.rms, exact_math ? kMaxAbsExact : kMaxRms) << name << " vs exact";
 
         const int top = argmax(*logits);
         const auto top10 = p["top10"].get<std::vector<int>>();
@@ -137,6 +144,11 @@ TEST(GoldenModel, GreedyContinuationsMatchLlamaCpp) {
                 return model().tokenizer->is_eog(t);
             });
         ASSERT_TRUE(st.ok());
+        // With float activations ferry computes what the exact reference computes: its greedy
+        // text must be the reference's to the token (its smallest top-2 gap is ~100x the
+        // float32 rounding error).
+        if (!ferry::kernels::activation_quantization_enabled() && c.contains("numpy_ids"))
+            EXPECT_EQ(got, c["numpy_ids"].get<std::vector<int32_t>>()) << name << " vs exact";
         size_t k = 0;
         while (k < want.size() && k < got.size() && got[k] == want[k]) ++k;
         ++total;
