@@ -20,62 +20,81 @@ inline void cpu_relax() {
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
-    for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
+    for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this] { worker(); });
 }
 
 ThreadPool::~ThreadPool() {
     {
         std::lock_guard lock(mu_);
         stop_.store(true);
-        generation_.fetch_add(1);
+        epoch_.fetch_add(2);
     }
     cv_.notify_all();
     for (auto& t : threads_) t.join();
 }
 
-void ThreadPool::run(const std::function<void(int, int)>& fn) {
-    if (n_threads_ == 1) {
-        fn(0, 1);
-        return;
-    }
-    {
-        std::lock_guard lock(mu_);
-        job_ = &fn;
-        pending_.store(n_threads_ - 1);
-        generation_.fetch_add(1, std::memory_order_release);
-    }
-    cv_.notify_all();
-    fn(0, n_threads_);
-    for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
-        if (spins < kSpinIterations)
-            cpu_relax();
-        else
-            std::this_thread::yield();
+// Claims and runs tasks of the open loop until none are left.
+void ThreadPool::drain() {
+    for (;;) {
+        const int64_t t = next_task_.fetch_add(1, std::memory_order_relaxed);
+        if (t >= n_tasks_) return;
+        (*job_)(t);
+        done_tasks_.fetch_add(1, std::memory_order_release);
     }
 }
 
-void ThreadPool::worker(int index) {
-    uint64_t seen = 0;
+void ThreadPool::run_tasks(int64_t n_tasks, const std::function<void(int64_t)>& fn) {
+    if (n_tasks <= 0) return;
+    if (n_threads_ == 1 || n_tasks == 1) {
+        for (int64_t t = 0; t < n_tasks; ++t) fn(t);
+        return;
+    }
+    job_ = &fn;
+    n_tasks_ = n_tasks;
+    next_task_.store(0, std::memory_order_relaxed);
+    done_tasks_.store(0, std::memory_order_relaxed);
+    {
+        // Under the lock so a worker between its last check and cv_.wait cannot miss it.
+        std::lock_guard lock(mu_);
+        epoch_.fetch_add(1, std::memory_order_seq_cst);  // odd -> even: open
+    }
+    cv_.notify_all();
+    drain();
+    while (done_tasks_.load(std::memory_order_acquire) != n_tasks) cpu_relax();
+    // Close the loop, then wait for workers that joined it to leave; one that joins after
+    // the close sees it and never touches job_.
+    epoch_.fetch_add(1, std::memory_order_seq_cst);
+    while (active_.load(std::memory_order_seq_cst) != 0) cpu_relax();
+}
+
+void ThreadPool::run(const std::function<void(int, int)>& fn) {
+    const int n = n_threads_;
+    run_tasks(n, [&](int64_t t) { fn(static_cast<int>(t), n); });
+}
+
+void ThreadPool::worker() {
+    uint64_t seen = epoch_.load();
     for (;;) {
         // Spin first: the next loop of a forward pass usually arrives within microseconds.
-        int spins = 0;
-        while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinIterations) {
+        uint64_t e = epoch_.load(std::memory_order_acquire);
+        for (int spins = 0; (e == seen || (e & 1)) && spins < kSpinIterations; ++spins) {
             cpu_relax();
-            ++spins;
+            e = epoch_.load(std::memory_order_acquire);
         }
-        if (generation_.load(std::memory_order_acquire) == seen) {
+        if (e == seen || (e & 1)) {
             std::unique_lock lock(mu_);
-            cv_.wait(lock, [&] { return generation_.load() != seen; });
+            cv_.wait(lock, [&] {
+                const uint64_t x = epoch_.load();
+                return stop_.load() || (x != seen && !(x & 1));
+            });
+            e = epoch_.load();
         }
-        seen = generation_.load(std::memory_order_acquire);
         if (stop_.load()) return;
-        const std::function<void(int, int)>* job;
-        {
-            std::lock_guard lock(mu_);
-            job = job_;
-        }
-        (*job)(index, n_threads_);
-        pending_.fetch_sub(1, std::memory_order_acq_rel);
+        if (e & 1) continue;  // that loop closed while we woke; wait for the next
+        seen = e;
+        active_.fetch_add(1, std::memory_order_seq_cst);
+        if (epoch_.load(std::memory_order_seq_cst) == e) drain();
+        active_.fetch_sub(1, std::memory_order_seq_cst);
     }
 }
 
@@ -89,8 +108,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
         fn(0, n);
         return;
     }
-    run([&](int t, int) {
-        if (t >= used) return;
+    run_tasks(used, [&](int64_t t) {
         const int64_t begin = std::min(n, (n_chunks * t / used) * grain);
         const int64_t end = std::min(n, (n_chunks * (t + 1) / used) * grain);
         if (begin < end) fn(begin, end);

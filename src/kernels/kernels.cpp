@@ -1,11 +1,14 @@
 #include "kernels/kernels.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "kernels/cpu/reference.h"
+#include "kernels/cpu/simd.h"
 #include "quant/dequantize.h"
 
 namespace ferry::kernels {
@@ -14,10 +17,14 @@ namespace {
 CpuLevel detect() {
 #if defined(__x86_64__)
     __builtin_cpu_init();
+    // The AVX-512 level's integer dot products are VNNI; without it AVX2's maddubs is as good.
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl"))
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vnni"))
         return CpuLevel::AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return CpuLevel::AVX2;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        return CpuLevel::AVX2;
 #endif
     return CpuLevel::Scalar;
 }
@@ -36,7 +43,80 @@ CpuLevel initial_level() {
 
 CpuLevel g_level = initial_level();
 
+const LevelKernels* table() {
+    switch (g_level) {
+        case CpuLevel::AVX512:
+            return avx512_kernels();
+        case CpuLevel::AVX2:
+            return avx2_kernels();
+        default:
+            return nullptr;
+    }
+}
+
+void reference_rows(const Weight& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
+                    int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* row = w.row(r);
+        for (int64_t t = 0; t < n_tokens; ++t)
+            y[t * ldy + r] = ref::vec_dot(w.type, row, x + t * w.cols, w.cols);
+    }
+}
+
+// Quantizes n_tokens rows of cols floats into the calling thread's buffer; prompt-sized
+// batches are split over the pool.
+const BlockQ8A* quantize_activations(const LevelKernels* lk, const float* x, int64_t cols,
+                                     int64_t n_tokens, ThreadPool& pool) {
+    thread_local std::vector<BlockQ8A> buf;
+    const int64_t nb = cols / 32;
+    if (static_cast<int64_t>(buf.size()) < nb * n_tokens) buf.resize(nb * n_tokens);
+    BlockQ8A* out = buf.data();
+    if (n_tokens < 8) {
+        lk->quantize_q8a(x, out, cols * n_tokens);
+    } else {
+        pool.parallel_for(n_tokens, [&](int64_t t0, int64_t t1) {
+            lk->quantize_q8a(x + t0 * cols, out + t0 * nb, cols * (t1 - t0));
+        });
+    }
+    return out;
+}
+
+// Rows handed to a thread come in multiples of this, so SIMD row tiles are never split.
+constexpr int64_t kRowGrain = 4;
+
 }  // namespace
+
+bool uses_q8_activations(DType t) {
+    return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || t == DType::Q4_K;
+}
+
+namespace {
+// Off by default: SmolLM2's residual stream carries outliers of ~20,000, and an 8-bit block
+// holding one loses the rest of its values. Measured on the golden prompts, 8-bit activations
+// move logits by up to 1.5 from the exact reference (llama.cpp, which does the same, by 1.15)
+// and turn "What is the capital of France?" into nonsense; float activations stay within
+// 1e-4 of exact. FERRY_ACT_QUANT=1 turns the faster integer path on (docs/performance.md).
+std::atomic<bool> g_act_quant{[] {
+    const char* e = std::getenv("FERRY_ACT_QUANT");
+    return e && !std::strcmp(e, "1");
+}()};
+}  // namespace
+bool activation_quantization_enabled() {
+    return g_act_quant.load(std::memory_order_relaxed);
+}
+void set_activation_quantization(bool on) {
+    g_act_quant.store(on);
+}
+
+float* scratch_floats(size_t n) {
+    thread_local std::vector<float> buf;
+    if (buf.size() < n) buf.resize(n);
+    return buf.data();
+}
+
+bool dequantize_row_f32(DType type, const void* src, float* dst, int64_t n) {
+    return static_cast<bool>(quant::dequantize_row(type, src, dst, n));
+}
 
 CpuLevel detected_cpu_level() {
     static const CpuLevel l = detect();
@@ -61,16 +141,64 @@ const char* cpu_level_name(CpuLevel l) {
 }
 
 void matmul(const Weight& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
-    pool.parallel_for(
-        w.rows,
-        [&](int64_t r0, int64_t r1) {
-            for (int64_t r = r0; r < r1; ++r) {
-                const uint8_t* row = w.row(r);
-                for (int64_t t = 0; t < n_tokens; ++t)
-                    y[t * w.rows + r] = ref::vec_dot(w.type, row, x + t * w.cols, w.cols);
+    const MatmulOut out{w, y};
+    matmul_many(std::span<const MatmulOut>(&out, 1), x, n_tokens, pool);
+}
+
+void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_tokens,
+                 ThreadPool& pool) {
+    if (outs.empty() || n_tokens <= 0) return;
+    const LevelKernels* lk = table();
+    const int64_t cols = outs[0].w.cols;
+    const BlockQ8A* xq = nullptr;
+    bool need_q = false;
+    for (const auto& o : outs) need_q |= uses_q8_activations(o.w.type);
+    if (lk && need_q && activation_quantization_enabled() && cols % 32 == 0)
+        xq = quantize_activations(lk, x, cols, n_tokens, pool);
+
+    // The outputs' rows are one index space split evenly over the threads: one wake-up and
+    // one barrier for q, k and v together instead of three.
+    int64_t total = 0;
+    for (const auto& o : outs) total += o.w.rows;
+    const int n_threads = pool.size();
+    auto work = [&](int64_t b, int64_t e) {
+        int64_t base = 0;
+        for (const auto& o : outs) {
+            const int64_t r0 = std::max<int64_t>(b - base, 0);
+            const int64_t r1 = std::min<int64_t>(e - base, o.w.rows);
+            base += o.w.rows;
+            if (r0 >= r1) continue;
+            const BlockQ8A* q = uses_q8_activations(o.w.type) ? xq : nullptr;
+            if (!lk || !lk->matmul_rows(o.w, x, q, n_tokens, o.y, o.w.rows, r0, r1))
+                reference_rows(o.w, x, n_tokens, o.y, o.w.rows, r0, r1);
+        }
+    };
+    if (n_threads == 1 || total <= kRowGrain) {
+        work(0, total);
+        return;
+    }
+    // A few tasks per thread, claimed dynamically: a thread that starts late (its core busy)
+    // or runs slower just takes fewer, instead of everyone waiting for its fixed share.
+    const int64_t n = total >= 64 * 4 * n_threads ? 4 * n_threads : n_threads;
+    // Boundaries rounded to the grain, but kept inside each output so no output's tail tile
+    // is shared between tasks.
+    auto bound = [&](int64_t i) {
+        if (i >= n) return total;
+        const int64_t target = total * i / n;
+        int64_t base = 0;
+        for (const auto& o : outs) {
+            if (target < base + o.w.rows) {
+                const int64_t local = (target - base + kRowGrain / 2) / kRowGrain * kRowGrain;
+                return base + std::min<int64_t>(local, o.w.rows);
             }
-        },
-        16);
+            base += o.w.rows;
+        }
+        return total;
+    };
+    pool.run_tasks(n, [&](int64_t t) {
+        const int64_t b = bound(t), e = bound(t + 1);
+        if (b < e) work(b, e);
+    });
 }
 
 void get_row(const Weight& w, int64_t r, float* out) {
@@ -78,6 +206,7 @@ void get_row(const Weight& w, int64_t r, float* out) {
 }
 
 void rmsnorm(const float* x, const float* weight, float* out, int64_t n, float eps) {
+    if (const LevelKernels* lk = table()) return lk->rmsnorm(x, weight, out, n, eps);
     ref::rmsnorm(x, weight, out, n, eps);
 }
 
@@ -110,6 +239,8 @@ void softmax(float* x, int64_t n) {
 
 void attend(const float* q, const float* k, const float* v, size_t stride, int64_t n_kv,
             int head_dim, float scale, float* out) {
+    if (const LevelKernels* lk = table())
+        if (lk->attend(q, k, v, stride, n_kv, head_dim, scale, out)) return;
     ref::attend(q, k, v, stride, n_kv, head_dim, scale, out);
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
@@ -18,6 +19,12 @@ CpuLevel detected_cpu_level();   // what this CPU supports
 CpuLevel cpu_level();            // what is used (FERRY_CPU_LEVEL may lower it)
 void set_cpu_level(CpuLevel l);  // for tests; clamped to what the CPU supports
 const char* cpu_level_name(CpuLevel l);
+
+// Whether Q4_0/Q4_1/Q8_0/Q4_K products quantize activations to 8 bits and use integer dot
+// products (FERRY_ACT_QUANT=1) or take the float path (the default; docs/performance.md says
+// why).
+bool activation_quantization_enabled();
+void set_activation_quantization(bool on);  // for tests
 
 // A weight matrix of `rows` output channels, each a row of `cols` elements stored in `type`
 // (quantized formats: cols is a multiple of the block size).
@@ -33,6 +40,15 @@ struct Weight {
 // y[t*rows + r] = dot(W[r], x[t*cols ...]) for t in [0, n_tokens). Multi-threaded over rows;
 // the weights are read once for the whole batch, which is what makes prefill compute-bound.
 void matmul(const Weight& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
+
+// Several matrices applied to the same input (q/k/v, gate/up) in one parallel region, so a
+// decode step pays one wake-up and barrier for the group. All must have the same cols.
+struct MatmulOut {
+    Weight w;
+    float* y;  // n_tokens x w.rows
+};
+void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_tokens,
+                 ThreadPool& pool);
 
 // out = row r of w as floats (embedding lookup).
 void get_row(const Weight& w, int64_t r, float* out);

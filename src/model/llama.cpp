@@ -151,9 +151,9 @@ void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const BatchS
         // Attention block.
         for (int64_t t = 0; t < n; ++t)
             kernels::rmsnorm(&x[t * c.n_embd], L.attn_norm, &xn[t * c.n_embd], c.n_embd, c.rms_eps);
-        kernels::matmul(L.wq, xn.data(), n, q.data(), pool);
-        kernels::matmul(L.wk, xn.data(), n, k.data(), pool);
-        kernels::matmul(L.wv, xn.data(), n, v.data(), pool);
+        // q, k and v read the same input: one parallel region for the three.
+        const kernels::MatmulOut qkv[] = {{L.wq, q.data()}, {L.wk, k.data()}, {L.wv, v.data()}};
+        kernels::matmul_many(qkv, xn.data(), n, pool);
         add_bias(q.data(), L.bq, c.q_dim());
         add_bias(k.data(), L.bk, c.kv_dim());
         add_bias(v.data(), L.bv, c.kv_dim());
@@ -196,8 +196,8 @@ void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const BatchS
         // MLP block.
         for (int64_t t = 0; t < n; ++t)
             kernels::rmsnorm(&x[t * c.n_embd], L.ffn_norm, &xn[t * c.n_embd], c.n_embd, c.rms_eps);
-        kernels::matmul(L.w_gate, xn.data(), n, gate.data(), pool);
-        kernels::matmul(L.w_up, xn.data(), n, up.data(), pool);
+        const kernels::MatmulOut gate_up[] = {{L.w_gate, gate.data()}, {L.w_up, up.data()}};
+        kernels::matmul_many(gate_up, xn.data(), n, pool);
         kernels::silu_mul(gate.data(), up.data(), n * c.n_ff);
         kernels::matmul(L.w_down, gate.data(), n, ffn_out.data(), pool);
         for (int64_t i = 0; i < n * c.n_embd; ++i) x[i] += ffn_out[i];

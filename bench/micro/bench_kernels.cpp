@@ -1,0 +1,110 @@
+// Kernel micro-benchmarks: matmul per weight type at decode (1 token) and prefill (64 tokens)
+// shapes of the default model, the pool's wake-up + barrier, and attention. Counters: GB/s of
+// weights read, GFLOP/s of multiply-adds (2 flops each). FERRY_CPU_LEVEL picks the level.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/kernels.h"
+#include "quant/dequantize.h"
+
+namespace {
+using namespace ferry;
+
+struct Mat {
+    std::vector<uint8_t> bytes;
+    kernels::Weight w;
+};
+
+Mat make(DType type, int64_t rows, int64_t cols) {
+    Mat m;
+    const size_t stride = row_bytes(type, cols);
+    m.bytes.resize(stride * rows);
+    std::mt19937 rng(1);
+    for (auto& b : m.bytes) b = static_cast<uint8_t>(rng());
+    // Keep scales and floats finite: rewrite every fp16/bf16 word that would be NaN/Inf.
+    if (type == DType::F32) {
+        float* f = reinterpret_cast<float*>(m.bytes.data());
+        for (size_t i = 0; i < m.bytes.size() / 4; ++i) f[i] = static_cast<float>(rng() % 1000) / 1000.0f;
+    } else {
+        uint16_t* h = reinterpret_cast<uint16_t*>(m.bytes.data());
+        for (size_t i = 0; i < m.bytes.size() / 2; ++i)
+            if ((h[i] & 0x7C00) == 0x7C00 || (h[i] & 0x7F80) == 0x7F80) h[i] = 0x3000;  // 0.125
+    }
+    m.w = kernels::Weight{type, m.bytes.data(), rows, cols, stride};
+    return m;
+}
+
+void BM_Matmul(benchmark::State& st, DType type, int64_t rows, int64_t cols) {
+    const int64_t nt = st.range(0);
+    const int threads = static_cast<int>(st.range(1));
+    Mat m = make(type, rows, cols);
+    std::vector<float> x(nt * cols), y(nt * rows);
+    std::mt19937 rng(2);
+    for (auto& v : x) v = static_cast<float>(rng() % 2000) / 1000.0f - 1.0f;
+    ThreadPool pool(threads);
+    for (auto _ : st) {
+        kernels::matmul(m.w, x.data(), nt, y.data(), pool);
+        benchmark::DoNotOptimize(y.data());
+    }
+    const double bytes = static_cast<double>(m.bytes.size());
+    st.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * nt,
+                                                benchmark::Counter::kIsIterationInvariantRate,
+                                                benchmark::Counter::kIs1000);
+    st.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate,
+                                             benchmark::Counter::kIs1000);
+    st.SetLabel(std::string(kernels::cpu_level_name(kernels::cpu_level())));
+}
+
+// Decode and prefill shapes: ffn_down-like 576 x 1536, ffn_up-like 1536 x 576, and the tied
+// 49152 x 576 Q8_0 output head that is ~28% of a token's bytes.
+#define FERRY_MATMUL(name, type, rows, cols)                                                  \
+    BENCHMARK_CAPTURE(BM_Matmul, name, type, rows, cols)                                       \
+        ->ArgsProduct({{1, 64}, {1, 2}})                                                       \
+        ->ArgNames({"tokens", "threads"})                                                      \
+        ->UseRealTime()
+FERRY_MATMUL(q4_1_1536x576, DType::Q4_1, 1536, 576);
+FERRY_MATMUL(q4_1_576x1536, DType::Q4_1, 576, 1536);
+FERRY_MATMUL(q4_0_1536x576, DType::Q4_0, 1536, 576);
+FERRY_MATMUL(q8_0_49152x576, DType::Q8_0, 49152, 576);
+FERRY_MATMUL(q8_0_1536x576, DType::Q8_0, 1536, 576);
+FERRY_MATMUL(q4_k_1536x768, DType::Q4_K, 1536, 768);
+FERRY_MATMUL(q6_k_1536x768, DType::Q6_K, 1536, 768);
+FERRY_MATMUL(f16_1536x576, DType::F16, 1536, 576);
+FERRY_MATMUL(bf16_1536x576, DType::BF16, 1536, 576);
+FERRY_MATMUL(f32_1536x576, DType::F32, 1536, 576);
+
+// One empty parallel region: the wake-up plus barrier a decode step pays per matmul group.
+void BM_PoolBarrier(benchmark::State& st) {
+    ThreadPool pool(static_cast<int>(st.range(0)));
+    for (auto _ : st) pool.run([](int, int) {});
+}
+BENCHMARK(BM_PoolBarrier)->Arg(1)->Arg(2)->UseRealTime();
+
+void BM_Attend(benchmark::State& st) {
+    const int64_t n_kv = st.range(0);
+    const int hd = 64;
+    const size_t stride = 192;
+    std::vector<float> q(hd, 0.1f), k(n_kv * stride, 0.01f), v(n_kv * stride, 0.02f), out(hd);
+    for (auto _ : st) {
+        kernels::attend(q.data(), k.data(), v.data(), stride, n_kv, hd, 0.125f, out.data());
+        benchmark::DoNotOptimize(out.data());
+    }
+    st.counters["GFLOP/s"] = benchmark::Counter(4.0 * hd * n_kv, benchmark::Counter::kIsIterationInvariantRate,
+                                                benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_Attend)->Arg(128)->Arg(512)->Arg(2048);
+
+void BM_SiluMul(benchmark::State& st) {
+    std::vector<float> g(1536, 0.5f), u(1536, 1.0f);
+    for (auto _ : st) {
+        kernels::silu_mul(g.data(), u.data(), 1536);
+        benchmark::DoNotOptimize(g.data());
+    }
+}
+BENCHMARK(BM_SiluMul);
+
+}  // namespace

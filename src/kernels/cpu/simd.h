@@ -1,0 +1,41 @@
+// The per-level kernel tables the dispatcher in kernels.cpp chooses between. Each x86 level is
+// one translation unit compiled with its own target pragma (avx2_kernels.cpp,
+// avx512_kernels.cpp) from the shared body x86_kernels.inc, so the binary stays portable.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/quantize_activations.h"
+#include "kernels/kernels.h"
+
+namespace ferry::kernels {
+
+// Whether matmul on this weight type wants activations as BlockQ8A (integer path) or floats.
+bool uses_q8_activations(DType t);
+
+struct LevelKernels {
+    void (*quantize_q8a)(const float* x, BlockQ8A* out, int64_t n);
+    // y[t * ldy + r] for r in [r0, r1), t in [0, n_tokens). x: n_tokens rows of w.cols floats;
+    // xq: the same quantized (only read when uses_q8_activations(w.type)). Returns false for a
+    // weight type this level has no path for (the caller falls back to the reference).
+    bool (*matmul_rows)(const Weight& w, const float* x, const BlockQ8A* xq, int64_t n_tokens,
+                        float* y, int64_t ldy, int64_t r0, int64_t r1);
+    void (*rmsnorm)(const float* x, const float* weight, float* out, int64_t n, float eps);
+    void (*silu_mul)(float* gate, const float* up, int64_t n);
+    void (*softmax)(float* x, int64_t n);
+    // false for a head_dim the level does not handle (the caller uses the reference)
+    bool (*attend)(const float* q, const float* k, const float* v, size_t stride, int64_t n_kv,
+                   int head_dim, float scale, float* out);
+};
+
+const LevelKernels* avx2_kernels();    // nullptr where not compiled (non-x86)
+const LevelKernels* avx512_kernels();  // needs AVX-512 F/BW/VL + VNNI
+
+// A per-thread scratch buffer of at least n floats, 64-byte aligned; reused across calls.
+float* scratch_floats(size_t n);
+
+// quant::dequantize_row without Status crossing into the target-pragma translation units.
+bool dequantize_row_f32(DType type, const void* src, float* dst, int64_t n);
+
+}  // namespace ferry::kernels
