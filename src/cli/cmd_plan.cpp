@@ -69,8 +69,8 @@ void add_plan_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--kv-cache-memory", args->options.kv_cache_memory,
                     "fixed KV pool in bytes (as the server allocates it) instead of batch x ctx");
-    cmd->add_option("--max-batched-tokens", args->options.max_batched_tokens,
-                    "tokens per forward step (sizes activations)")
+    cmd->add_option("--max-num-batched-tokens,--max-batched-tokens",
+                    args->options.max_batched_tokens, "tokens per forward step (sizes activations)")
         ->capture_default_str();
     cmd->add_flag("--json", args->json, "print JSON (keys documented in docs/plan.md)");
     cmd->add_flag("--list", args->list, "list presets and devices");

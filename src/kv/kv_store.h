@@ -37,7 +37,7 @@ class KvStore {
     int64_t n_blocks_;
     int block_size_;
     int kv_dim_;
-    std::unique_ptr<float[]> k_, v_;  // default-initialised: untouched pages stay virtual
+    std::unique_ptr<float[]> k_, v_;
 };
 
 // One sequence's view of the store: its block table, in position order.

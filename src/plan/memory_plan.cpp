@@ -42,7 +42,7 @@ Need need_for(const ModelSpec& m, const MemoryPlan& p, const Device& d, const Pl
         static_cast<uint64_t>(n_seqs) * m.vocab * 4;
 
     const uint64_t sub = p.weights_bytes + n.kv_device + n.activations;
-    const uint64_t floor_bytes = d.measured ? 64 * kMiB : kGiB;
+    const uint64_t floor_bytes = d.measured ? 16 * kMiB : kGiB;
     n.overhead = std::clamp<uint64_t>(floor_bytes, sub / 10, sub / 5);
     n.overhead_fraction = sub ? static_cast<double>(n.overhead) / sub : 0;
     n.total = sub + n.overhead;

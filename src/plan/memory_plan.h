@@ -38,7 +38,7 @@ struct PlanOptions {
     // and what `ferry serve --kv-cache-memory` will take; max_sequences then divides the pool.
     uint64_t kv_cache_memory = 0;
     // Tokens one forward step may process (chunked prefill budget); sizes the activations.
-    int64_t max_batched_tokens = 2048;
+    int64_t max_batched_tokens = 512;  // the serving engine's default --max-num-batched-tokens
 };
 
 // All byte counts are per device unless the name says otherwise.
@@ -79,13 +79,14 @@ struct MemoryPlan {
 // activations = T x (3 hidden + q_dim + 2 kv_dim + 2 ffn) x value_bytes + batch x vocab x 4
 //   with T = min(max_batched_tokens, batch x ctx) but at least batch; value_bytes 4 on CPU
 //   (ferry computes in f32), 2 on accelerators.
-// overhead = runtime floor (1 GiB on a GPU: CUDA context, library workspaces; 64 MiB on CPU)
+// overhead = runtime floor (1 GiB on a GPU: CUDA context, library workspaces; 16 MiB on CPU, where
+//   ferry serve measured ~25 MB beyond weights + KV pool, activations included)
 //   clamped to 10-20 % of weights + KV + activations.
 inline constexpr const char* kActivationRule =
     "T x (3*hidden + q_dim + 2*kv_dim + 2*ffn) x value_bytes + batch x vocab x 4 (f32 logits), "
     "T = min(max_batched_tokens, batch x ctx), value_bytes = 4 on cpu, 2 on GPUs";
 inline constexpr const char* kOverheadRule =
-    "runtime floor (1 GiB on a GPU, 64 MiB on cpu) clamped to 10-20 % of weights + KV + "
+    "runtime floor (1 GiB on a GPU, 16 MiB on cpu) clamped to 10-20 % of weights + KV + "
     "activations";
 
 Expected<MemoryPlan> plan_memory(const ModelSpec& model, const Device& device,

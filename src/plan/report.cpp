@@ -171,7 +171,7 @@ std::string plan_to_text(const PlanReport& r) {
     line("activations", human_bytes(p.activation_bytes),
          fmt::format("{} tokens/step x per-token buffers + logits", p.tokens_per_step));
     line("framework overhead", human_bytes(p.overhead_bytes),
-         fmt::format("{:.0f} %: 1 GiB GPU / 64 MiB CPU floor, clamped to 10-20 %",
+         fmt::format("{:.0f} %: 1 GiB GPU / 16 MiB CPU floor, clamped to 10-20 %",
                      p.overhead_fraction * 100));
     line("total", human_bytes(p.total_bytes), "weights + KV + activations + overhead");
     line("capacity", human_bytes(p.capacity_bytes),
