@@ -14,6 +14,8 @@ void add_run_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
+void add_quantize_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 // Under `bench`: `bench throughput` (offline, through the engine), `bench serve` (over HTTP).

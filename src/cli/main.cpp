@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
     ferry::cli::add_info_command(app);
     ferry::cli::add_plan_command(app);
     ferry::cli::add_bench_command(app);
+    ferry::cli::add_quantize_command(app);
+    ferry::cli::add_eval_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -1,0 +1,111 @@
+// `ferry eval -m MODEL [--ref REF] --text FILE`: perplexity, and against a reference model the
+// KL divergence, top-1 agreement and largest logit difference, on the same tokens.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/paths.h"
+#include "core/progress.h"
+#include "core/thread_pool.h"
+#include "engine/evaluator.h"
+#include "engine/loaded_model.h"
+
+namespace ferry::cli {
+namespace {
+
+struct EvalCmdOptions {
+    std::string model = "default";
+    std::string ref;
+    std::string text;
+    int ctx = 512;
+    int stride = 0;
+    int threads = 0;
+    int64_t max_tokens = 0;
+    bool json = false;
+};
+
+std::string read_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw ExitError(fmt::format("{}: cannot read the evaluation text", path));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+void eval(const EvalCmdOptions& o) {
+    auto lm = take(engine::LoadedModel::load(take(resolve_model_path(o.model)), false));
+    std::optional<engine::LoadedModel> ref;
+    if (!o.ref.empty())
+        ref = take(engine::LoadedModel::load(take(resolve_model_path(o.ref)), false));
+
+    // Both models are scored on the model's tokenization; a reference with another
+    // vocabulary would make the comparison meaningless, so evaluate() refuses it.
+    std::vector<int32_t> tokens = lm.tokenizer->encode(read_text(o.text), true);
+    if (o.max_tokens > 0 && static_cast<int64_t>(tokens.size()) > o.max_tokens)
+        tokens.resize(static_cast<size_t>(o.max_tokens));
+
+    engine::EvalOptions opt;
+    opt.ctx = o.ctx;
+    opt.stride = o.stride > 0 ? o.stride : o.ctx / 2;
+    opt.n_threads = o.threads > 0 ? o.threads : physical_core_count();
+    Progress bar("eval", 1000, !o.json);
+    auto r = take(engine::evaluate(
+        *lm.model, ref ? ref->model.get() : nullptr, tokens, opt,
+        [&](int done, int total) { bar.update(static_cast<int64_t>(done) * 1000 / total); }));
+    bar.finish();
+
+    nlohmann::json j = {
+        {"model", lm.file->path()}, {"text", o.text},       {"ctx", opt.ctx},
+        {"stride", opt.stride},     {"tokens", r.n_tokens}, {"scored_tokens", r.n_scored},
+        {"windows", r.n_windows},   {"nll", r.nll},         {"perplexity", r.perplexity},
+    };
+    if (r.has_ref) {
+        j["ref"] = ref->file->path();
+        j["ref_perplexity"] = r.ref_perplexity;
+        j["delta_ppl_percent"] = 100.0 * (r.perplexity / r.ref_perplexity - 1.0);
+        j["kl_mean"] = r.kl_mean;
+        j["kl_p99"] = r.kl_p99;
+        j["top1_agreement"] = r.top1_agreement;
+        j["max_abs_logit_diff"] = r.max_abs_logit_diff;
+    }
+    if (o.json) {
+        std::printf("%s\n", j.dump(2).c_str());
+        return;
+    }
+    std::printf("model       %s\n", lm.file->path().c_str());
+    std::printf("tokens      %lld scored of %lld (ctx %d, stride %d, %d windows)\n",
+                static_cast<long long>(r.n_scored), static_cast<long long>(r.n_tokens), opt.ctx,
+                opt.stride, r.n_windows);
+    std::printf("perplexity  %.4f\n", r.perplexity);
+    if (r.has_ref) {
+        std::printf("reference   %s (perplexity %.4f, ΔPPL %+.2f %%)\n", ref->file->path().c_str(),
+                    r.ref_perplexity, 100.0 * (r.perplexity / r.ref_perplexity - 1.0));
+        std::printf("KL mean     %.6f nats (p99 %.6f)\n", r.kl_mean, r.kl_p99);
+        std::printf("top-1       %.2f %%\n", 100.0 * r.top1_agreement);
+        std::printf("max |Δlogit| %.4f\n", r.max_abs_logit_diff);
+    }
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app) {
+    auto o = std::make_shared<EvalCmdOptions>();
+    auto* cmd = app.add_subcommand("eval",
+                                   "Perplexity of a model on a text, and its divergence "
+                                   "from a reference model");
+    cmd->add_option("-m,--model", o->model, "Model: a GGUF path or 'default'");
+    cmd->add_option("--ref", o->ref, "Reference model to compare against (same vocabulary)");
+    cmd->add_option("--text", o->text, "Text file to evaluate on (e.g. data/eval/*.txt)")
+        ->required();
+    cmd->add_option("--ctx", o->ctx, "Window length in tokens")->check(CLI::Range(2, 1 << 20));
+    cmd->add_option("--stride", o->stride, "Window advance in tokens (default: ctx / 2)");
+    cmd->add_option("--max-tokens", o->max_tokens, "Score only the first N tokens of the text");
+    cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)");
+    cmd->add_flag("--json", o->json, "Print the results as JSON");
+    cmd->callback([o] { eval(*o); });
+}
+
+}  // namespace ferry::cli

@@ -1,0 +1,105 @@
+"""`ferry quantize` and `ferry eval` end to end; the files ferry writes are read back by gguf-py."""
+
+import json
+
+import pytest
+
+from conftest import ROOT, run_ferry
+
+gguf = pytest.importorskip("gguf")
+np = pytest.importorskip("numpy")
+from gguf.quants import dequantize, quantize  # noqa: E402
+
+Q = gguf.GGMLQuantizationType
+EVAL_TEXT = ROOT / "data" / "eval" / "lighthouse.txt"
+
+
+def field_value(reader, key):
+    f = reader.fields[key]
+    return f.parts[f.data[0]][0]
+
+
+def tensors(reader):
+    return {t.name: t for t in reader.tensors}
+
+
+@pytest.fixture(scope="module")
+def q8_file(model_path, tmp_path_factory):
+    out = tmp_path_factory.mktemp("quant") / "q8_0.gguf"
+    r = run_ferry("quantize", model_path, out, "--type", "q8_0", "--keep", "token_embd*", "-q")
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_q8_0_file_reads_back_in_gguf_py_with_identical_values(model_path, q8_file):
+    src = gguf.GGUFReader(model_path)
+    out = gguf.GGUFReader(q8_file)
+    assert field_value(out, "general.file_type") == 7  # LLAMA_FTYPE_MOSTLY_Q8_0
+    assert field_value(out, "general.quantization_version") == 2
+    assert len(out.fields) >= len(src.fields)
+    st, ot = tensors(src), tensors(out)
+    assert st.keys() == ot.keys()
+    for name, t in ot.items():
+        if len(t.shape) == 1:
+            assert t.tensor_type == Q.F32, name
+        elif name.startswith("token_embd"):
+            assert t.tensor_type == st[name].tensor_type, name  # --keep
+            assert bytes(t.data) == bytes(st[name].data)
+        else:
+            assert t.tensor_type == Q.Q8_0, name
+    # gguf-py's own Q8_0 quantizer, fed the same dequantized weights, makes the same bytes.
+    for name in ["blk.0.attn_q.weight", "blk.5.ffn_down.weight", "blk.29.attn_v.weight"]:
+        if name not in st:
+            continue
+        x = dequantize(st[name].data, st[name].tensor_type)
+        want = quantize(x, Q.Q8_0)
+        assert np.array_equal(np.asarray(ot[name].data).view(np.uint8).reshape(-1),
+                              want.view(np.uint8).reshape(-1)), name
+
+
+def test_q4_k_falls_back_for_rows_that_do_not_split_and_says_so(model_path, tmp_path):
+    out = tmp_path / "q4_k.gguf"
+    r = run_ferry("quantize", model_path, out, "--type", "q4_k", "-q")
+    assert r.returncode == 0, r.stderr
+    reader = gguf.GGUFReader(out)
+    types = {t.name: t.tensor_type for t in reader.tensors}
+    for t in reader.tensors:
+        if len(t.shape) < 2:
+            continue
+        row = int(t.shape[0])
+        want = Q.Q4_K if row % 256 == 0 else Q.Q8_0
+        assert types[t.name] == want, (t.name, row)
+        if want == Q.Q8_0:
+            assert f"rows of {row} elements do not split into q4_k blocks of 256" in r.stderr
+        # Every k-quant block dequantizes in gguf-py near the original weights.
+        if want == Q.Q4_K and t.name == "blk.0.ffn_down.weight":
+            src = tensors(gguf.GGUFReader(model_path))[t.name]
+            x = dequantize(src.data, src.tensor_type)
+            y = dequantize(t.data, t.tensor_type)
+            assert np.sqrt(np.mean((x - y) ** 2)) < 0.2 * np.sqrt(np.mean(x ** 2))
+    assert field_value(reader, "general.file_type") == 14
+
+
+def test_quantize_refuses_unknown_type(model_path, tmp_path):
+    r = run_ferry("quantize", model_path, tmp_path / "x.gguf", "--type", "q3_k")
+    assert r.returncode != 0
+    assert "q3_k" in r.stderr and not (tmp_path / "x.gguf").exists()
+
+
+def test_eval_against_itself_is_exact(model_path):
+    r = run_ferry("eval", "-m", model_path, "--ref", model_path, "--text", EVAL_TEXT,
+                  "--ctx", "32", "--max-tokens", "64", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["scored_tokens"] == 63
+    assert j["kl_mean"] == 0 and j["kl_p99"] == 0 and j["top1_agreement"] == 1.0
+    assert j["max_abs_logit_diff"] == 0 and j["perplexity"] == j["ref_perplexity"]
+
+
+def test_eval_of_q8_0_requantization(model_path, q8_file):
+    r = run_ferry("eval", "-m", q8_file, "--ref", model_path, "--text", EVAL_TEXT,
+                  "--ctx", "128", "--max-tokens", "256", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["top1_agreement"] >= 0.9 and 0 < j["kl_mean"] < 0.05
+    assert abs(j["delta_ppl_percent"]) < 3
