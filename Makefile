@@ -51,7 +51,7 @@ unit:
 	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
 
 fuzz:
-	$(BUILD)-asan/ferry_gguf_mutate "$$(PYTHON=$(PY) scripts/get-model.sh)" 3000
+	$(BUILD)-asan/ferry_gguf_mutate 3000 "$$(PYTHON=$(PY) scripts/get-model.sh)"
 
 integration:
 	FERRY_BIN=$(abspath $(BUILD))/ferry $(PY) -m pytest -q tests/integration
