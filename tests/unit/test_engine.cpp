@@ -14,12 +14,7 @@ using namespace ferry::engine;
 namespace {
 
 const LoadedModel& model() {
-    static LoadedModel lm = [] {
-        auto r = LoadedModel::load(ferry::testing::default_model_path(), false);
-        if (!r) throw std::runtime_error(r.error().message);
-        return std::move(r).value();
-    }();
-    return lm;
+    return ferry::testing::default_model();
 }
 
 RequestParams greedy(int max_tokens) {

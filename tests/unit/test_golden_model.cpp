@@ -36,12 +36,7 @@ constexpr float kMaxRms = 0.5f;
 constexpr float kNoiseMargin = 0.5f;  // a top-1/top-2 gap below this is within numeric noise
 
 const LoadedModel& model() {
-    static LoadedModel lm = [] {
-        auto r = LoadedModel::load(ferry::testing::default_model_path(), false);
-        if (!r) throw std::runtime_error(r.error().message);
-        return std::move(r).value();
-    }();
-    return lm;
+    return ferry::testing::default_model();
 }
 
 nlohmann::json load_json(const std::string& rel) {

@@ -2,7 +2,10 @@
 #pragma once
 
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
+
+#include "engine/loaded_model.h"
 
 namespace ferry::testing {
 
@@ -28,6 +31,16 @@ inline std::string default_model_path() {
     else
         home = std::string(std::getenv("HOME") ? std::getenv("HOME") : "/root") + "/.cache/ferry";
     return home + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+// The default model, loaded once per test binary and shared by the tests that only read it.
+inline const engine::LoadedModel& default_model() {
+    static engine::LoadedModel lm = [] {
+        auto r = engine::LoadedModel::load(default_model_path(), false);
+        if (!r) throw std::runtime_error(r.error().message);
+        return std::move(r).value();
+    }();
+    return lm;
 }
 
 }  // namespace ferry::testing
