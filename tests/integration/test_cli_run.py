@@ -77,9 +77,11 @@ def test_unknown_flag_fails_with_message():
 
 def expect_clean_error(r, *words):
     assert r.returncode not in (0,) and r.returncode > 0, (r.returncode, r.stderr)
-    err = r.stderr.strip()
-    assert err.startswith("ferry: error:"), err
-    assert len(err.splitlines()) == 1, err
+    # Progress lines may come first (the model was loading); the error is one line, the last.
+    lines = r.stderr.strip().splitlines()
+    errors = [l for l in lines if l.startswith("ferry: error:")]
+    assert len(errors) == 1 and lines[-1] == errors[0], r.stderr
+    err = errors[0]
     for w in words:
         assert w in err, (w, err)
 
