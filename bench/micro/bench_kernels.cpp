@@ -28,7 +28,8 @@ Mat make(DType type, int64_t rows, int64_t cols) {
     // Keep scales and floats finite: rewrite every fp16/bf16 word that would be NaN/Inf.
     if (type == DType::F32) {
         float* f = reinterpret_cast<float*>(m.bytes.data());
-        for (size_t i = 0; i < m.bytes.size() / 4; ++i) f[i] = static_cast<float>(rng() % 1000) / 1000.0f;
+        for (size_t i = 0; i < m.bytes.size() / 4; ++i)
+            f[i] = static_cast<float>(rng() % 1000) / 1000.0f;
     } else {
         uint16_t* h = reinterpret_cast<uint16_t*>(m.bytes.data());
         for (size_t i = 0; i < m.bytes.size() / 2; ++i)
@@ -51,9 +52,9 @@ void BM_Matmul(benchmark::State& st, DType type, int64_t rows, int64_t cols) {
         benchmark::DoNotOptimize(y.data());
     }
     const double bytes = static_cast<double>(m.bytes.size());
-    st.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * nt,
-                                                benchmark::Counter::kIsIterationInvariantRate,
-                                                benchmark::Counter::kIs1000);
+    st.counters["GFLOP/s"] =
+        benchmark::Counter(2.0 * rows * cols * nt, benchmark::Counter::kIsIterationInvariantRate,
+                           benchmark::Counter::kIs1000);
     st.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate,
                                              benchmark::Counter::kIs1000);
     st.SetLabel(std::string(kernels::cpu_level_name(kernels::cpu_level())));
@@ -61,10 +62,10 @@ void BM_Matmul(benchmark::State& st, DType type, int64_t rows, int64_t cols) {
 
 // Decode and prefill shapes: ffn_down-like 576 x 1536, ffn_up-like 1536 x 576, and the tied
 // 49152 x 576 Q8_0 output head that is ~28% of a token's bytes.
-#define FERRY_MATMUL(name, type, rows, cols)                                                  \
-    BENCHMARK_CAPTURE(BM_Matmul, name, type, rows, cols)                                       \
-        ->ArgsProduct({{1, 64}, {1, 2}})                                                       \
-        ->ArgNames({"tokens", "threads"})                                                      \
+#define FERRY_MATMUL(name, type, rows, cols)             \
+    BENCHMARK_CAPTURE(BM_Matmul, name, type, rows, cols) \
+        ->ArgsProduct({{1, 64}, {1, 2}})                 \
+        ->ArgNames({"tokens", "threads"})                \
         ->UseRealTime()
 FERRY_MATMUL(q4_1_1536x576, DType::Q4_1, 1536, 576);
 FERRY_MATMUL(q4_1_576x1536, DType::Q4_1, 576, 1536);
@@ -93,8 +94,9 @@ void BM_Attend(benchmark::State& st) {
         kernels::attend(q.data(), k.data(), v.data(), stride, n_kv, hd, 0.125f, out.data());
         benchmark::DoNotOptimize(out.data());
     }
-    st.counters["GFLOP/s"] = benchmark::Counter(4.0 * hd * n_kv, benchmark::Counter::kIsIterationInvariantRate,
-                                                benchmark::Counter::kIs1000);
+    st.counters["GFLOP/s"] =
+        benchmark::Counter(4.0 * hd * n_kv, benchmark::Counter::kIsIterationInvariantRate,
+                           benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_Attend)->Arg(128)->Arg(512)->Arg(2048);
 

@@ -19,7 +19,7 @@
 namespace ferry {
 
 class ThreadPool {
-public:
+  public:
     // n_threads counts the calling thread: a pool of 1 runs everything inline.
     explicit ThreadPool(int n_threads);
     ~ThreadPool();
@@ -40,7 +40,7 @@ public:
     void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
                       int64_t grain = 1);
 
-private:
+  private:
     void worker();
     void drain();
 

@@ -68,7 +68,7 @@ struct TensorInfo {
 };
 
 class File {
-public:
+  public:
     // Opens, maps and validates. The error message names the file and the problem
     // (bad magic, unsupported version, truncated, offset out of range, unknown type, ...).
     static Expected<std::shared_ptr<File>> open(const std::string& path);
@@ -98,7 +98,7 @@ public:
     const std::vector<TensorInfo>& tensors() const { return tensors_; }
     const TensorInfo* tensor(std::string_view name) const;
 
-private:
+  private:
     File() = default;
     Status parse_all();
     Status validate_tensor_ranges();  // bounds and overlap, once the data offset is known

@@ -24,8 +24,8 @@ struct BlockQ8_0 {
     int8_t qs[QK];
 };
 struct BlockQ4_K {
-    uint16_t d;     // super-block scale for the quantized scales
-    uint16_t dmin;  // super-block scale for the quantized minimums
+    uint16_t d;                    // super-block scale for the quantized scales
+    uint16_t dmin;                 // super-block scale for the quantized minimums
     uint8_t scales[K_SCALE_SIZE];  // 8 scales and 8 mins, 6 bits each
     uint8_t qs[QK_K / 2];
 };

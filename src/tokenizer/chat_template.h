@@ -16,7 +16,7 @@ struct ChatMessage {
 };
 
 class ChatTemplate {
-public:
+  public:
     enum class Family { ChatML, Llama3, Llama2, Gemma };
 
     // source: the model's tokenizer.chat_template (empty means "none": refused).
@@ -27,7 +27,7 @@ public:
     Family family() const { return family_; }
     const char* family_name() const;
 
-private:
+  private:
     Family family_ = Family::ChatML;
     std::string default_system_;  // injected when the template does so (SmolLM2 does)
     std::string bos_, eos_;

@@ -27,7 +27,7 @@ enum class TokenAttr : int32_t {
 };
 
 class Tokenizer {
-public:
+  public:
     // Fails clearly for a tokenizer model or pre-tokenizer ferry does not implement.
     static Expected<std::unique_ptr<Tokenizer>> from_gguf(const gguf::File& file);
     virtual ~Tokenizer() = default;
@@ -54,12 +54,12 @@ public:
 // Turns a stream of token ids into text that is only ever cut at UTF-8 character
 // boundaries, so a terminal never prints half a character.
 class StreamDecoder {
-public:
+  public:
     explicit StreamDecoder(const Tokenizer& tok) : tok_(tok) {}
     std::string push(Token id);  // the newly completed text, possibly empty
     std::string flush();         // whatever is left (invalid bytes become U+FFFD)
 
-private:
+  private:
     const Tokenizer& tok_;
     std::string pending_;
 };

@@ -44,10 +44,14 @@ std::vector<uint8_t> random_row(DType type, int64_t cols, std::mt19937& rng, Sca
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     auto scale = [&](float typical) {
         switch (sc) {
-            case Scales::Zero: return quant::fp32_to_fp16(0.0f);
-            case Scales::Huge: return quant::fp32_to_fp16(30000.0f * (u(rng) > 0 ? 1 : -1));
-            case Scales::Tiny: return quant::fp32_to_fp16(6.2e-5f * u(rng));
-            default: return quant::fp32_to_fp16(typical * u(rng));
+            case Scales::Zero:
+                return quant::fp32_to_fp16(0.0f);
+            case Scales::Huge:
+                return quant::fp32_to_fp16(30000.0f * (u(rng) > 0 ? 1 : -1));
+            case Scales::Tiny:
+                return quant::fp32_to_fp16(6.2e-5f * u(rng));
+            default:
+                return quant::fp32_to_fp16(typical * u(rng));
         }
     };
     const int64_t nb = cols / info.block_size;
@@ -135,7 +139,8 @@ void check_matmul(const Matrix& m, const std::vector<float>& x, int64_t nt, Thre
             double mag = 0, qbound = 0;
             for (int64_t b = 0; b < w.cols; b += 32) {
                 float amax = 0;
-                for (int j = 0; j < 32 && b + j < w.cols; ++j) amax = std::fmax(amax, std::fabs(xt[b + j]));
+                for (int j = 0; j < 32 && b + j < w.cols; ++j)
+                    amax = std::fmax(amax, std::fabs(xt[b + j]));
                 for (int j = 0; j < 32 && b + j < w.cols; ++j) {
                     mag += std::fabs(deq[b + j] * xt[b + j]);
                     qbound += std::fabs(deq[b + j]) * amax / 254.0;
@@ -149,7 +154,7 @@ void check_matmul(const Matrix& m, const std::vector<float>& x, int64_t nt, Thre
     }
 }
 
-const DType kAllTypes[] = {DType::F32, DType::F16,  DType::BF16, DType::Q4_0,
+const DType kAllTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,
                            DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K};
 
 TEST(Kernels, MatmulMatchesReferenceOnOddShapes) {
@@ -160,14 +165,16 @@ TEST(Kernels, MatmulMatchesReferenceOnOddShapes) {
         kernels::set_cpu_level(level);
         for (DType type : kAllTypes) {
             const bool k = dtype_info(type).block_size == 256;
-            for (int64_t cols : k ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 576}) {
+            for (int64_t cols :
+                 k ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 576}) {
                 for (int64_t rows : {1, 3, 6, 17}) {
                     const Matrix m = random_matrix(type, rows, cols, rng);
                     for (int64_t nt : {1, 2, 5, 7, 9}) {
                         const auto x = random_floats(nt * cols, rng);
                         const std::string what = std::string(kernels::cpu_level_name(level)) + " " +
-                                                 std::string(dtype_name(type)) + " " + std::to_string(rows) +
-                                                 "x" + std::to_string(cols) + " t" + std::to_string(nt);
+                                                 std::string(dtype_name(type)) + " " +
+                                                 std::to_string(rows) + "x" + std::to_string(cols) +
+                                                 " t" + std::to_string(nt);
                         check_matmul(m, x, nt, pool1, what + " 1 thread");
                         check_matmul(m, x, nt, pool2, what + " 2 threads");
                     }
@@ -188,8 +195,9 @@ TEST(Kernels, MatmulPrefillAcrossTokenBlocks) {
             const int64_t cols = type == DType::Q4_K ? 256 : 160;
             const Matrix m = random_matrix(type, 37, cols, rng);
             const auto x = random_floats(70 * cols, rng);
-            check_matmul(m, x, 70, pool, std::string(kernels::cpu_level_name(level)) + " " +
-                                             std::string(dtype_name(type)));
+            check_matmul(
+                m, x, 70, pool,
+                std::string(kernels::cpu_level_name(level)) + " " + std::string(dtype_name(type)));
         }
     }
 }
@@ -205,9 +213,10 @@ TEST(Kernels, MatmulZeroAndExtremeScales) {
             for (Scales sc : {Scales::Zero, Scales::Huge, Scales::Tiny}) {
                 const Matrix m = random_matrix(type, 9, cols, rng, sc);
                 const auto x = random_floats(3 * cols, rng);
-                check_matmul(m, x, 3, pool, std::string(kernels::cpu_level_name(level)) + " " +
-                                                std::string(dtype_name(type)) + " scales " +
-                                                std::to_string(static_cast<int>(sc)));
+                check_matmul(m, x, 3, pool,
+                             std::string(kernels::cpu_level_name(level)) + " " +
+                                 std::string(dtype_name(type)) + " scales " +
+                                 std::to_string(static_cast<int>(sc)));
             }
         }
     }
@@ -231,10 +240,13 @@ TEST(Kernels, MatmulZeroActivationsAndNonFinite) {
             x[cols + 7] = std::numeric_limits<float>::infinity();
             kernels::matmul(m.w, x.data(), 2, y.data(), pool);
             for (int64_t r = 0; r < 5; ++r) {
-                EXPECT_TRUE(std::isnan(y[r])) << dtype_name(type) << " " << kernels::cpu_level_name(level);
-                const float want = kernels::ref::vec_dot(m.w.type, m.w.row(r), x.data() + cols, cols);
+                EXPECT_TRUE(std::isnan(y[r]))
+                    << dtype_name(type) << " " << kernels::cpu_level_name(level);
+                const float want =
+                    kernels::ref::vec_dot(m.w.type, m.w.row(r), x.data() + cols, cols);
                 if (!std::isfinite(want))
-                    EXPECT_FALSE(std::isfinite(y[5 + r])) << dtype_name(type) << " " << kernels::cpu_level_name(level);
+                    EXPECT_FALSE(std::isfinite(y[5 + r]))
+                        << dtype_name(type) << " " << kernels::cpu_level_name(level);
             }
         }
     }
@@ -281,7 +293,8 @@ TEST(Kernels, ElementwiseOpsMatchReference) {
             a = g, b = g;
             kernels::silu_mul(a.data(), up.data(), n);
             kernels::ref::silu_mul(b.data(), up.data(), n);
-            for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(a[i], b[i], 1e-5f * (1 + std::fabs(b[i]))) << i;
+            for (int64_t i = 0; i < n; ++i)
+                ASSERT_NEAR(a[i], b[i], 1e-5f * (1 + std::fabs(b[i]))) << i;
 
             auto s = random_floats(n, rng, 30.0f);
             if (n > 2) s[2] = -std::numeric_limits<float>::infinity();  // a masked score
@@ -312,7 +325,8 @@ TEST(Kernels, AttendMatchesReference) {
                 std::vector<float> a(hd), b(hd);
                 const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
                 kernels::attend(q.data(), k.data(), v.data(), stride, n_kv, hd, scale, a.data());
-                kernels::ref::attend(q.data(), k.data(), v.data(), stride, n_kv, hd, scale, b.data());
+                kernels::ref::attend(q.data(), k.data(), v.data(), stride, n_kv, hd, scale,
+                                     b.data());
                 for (int d = 0; d < hd; ++d) ASSERT_NEAR(a[d], b[d], 1e-5f) << hd << " " << n_kv;
             }
         }
@@ -365,7 +379,8 @@ TEST(Kernels, SimdLevelsAgreeWithEachOther) {
             kernels::set_cpu_level(CpuLevel::AVX512);
             kernels::matmul(m.w, x.data(), nt, b.data(), pool);
             for (size_t i = 0; i < a.size(); ++i)
-                ASSERT_NEAR(a[i], b[i], 2e-4f * (1 + std::fabs(a[i])) + 1e-3f) << dtype_name(type) << " " << i;
+                ASSERT_NEAR(a[i], b[i], 2e-4f * (1 + std::fabs(a[i])) + 1e-3f)
+                    << dtype_name(type) << " " << i;
         }
     }
 }

@@ -22,10 +22,14 @@ const LevelKernels kTable = {quantize_q8a, matmul_rows, rmsnorm, silu_mul, softm
 #pragma GCC pop_options
 
 namespace ferry::kernels {
-const LevelKernels* avx2_kernels() { return &avx2::kTable; }
+const LevelKernels* avx2_kernels() {
+    return &avx2::kTable;
+}
 }  // namespace ferry::kernels
 #else
 namespace ferry::kernels {
-const LevelKernels* avx2_kernels() { return nullptr; }
+const LevelKernels* avx2_kernels() {
+    return nullptr;
+}
 }  // namespace ferry::kernels
 #endif

@@ -25,10 +25,14 @@ const LevelKernels kTable = {quantize_q8a, matmul_rows, rmsnorm, silu_mul, softm
 #pragma GCC pop_options
 
 namespace ferry::kernels {
-const LevelKernels* avx512_kernels() { return &avx512::kTable; }
+const LevelKernels* avx512_kernels() {
+    return &avx512::kTable;
+}
 }  // namespace ferry::kernels
 #else
 namespace ferry::kernels {
-const LevelKernels* avx512_kernels() { return nullptr; }
+const LevelKernels* avx512_kernels() {
+    return nullptr;
+}
 }  // namespace ferry::kernels
 #endif

@@ -9,8 +9,8 @@
 namespace ferry::kernels {
 
 struct BlockQ8A {
-    float d;         // scale: x ~= d * qs
-    float s;         // d * sum(qs): what a weight block's offset (Q4_1 min, Q4_0 -8) multiplies
+    float d;  // scale: x ~= d * qs
+    float s;  // d * sum(qs): what a weight block's offset (Q4_1 min, Q4_0 -8) multiplies
     int8_t qs[32];
 };
 static_assert(sizeof(BlockQ8A) == 40);
