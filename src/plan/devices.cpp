@@ -1,10 +1,12 @@
 #include "plan/devices.h"
+#include "core/strings.h"
 
 #include <algorithm>
 #include <cctype>
 #include <mutex>
 
 #include "core/machine_probe.h"
+#include "core/strings.h"
 
 namespace ferry::plan {
 namespace {
@@ -19,13 +21,6 @@ Device sheet(const char* name, double mem_gb, double bw, double fp16, double fp8
              const char* source) {
     return Device{name,  mem_gb, static_cast<uint64_t>(mem_gb * kGiB), bw, fp16, fp8, int8,
                   false, source};
-}
-
-std::string lower(std::string_view s) {
-    std::string out(s);
-    std::transform(out.begin(), out.end(), out.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return out;
 }
 
 }  // namespace
@@ -86,10 +81,10 @@ Device cpu_device() {
 }
 
 Expected<Device> find_device(std::string_view name) {
-    const std::string key = lower(name);
+    const std::string key = ascii_lower(name);
     if (key == "cpu") return cpu_device();
     for (const auto& d : catalogue())
-        if (lower(d.name) == key) return d;
+        if (ascii_lower(d.name) == key) return d;
     std::string known;
     for (const auto& n : device_names()) known += (known.empty() ? "" : ", ") + n;
     return make_error("unknown device '{}'; known devices: {}", name, known);

@@ -1,20 +1,14 @@
 #include "plan/memory_plan.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
+#include <optional>
 
 #include "core/dtype.h"
+#include "core/strings.h"
 
 namespace ferry::plan {
 namespace {
-
-std::string lower(std::string_view s) {
-    std::string out(s);
-    std::transform(out.begin(), out.end(), out.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return out;
-}
 
 constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kGiB = 1ull << 30;
@@ -51,14 +45,24 @@ Need need_for(const ModelSpec& m, const MemoryPlan& p, const Device& d, const Pl
 
 }  // namespace
 
-Expected<Precision> parse_weight_precision(std::string_view name) {
-    const std::string s = lower(name);
+namespace {
+
+// The names weights and KV caches share: float formats and 8-bit integers. W8A8
+// (SmoothQuant-style) runs on the INT8 units.
+std::optional<Precision> parse_float_or_int8(const std::string& s) {
     if (s == "f32" || s == "fp32") return Precision{"f32", 32, ComputeClass::FP16};
     if (s == "f16" || s == "fp16") return Precision{"f16", 16, ComputeClass::FP16};
     if (s == "bf16") return Precision{"bf16", 16, ComputeClass::FP16};
     if (s == "fp8" || s == "f8") return Precision{"fp8", 8, ComputeClass::FP8};
-    // W8A8 (SmoothQuant-style) runs on the INT8 units; int4 is weight-only.
     if (s == "int8" || s == "i8") return Precision{"int8", 8, ComputeClass::INT8};
+    return std::nullopt;
+}
+
+}  // namespace
+
+Expected<Precision> parse_weight_precision(std::string_view name) {
+    const std::string s = ascii_lower(name);
+    if (auto p = parse_float_or_int8(s)) return *p;
     if (s == "int4" || s == "i4") return Precision{"int4", 4, ComputeClass::FP16};
     if (auto t = dtype_from_name(s)) {
         const DTypeInfo& info = dtype_info(*t);
@@ -72,12 +76,7 @@ Expected<Precision> parse_weight_precision(std::string_view name) {
 }
 
 Expected<Precision> parse_kv_precision(std::string_view name) {
-    const std::string s = lower(name);
-    if (s == "f32" || s == "fp32") return Precision{"f32", 32, ComputeClass::FP16};
-    if (s == "f16" || s == "fp16") return Precision{"f16", 16, ComputeClass::FP16};
-    if (s == "bf16") return Precision{"bf16", 16, ComputeClass::FP16};
-    if (s == "fp8" || s == "f8") return Precision{"fp8", 8, ComputeClass::FP8};
-    if (s == "int8" || s == "i8") return Precision{"int8", 8, ComputeClass::INT8};
+    if (auto p = parse_float_or_int8(ascii_lower(name))) return *p;
     return make_error("unknown KV cache dtype '{}'; use f16, fp8 or int8", name);
 }
 
@@ -98,7 +97,7 @@ Expected<MemoryPlan> plan_memory(const ModelSpec& m, const Device& d, const Plan
     p.params = m.params();
 
     // Weights: the file's real bytes unless another format was asked for.
-    const bool native = o.weights.empty() || lower(o.weights) == "native";
+    const bool native = o.weights.empty() || ascii_lower(o.weights) == "native";
     if (native && m.gguf_weight_bytes > 0) {
         p.weights = {m.gguf_weight_type, m.native_bits, ComputeClass::FP16};
         p.weights_bytes_total = m.gguf_weight_bytes;

@@ -5,6 +5,7 @@
 #include <array>
 #include <cctype>
 
+#include "core/strings.h"
 #include "plan/model_spec.h"
 
 namespace ferry::plan {
@@ -34,13 +35,6 @@ constexpr std::array kPresets = {
 };
 // clang-format on
 
-std::string lower(std::string_view s) {
-    std::string out(s);
-    std::transform(out.begin(), out.end(), out.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return out;
-}
-
 }  // namespace
 
 std::vector<std::string> preset_names() {
@@ -50,7 +44,7 @@ std::vector<std::string> preset_names() {
 }
 
 Expected<ModelSpec> spec_from_preset(std::string_view name) {
-    const std::string key = lower(name);
+    const std::string key = ascii_lower(name);
     for (const auto& p : kPresets) {
         if (key != p.name) continue;
         ModelSpec m;
