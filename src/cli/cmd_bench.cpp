@@ -3,9 +3,7 @@
 // read bandwidth / weight bytes per token.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -51,11 +49,7 @@ std::vector<int32_t> bench_prompt(const DecodeBenchOptions& o, const engine::Loa
                                   int ctx) {
     std::vector<int32_t> ids;
     if (!o.prompt_file.empty()) {
-        std::ifstream in(o.prompt_file, std::ios::binary);
-        if (!in) throw ExitError(o.prompt_file + ": cannot be read");
-        std::stringstream ss;
-        ss << in.rdbuf();
-        ids = lm.tokenizer->encode(ss.str(), true, false);
+        ids = lm.tokenizer->encode(read_file_or_exit(o.prompt_file), true, false);
     } else {
         // A synthetic prompt of ordinary text tokens: the cost of prefill does not depend on
         // which tokens they are, only on how many.

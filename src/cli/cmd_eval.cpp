@@ -1,8 +1,6 @@
 // `ferry eval -m MODEL [--ref REF] --text FILE`: perplexity, and against a reference model the
 // KL divergence, top-1 agreement and largest logit difference, on the same tokens.
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -27,14 +25,6 @@ struct EvalCmdOptions {
     bool json = false;
 };
 
-std::string read_text(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw ExitError(fmt::format("{}: cannot read the evaluation text", path));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
 void eval(const EvalCmdOptions& o) {
     auto lm = take(engine::LoadedModel::load(take(resolve_model_path(o.model)), false));
     std::optional<engine::LoadedModel> ref;
@@ -43,7 +33,7 @@ void eval(const EvalCmdOptions& o) {
 
     // Both models are scored on the model's tokenization; a reference with another
     // vocabulary would make the comparison meaningless, so evaluate() refuses it.
-    std::vector<int32_t> tokens = lm.tokenizer->encode(read_text(o.text), true);
+    std::vector<int32_t> tokens = lm.tokenizer->encode(read_file_or_exit(o.text), true);
     if (o.max_tokens > 0 && static_cast<int64_t>(tokens.size()) > o.max_tokens)
         tokens.resize(static_cast<size_t>(o.max_tokens));
 

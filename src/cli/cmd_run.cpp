@@ -1,7 +1,5 @@
 // `ferry run`: one prompt in, the continuation streamed to stdout, the timings to stderr.
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "cli/commands.h"
 #include "cli/model_options.h"
@@ -22,16 +20,8 @@ struct RunOptions {
     bool ignore_eos = false;
 };
 
-std::string read_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw ExitError(path + ": cannot be read");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
 void run(const RunOptions& o) {
-    std::string prompt = o.prompt_file.empty() ? o.prompt : read_file(o.prompt_file);
+    std::string prompt = o.prompt_file.empty() ? o.prompt : read_file_or_exit(o.prompt_file);
     engine::LoadedModel lm = o.model.load(!o.no_stats);
     const auto& tok = *lm.tokenizer;
 

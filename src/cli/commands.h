@@ -29,6 +29,9 @@ struct ExitError : std::runtime_error {
     explicit ExitError(const std::string& msg, int c = 1) : std::runtime_error(msg), code(c) {}
 };
 
+// The whole file as bytes, or exit with "<path>: cannot be read".
+std::string read_file_or_exit(const std::string& path);
+
 // Unwraps an Expected or exits with its error message.
 template <class T>
 T take(Expected<T> e) {
