@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/spec_options.h"
 #include "core/machine_probe.h"
 #include "core/progress.h"
 #include "engine/generator.h"
@@ -20,8 +21,10 @@ namespace {
 
 struct DecodeBenchOptions {
     ModelOptions model;
+    SpecOptions spec;
     int prompt_tokens = 128;
     std::string prompt_file;
+    bool chat = false;
     int gen_tokens = 64;
     int repeats = 3;
     bool json = false;
@@ -49,7 +52,14 @@ std::vector<int32_t> bench_prompt(const DecodeBenchOptions& o, const engine::Loa
                                   int ctx) {
     std::vector<int32_t> ids;
     if (!o.prompt_file.empty()) {
-        ids = lm.tokenizer->encode(read_file_or_exit(o.prompt_file), true, false);
+        const std::string text = read_file_or_exit(o.prompt_file);
+        if (o.chat) {
+            if (!lm.chat_template) throw ExitError(lm.chat_template_error);
+            ids =
+                lm.tokenizer->encode(lm.chat_template->apply({{"user", text}}, true), false, true);
+        } else {
+            ids = lm.tokenizer->encode(text, true, false);
+        }
     } else {
         // A synthetic prompt of ordinary text tokens: the cost of prefill does not depend on
         // which tokens they are, only on how many.
@@ -80,17 +90,50 @@ void bench_decode(const DecodeBenchOptions& o) {
     engine::Generator gen(*lm.model, threads, run_ctx);
     engine::SamplingParams greedy;
     greedy.temperature = 0;
-    std::vector<double> prefill, decode, ttft, tpot;
-    Progress bar("bench decode", o.repeats + 1, !o.json);
-    for (int r = 0; r <= o.repeats; ++r) {  // run 0 warms caches and is not counted
+    // With speculation, every repeat runs plain decoding and speculation back to back (A B A B),
+    // so the speed-up is a ratio measured under the same conditions, and the two outputs are
+    // compared token for token (greedy speculation must not change them).
+    const auto spec_cfg = o.spec.resolved();
+    const auto draft = o.spec.load_draft(!o.json);
+    auto proposer = o.spec.make(lm, draft ? &*draft : nullptr, run_ctx);
+    const bool speculate = proposer != nullptr;
+    std::vector<double> prefill, decode, ttft, tpot, base_decode, speedup;
+    int64_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0;
+    bool identical = true;
+    Progress bar("bench decode", (o.repeats + 1) * (speculate ? 2 : 1), !o.json);
+    int done = 0;
+    auto once = [&](const engine::SpecRun& sr, std::vector<int32_t>* out) {
         gen.reset();
-        auto st = take(gen.generate(prompt, greedy, o.gen_tokens, nullptr, nullptr));
-        bar.update(r + 1);
+        auto st = take(gen.generate(
+            prompt, greedy, o.gen_tokens,
+            [&](int32_t t) {
+                out->push_back(t);
+                return true;
+            },
+            nullptr, sr));
+        bar.update(++done);
+        return st;
+    };
+    for (int r = 0; r <= o.repeats; ++r) {  // run 0 warms caches and is not counted
+        std::vector<int32_t> plain_out, spec_out;
+        engine::GenerationStats base{};
+        if (speculate) base = once({}, &plain_out);
+        auto st = once({proposer.get(), spec_cfg.k, spec_cfg.adaptive}, &spec_out);
+        if (speculate && plain_out != spec_out) identical = false;
         if (r == 0) continue;
         prefill.push_back(st.prefill_tokens_per_s());
         decode.push_back(st.decode_tokens_per_s());
         ttft.push_back(st.ttft_ms);
         tpot.push_back(st.decode_tokens_per_s() > 0 ? 1e3 / st.decode_tokens_per_s() : 0);
+        if (speculate) {
+            base_decode.push_back(base.decode_tokens_per_s());
+            speedup.push_back(base.decode_tokens_per_s() > 0
+                                  ? st.decode_tokens_per_s() / base.decode_tokens_per_s()
+                                  : 0);
+            spec_steps += st.spec_steps;
+            spec_drafted += st.spec_draft_tokens;
+            spec_accepted += st.spec_accepted_tokens;
+        }
     }
     bar.finish();
 
@@ -131,6 +174,15 @@ void bench_decode(const DecodeBenchOptions& o) {
             {"decode", dec_cost.bytes, dec_cost.flops, tp.median / 1e3, bw, peak_gflops}),
     };
     j["peak_gflops"] = peak_gflops;
+    j["spec_method"] = engine::spec_method_name(spec_cfg.method);
+    if (speculate) {
+        j["spec_k"] = spec_cfg.k;
+        j["spec_acceptance_rate"] = spec_drafted ? double(spec_accepted) / double(spec_drafted) : 0;
+        j["spec_mean_accepted"] = spec_steps ? double(spec_accepted) / double(spec_steps) : 0;
+        j["baseline_decode_tokens_per_s"] = summarize(base_decode).median;
+        j["spec_speedup"] = summarize(speedup).median;
+        j["spec_output_identical"] = identical;
+    }
     for (const auto& ph : phases) j["bottleneck"][ph.phase] = ph.to_json();
     for (auto [key, s] :
          {std::pair{"prefill_tokens_per_s", pf}, std::pair{"decode_tokens_per_s", dc},
@@ -154,6 +206,14 @@ void bench_decode(const DecodeBenchOptions& o) {
     for (const auto& ph : phases)
         std::printf("bound      %s (%.1f GB/s, %.1f GFLOP/s achieved)\n", ph.sentence.c_str(),
                     ph.achieved_gbs, ph.achieved_gflops);
+    if (speculate)
+        std::printf(
+            "speculate  %s, k %d: %.2fx plain decoding (%.1f tok/s), %.0f %% of drafts accepted, "
+            "%.2f per step; output %s\n",
+            engine::spec_method_name(spec_cfg.method), spec_cfg.k, j["spec_speedup"].get<double>(),
+            j["baseline_decode_tokens_per_s"].get<double>(),
+            100 * j["spec_acceptance_rate"].get<double>(), j["spec_mean_accepted"].get<double>(),
+            identical ? "identical to plain decoding" : "DIFFERS from plain decoding");
 }
 
 }  // namespace
@@ -174,6 +234,8 @@ void add_bench_command(CLI::App& app) {
     dec->add_option("-r,--repeats", o->repeats, "measured runs (after one warm-up)")
         ->capture_default_str()
         ->check(CLI::Range(1, 1000));
+    dec->add_flag("--chat", o->chat, "wrap --prompt-file in the model's chat template");
+    o->spec.add_to(*dec, false);
     dec->add_flag("--json", o->json, "print JSON with stable keys");
     dec->callback([o] { bench_decode(*o); });
     add_bench_throughput_command(*bench);

@@ -132,7 +132,13 @@ struct Peaks {
 nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineConfig& cfg,
                             const std::vector<Item>& items, const std::string& label, bool quiet,
                             const Peaks& peaks) {
-    engine::Engine eng(lm, cfg);
+    std::unique_ptr<engine::Engine> engine_ptr;
+    try {
+        engine_ptr = std::make_unique<engine::Engine>(lm, cfg);
+    } catch (const std::runtime_error& e) {
+        throw ExitError(e.what());
+    }
+    engine::Engine& eng = *engine_ptr;
     engine::RequestParams base;
     base.sampling.temperature = 0;
     base.ignore_eos = true;
@@ -201,6 +207,13 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
          m.prefix_query_tokens ? double(m.prefix_hit_tokens) / double(m.prefix_query_tokens) : 0.0},
         {"mean_batch_size", m.steps ? double(m.batched_seqs_total) / double(m.steps) : 0.0},
         {"mean_tokens_per_step", m.steps ? double(m.batched_tokens_total) / double(m.steps) : 0.0},
+        {"spec_method", engine::spec_method_name(cfg.spec.method)},
+        {"spec_draft_tokens", m.spec_draft_tokens},
+        {"spec_accepted_tokens", m.spec_accepted_tokens},
+        {"spec_acceptance_rate",
+         m.spec_draft_tokens ? double(m.spec_accepted_tokens) / double(m.spec_draft_tokens) : 0.0},
+        {"spec_mean_accepted",
+         m.spec_steps ? double(m.spec_accepted_tokens) / double(m.spec_steps) : 0.0},
     };
 }
 
@@ -219,7 +232,9 @@ void bench_throughput(const ThroughputOptions& o) {
     engine::LoadedModel lm = o.model.load(!o.json);
     const int max_len = o.model.resolved_ctx(lm);
     const auto items = make_workload(o, lm, max_len);
-    const auto cfg = o.engine.resolved(o.model.resolved_threads(), max_len);
+    const auto draft = o.engine.spec.load_draft(!o.json);
+    const auto cfg =
+        o.engine.resolved(o.model.resolved_threads(), max_len, draft ? &*draft : nullptr);
     if (!o.json)
         std::fprintf(stderr, "measuring this machine's read bandwidth and peak FLOP/s ...\n");
     const Peaks peaks{measure_read_bandwidth_gbs(cfg.n_threads),
@@ -243,6 +258,10 @@ void bench_throughput(const ThroughputOptions& o) {
                                     items, "contiguous kv", o.json, peaks));
         rows.push_back(run_workload(lm, with([](C& c) { c.prefix_cache = false; }), items,
                                     "prefix cache off", o.json, peaks));
+        if (cfg.spec.method != engine::SpecMethod::Off)
+            rows.push_back(run_workload(lm,
+                                        with([](C& c) { c.spec.method = engine::SpecMethod::Off; }),
+                                        items, "speculation off", o.json, peaks));
     }
     if (o.json) {
         nlohmann::json j = o.compare ? nlohmann::json{{"runs", rows}} : rows.front();
@@ -261,6 +280,14 @@ void bench_throughput(const ThroughputOptions& o) {
     for (const auto& r : rows)
         std::printf("%-22s %s\n", r["label"].get<std::string>().c_str(),
                     r["bottleneck"]["summary"].get<std::string>().c_str());
+    for (const auto& r : rows)
+        if (r["spec_draft_tokens"].get<uint64_t>() > 0)
+            std::printf(
+                "%-22s speculation (%s): %.0f %% of %llu draft tokens accepted, %.2f per step\n",
+                r["label"].get<std::string>().c_str(), r["spec_method"].get<std::string>().c_str(),
+                100 * r["spec_acceptance_rate"].get<double>(),
+                static_cast<unsigned long long>(r["spec_draft_tokens"].get<uint64_t>()),
+                r["spec_mean_accepted"].get<double>());
 }
 
 }  // namespace

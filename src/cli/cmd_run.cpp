@@ -1,8 +1,10 @@
 // `ferry run`: one prompt in, the continuation streamed to stdout, the timings to stderr.
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/spec_options.h"
 #include "engine/generator.h"
 
 namespace ferry::cli {
@@ -11,6 +13,7 @@ namespace {
 struct RunOptions {
     ModelOptions model;
     SamplingOptions sampling;
+    SpecOptions spec;
     std::string prompt;
     std::string prompt_file;
     std::string system;
@@ -44,6 +47,9 @@ void run(const RunOptions& o) {
                         ids.size(), ctx, lm.model->config().n_ctx_train));
 
     engine::Generator gen(*lm.model, o.model.resolved_threads(), ctx);
+    const auto spec_cfg = o.spec.resolved();
+    const auto draft = o.spec.load_draft(!o.no_stats);
+    auto proposer = o.spec.make(lm, draft ? &*draft : nullptr, ctx);
     tokenizer::StreamDecoder dec(tok);
     if (!o.chat) {  // echo the prompt, as a completion continues it
         std::fputs(prompt.c_str(), stdout);
@@ -57,7 +63,8 @@ void run(const RunOptions& o) {
             std::fflush(stdout);
             return true;
         },
-        [&](int32_t t) { return !o.ignore_eos && tok.is_eog(t); }));
+        [&](int32_t t) { return !o.ignore_eos && tok.is_eog(t); },
+        {proposer.get(), spec_cfg.k, spec_cfg.adaptive}));
     std::string rest = dec.flush();
     std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::fputc('\n', stdout);
@@ -69,6 +76,13 @@ void run(const RunOptions& o) {
                      stats.prompt_tokens, stats.ttft_ms, stats.prefill_tokens_per_s(),
                      stats.generated_tokens, stats.decode_tokens_per_s(),
                      o.model.resolved_threads(), stats.finish_reason.c_str());
+    if (!o.no_stats && stats.spec_steps > 0)
+        std::fprintf(stderr,
+                     "speculation (%s): %d of %d draft tokens accepted (%.0f %%), %.2f per step\n",
+                     engine::spec_method_name(spec_cfg.method), stats.spec_accepted_tokens,
+                     stats.spec_draft_tokens,
+                     100.0 * stats.spec_accepted_tokens / std::max(1, stats.spec_draft_tokens),
+                     double(stats.spec_accepted_tokens) / stats.spec_steps);
 }
 
 }  // namespace
@@ -88,6 +102,7 @@ void add_run_command(CLI::App& app) {
     cmd->add_option("--system", o->system, "system message (with --chat)");
     cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past end-of-generation tokens");
     cmd->add_flag("--no-stats", o->no_stats, "print only the text");
+    o->spec.add_to(*cmd, false);
     cmd->callback([o, p, pf] {
         if (p->count() == 0 && pf->count() == 0) throw ExitError("run needs -p PROMPT or -f FILE");
         run(*o);

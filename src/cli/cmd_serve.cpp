@@ -72,7 +72,7 @@ void serve(ServeOptions& o) {
              std::filesystem::path(path).filename().string(), o.model.model};
 
     // The context is resolved by the engine from the model (0: min(trained, 4096)).
-    const engine::EngineConfig config = o.engine.resolved(o.model.resolved_threads(), o.model.ctx);
+    (void)o.engine.spec.resolved();  // refuse bad speculation switches before listening
 
     server::HttpServer http(o.server);
     if (auto st = http.start(); !st) throw ExitError(st.error().message);
@@ -81,8 +81,17 @@ void serve(ServeOptions& o) {
                  o.server.api_key.empty() ? "" : ", API key required");
 
     engine::LoadedModel lm = take(engine::LoadedModel::load(path, true));
+    const auto draft = o.engine.spec.load_draft(true);
     if (http.shutting_down()) return http.wait();
-    engine::Engine eng(lm, config);
+    const engine::EngineConfig config =
+        o.engine.resolved(o.model.resolved_threads(), o.model.ctx, draft ? &*draft : nullptr);
+    std::unique_ptr<engine::Engine> engine_ptr;
+    try {
+        engine_ptr = std::make_unique<engine::Engine>(lm, config);
+    } catch (const std::runtime_error& e) {
+        throw ExitError(e.what());
+    }
+    engine::Engine& eng = *engine_ptr;
     eng.start();
     EngineBackend backend(eng, lm);
     http.set_backend(&backend);

@@ -31,10 +31,14 @@ void EngineOptions::add_to(CLI::App& cmd) {
     cmd.add_option("--kv", kv, "KV cache layout: paged blocks, or max length reserved up front")
         ->capture_default_str()
         ->check(CLI::IsMember({"paged", "contiguous"}));
+    spec.add_to(cmd, true);
 }
 
-engine::EngineConfig EngineOptions::resolved(int threads, int max_model_len) const {
+engine::EngineConfig EngineOptions::resolved(int threads, int max_model_len,
+                                             const engine::LoadedModel* draft) const {
     engine::EngineConfig c = config;
+    c.spec = spec.resolved();
+    c.draft_model = draft;
     c.n_threads = threads;
     c.max_model_len = max_model_len;
     c.prefix_cache = prefix_cache == "on";

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/spec_options.h"
 #include "engine/engine.h"
 
 namespace ferry::cli {
@@ -15,9 +16,12 @@ struct EngineOptions {
     std::string prefix_cache = "on";
     std::string batching = "continuous";
     std::string kv = "paged";
+    SpecOptions spec;
 
     void add_to(CLI::App& cmd);
-    engine::EngineConfig resolved(int threads, int max_model_len) const;
+    // draft: the loaded --draft-model, if any (it must outlive the engine).
+    engine::EngineConfig resolved(int threads, int max_model_len,
+                                  const engine::LoadedModel* draft = nullptr) const;
 };
 
 }  // namespace ferry::cli

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 
 #include "core/thread_pool.h"
@@ -79,6 +80,18 @@ Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), c
     scheduler_ = std::make_unique<Scheduler>(config_, max_model_len_, n_blocks_);
     runner_ = std::make_unique<ModelRunner>(*model.model, config_.n_threads, n_blocks_,
                                             config_.block_size);
+    ngram_ = std::make_unique<NgramProposer>(config_.spec.ngram_min, config_.spec.ngram_max);
+    if (config_.draft_model) {
+        // The draft's cache holds as many tokens as the target's.
+        SpecConfig dc = config_.spec;
+        dc.method = SpecMethod::Draft;
+        auto p = make_proposer(dc, model, config_.draft_model, n_blocks_ * config_.block_size);
+        if (!p) throw std::runtime_error(p.error().message);
+        draft_ = std::move(*p);
+    } else if (config_.spec.method == SpecMethod::Draft) {
+        throw std::runtime_error("--spec draft needs a draft model (--draft-model)");
+    }
+    config_.spec.k = std::max(1, config_.spec.k);
     metrics_.kv_blocks_total = n_blocks_;
     metrics_.block_size = config_.block_size;
 }
@@ -116,6 +129,8 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt, RequestPara
     if (params.n < 1 || params.n > 128) return make_error("n must be between 1 and 128");
     if (params.max_tokens < 1) return make_error("max_tokens must be at least 1");
     if (params.top_logprobs > 20) return make_error("top_logprobs must be at most 20");
+    if (params.spec == SpecMethod::Draft && !draft_)
+        return make_error("speculation 'draft' needs a server started with --draft-model");
     if (queued_.load() >= config_.max_waiting)
         return make_error("queue full: {} requests are waiting", queued_.load());
 
@@ -176,6 +191,8 @@ void Engine::drain_inbox() {
         SamplingParams sp = r.params.sampling;
         seq->sampler = std::make_unique<Sampler>(sp);
         seq->text = std::make_unique<StopText>(*model_.tokenizer, r.params.stop);
+        seq->spec = r.params.spec.value_or(config_.spec.method);
+        seq->spec_k = config_.spec.k;
         scheduler_->add(seq.get());
         live->seqs.push_back(std::move(seq));
         const RequestId id = r.id;
@@ -194,6 +211,7 @@ void Engine::abort_now(RequestId id) {
 
 bool Engine::step() {
     drain_inbox();
+    propose_drafts();
     const auto now = Clock::now();
     SchedulerOutput out = scheduler_->schedule(now);
     if (out.empty()) {
@@ -209,16 +227,22 @@ bool Engine::step() {
         }
     }
     const std::vector<float>& logits = runner_->execute(out);
-    for (const auto& s : out.seqs) scheduler_->on_computed(s.seq, s.num_tokens);
+    // Draft tokens count as computed only once verified.
+    for (const auto& s : out.seqs) scheduler_->on_computed(s.seq, s.num_tokens - s.num_draft);
 
     const int n_vocab = runner_->n_vocab();
     size_t row = 0;
     std::vector<Sequence*> targets;
     for (const auto& s : out.seqs) {
         if (!s.wants_logits) continue;
-        const float* l = logits.data() + row++ * n_vocab;
+        const float* l = logits.data() + row * n_vocab;
+        row += 1 + s.num_draft;
         Request& r = *s.seq->request;
         if (r.aborted || s.seq->status == SeqStatus::Finished) continue;
+        if (s.num_draft > 0) {
+            verify_and_emit(*s.seq, l);
+            continue;
+        }
         targets.assign(1, s.seq);
         if (!r.forked && r.params.n > 1) fork(r, *s.seq, targets);
         for (Sequence* t : targets) sample_and_emit(*t, l);
@@ -248,6 +272,8 @@ void Engine::fork(Request& req, Sequence& parent, std::vector<Sequence*>& out) {
         sp.seed += static_cast<uint64_t>(i);  // distinct but reproducible samples
         child->sampler = std::make_unique<Sampler>(sp);
         child->text = std::make_unique<StopText>(*model_.tokenizer, req.params.stop);
+        child->spec = parent.spec;
+        child->spec_k = parent.spec_k;
         scheduler_->share_blocks(parent, *child);
         scheduler_->add_running(child.get());
         out.push_back(child.get());
@@ -256,12 +282,67 @@ void Engine::fork(Request& req, Sequence& parent, std::vector<Sequence*>& out) {
     }
 }
 
+// Drafts for the sequences about to decode, when speculation pays: a batch of many decoding
+// sequences already keeps the cores busy, and then K + 1 positions cost K + 1 times as much.
+void Engine::propose_drafts() {
+    std::vector<ProposalJob> ngram_jobs, draft_jobs;
+    int decoding = 0;
+    for (Sequence* s : scheduler_->running()) {
+        s->draft.clear();
+        if (s->num_uncomputed() == 1) ++decoding;
+    }
+    const SpecConfig& sc = config_.spec;
+    if (sc.disable_batch > 0 && decoding > sc.disable_batch) return;
+    for (Sequence* s : scheduler_->running()) {
+        if (s->spec == SpecMethod::Off || s->num_uncomputed() != 1 || s->request->aborted) continue;
+        const RequestParams& p = s->request->params;
+        // Never draft past what may still be emitted or past the context.
+        const int64_t room =
+            std::min<int64_t>(p.max_tokens - s->output_len() - 1,
+                              max_model_len_ - static_cast<int64_t>(s->tokens.size()) - 1);
+        const int k = static_cast<int>(std::min<int64_t>(s->spec_k, room));
+        if (k <= 0) continue;
+        ProposalJob job{s->id, s->tokens, k, s->sampler.get(), &s->draft};
+        (s->spec == SpecMethod::Draft ? draft_jobs : ngram_jobs).push_back(job);
+    }
+    if (!ngram_jobs.empty()) ngram_->propose(ngram_jobs, runner_->pool());
+    if (!draft_jobs.empty() && draft_) draft_->propose(draft_jobs, runner_->pool());
+}
+
+void Engine::verify_and_emit(Sequence& seq, const float* logits) {
+    const int n_vocab = runner_->n_vocab();
+    const int proposed = static_cast<int>(seq.draft.tokens.size());
+    std::vector<int32_t> history = seq.tokens;
+    const std::vector<int32_t> toks =
+        verify_draft(*seq.sampler, logits, n_vocab, seq.draft, history);
+    const int accepted = static_cast<int>(toks.size()) - 1;
+    seq.draft.clear();
+    {
+        std::lock_guard lock(metrics_mu_);
+        ++metrics_.spec_steps;
+        metrics_.spec_draft_tokens += proposed;
+        metrics_.spec_accepted_tokens += accepted;
+    }
+    if (config_.spec.adaptive) seq.spec_k = adapt_k(seq.spec_k, accepted, proposed, config_.spec.k);
+    for (size_t i = 0; i < toks.size(); ++i) {
+        emit(seq, toks[i], logits + i * n_vocab);
+        if (seq.status == SeqStatus::Finished) return;  // a stop: the rest is discarded
+    }
+    // The accepted draft tokens' keys and values are valid; the rejected ones' blocks go back.
+    scheduler_->on_computed(&seq, accepted);
+    scheduler_->trim_blocks(&seq);
+}
+
 void Engine::sample_and_emit(Sequence& seq, const float* logits) {
+    emit(seq, seq.sampler->sample({logits, size_t(runner_->n_vocab())}, seq.tokens), logits);
+}
+
+// Appends one token to a sequence, streams it, and finishes the sequence on a stop or length.
+void Engine::emit(Sequence& seq, int32_t tok, const float* logits) {
     Request& r = *seq.request;
     const RequestParams& p = r.params;
     const int n_vocab = runner_->n_vocab();
     std::span<const float> row(logits, n_vocab);
-    const int32_t tok = seq.sampler->sample(row, seq.tokens);
     const auto now = Clock::now();
 
     TokenEvent ev;
@@ -337,6 +418,7 @@ void Engine::finish(Sequence& seq, FinishReason reason, TokenEvent* last) {
     if (reason == FinishReason::Abort) r.aborted = true;
     const bool was_waiting_unstarted = !r.started;
     scheduler_->remove(&seq);
+    if (draft_) draft_->release(seq.id);
     if (r.on_token) r.on_token(ev);
     if (--r.unfinished > 0) return;
 

@@ -19,6 +19,7 @@
 #include "engine/loaded_model.h"
 #include "engine/metrics.h"
 #include "engine/request.h"
+#include "engine/speculation.h"
 
 namespace ferry::engine {
 
@@ -35,15 +36,20 @@ struct EngineConfig {
     int batch_wait_ms = 50;  // static batching: how long the oldest request waits for company
     enum class KvLayout { Paged, Contiguous } kv_layout = KvLayout::Paged;
     int max_waiting = 4096;  // requests queued beyond this are refused
+    SpecConfig spec;         // speculative decoding for requests that do not choose
+    const LoadedModel* draft_model = nullptr;  // for SpecMethod::Draft
 };
 
 class Scheduler;
 class ModelRunner;
+class Proposer;
 struct Request;
 struct Sequence;
 
 class Engine {
   public:
+    // Fails (by throwing std::runtime_error with the message) only when the speculation
+    // configuration cannot work: a draft model with another vocabulary, or none at all.
     Engine(const LoadedModel& model, EngineConfig config);
     ~Engine();
     Engine(const Engine&) = delete;
@@ -85,7 +91,10 @@ class Engine {
     void loop();
     void drain_inbox();
     void fork(Request& req, Sequence& parent, std::vector<Sequence*>& out);
+    void propose_drafts();
+    void verify_and_emit(Sequence& seq, const float* logits);
     void sample_and_emit(Sequence& seq, const float* logits);
+    void emit(Sequence& seq, int32_t tok, const float* logits);
     void finish(Sequence& seq, FinishReason reason, TokenEvent* last);
     void abort_now(RequestId id);
     void retire_finished();
@@ -97,6 +106,7 @@ class Engine {
     int64_t n_blocks_ = 0;
     std::unique_ptr<Scheduler> scheduler_;
     std::unique_ptr<ModelRunner> runner_;
+    std::unique_ptr<Proposer> ngram_, draft_;
 
     // Owned by the engine thread (or whoever calls step()).
     std::unordered_map<RequestId, std::unique_ptr<Live>> live_;

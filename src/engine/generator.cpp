@@ -34,7 +34,8 @@ void Generator::feed(std::span<const int32_t> tokens, int n_logits, float* logit
 Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
                                               const SamplingParams& params, int max_tokens,
                                               const std::function<bool(int32_t)>& on_token,
-                                              const std::function<bool(int32_t)>& is_eog) {
+                                              const std::function<bool(int32_t)>& is_eog,
+                                              const SpecRun& spec) {
     const int64_t n_vocab = model_.config().n_vocab;
     if (prompt.empty()) return make_error("the prompt is empty");
     for (int32_t t : prompt)
@@ -47,7 +48,8 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
     GenerationStats st;
     st.prompt_tokens = static_cast<int>(prompt.size());
     Sampler sampler(params);
-    std::vector<float> logits(n_vocab);
+    const int k_max = spec.proposer ? std::max(1, spec.k) : 0;
+    std::vector<float> logits(n_vocab * (k_max + 1));
 
     auto t0 = std::chrono::steady_clock::now();
     feed(prompt, 1, logits.data());
@@ -55,26 +57,62 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
 
     st.finish_reason = "length";
     auto t_decode = std::chrono::steady_clock::now();
-    for (int i = 0; i < max_tokens; ++i) {
-        const int32_t tok = sampler.sample(logits, history_);
-        if (i == 0) {
-            st.ttft_ms = ms_since(t0);
-            t_decode = std::chrono::steady_clock::now();
+    // Tokens decided but not yet fed: one per plain step, up to K + 1 after a verification.
+    std::vector<int32_t> pending{sampler.sample({logits.data(), size_t(n_vocab)}, history_)};
+    st.ttft_ms = ms_since(t0);
+    t_decode = std::chrono::steady_clock::now();
+    Draft draft;
+    int k = k_max;
+    for (;;) {
+        bool done = false;
+        for (int32_t tok : pending) {
+            ++st.generated_tokens;
+            if ((is_eog && is_eog(tok)) || (on_token && !on_token(tok))) {
+                st.finish_reason = "stop";
+                done = true;
+                break;
+            }
+            if (st.generated_tokens == max_tokens) {
+                done = true;
+                break;
+            }
         }
-        ++st.generated_tokens;
-        if (is_eog && is_eog(tok)) {
-            st.finish_reason = "stop";
-            break;
+        if (done || position() + 1 > n_ctx()) break;
+        const int32_t last = pending.back();
+
+        draft.clear();
+        if (spec.proposer) {
+            const int64_t room =
+                std::min<int64_t>(max_tokens - st.generated_tokens - 1, n_ctx() - position() - 1);
+            const int want = static_cast<int>(std::min<int64_t>(k, room));
+            if (want > 0) {
+                std::vector<int32_t> ctx = history_;
+                ctx.push_back(last);
+                ProposalJob job{0, ctx, want, &sampler, &draft};
+                spec.proposer->propose({&job, 1}, pool_);
+            }
         }
-        if (on_token && !on_token(tok)) {
-            st.finish_reason = "stop";
-            break;
+        const int64_t before = position();
+        std::vector<int32_t> run{last};
+        run.insert(run.end(), draft.tokens.begin(), draft.tokens.end());
+        feed(run, static_cast<int>(run.size()), logits.data());
+        if (draft.tokens.empty()) {
+            pending.assign(1, sampler.sample({logits.data(), size_t(n_vocab)}, history_));
+            continue;
         }
-        if (i + 1 == max_tokens || position() + 1 > n_ctx()) break;
-        const int32_t one[1] = {tok};
-        feed(one, 1, logits.data());
+        // Roll back to the verified prefix: rejected positions are simply overwritten later.
+        history_.resize(static_cast<size_t>(before + 1));
+        std::vector<int32_t> hist = history_;
+        pending = verify_draft(sampler, logits.data(), static_cast<int>(n_vocab), draft, hist);
+        const int accepted = static_cast<int>(pending.size()) - 1;
+        history_.insert(history_.end(), draft.tokens.begin(), draft.tokens.begin() + accepted);
+        ++st.spec_steps;
+        st.spec_draft_tokens += static_cast<int>(draft.tokens.size());
+        st.spec_accepted_tokens += accepted;
+        if (spec.adaptive) k = adapt_k(k, accepted, static_cast<int>(draft.tokens.size()), k_max);
     }
     st.decode_ms = ms_since(t_decode);
+    if (spec.proposer) spec.proposer->release(0);
     return st;
 }
 

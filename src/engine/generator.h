@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "engine/sampler.h"
+#include "engine/speculation.h"
 #include "kv/kv_store.h"
 #include "model/llama.h"
 #include "tokenizer/tokenizer.h"
@@ -23,6 +24,9 @@ struct GenerationStats {
     double ttft_ms = 0;         // prefill plus sampling the first token
     double decode_ms = 0;       // every later token
     std::string finish_reason;  // "stop" (end-of-generation token) or "length"
+    int spec_steps = 0;         // verification passes that carried a draft
+    int spec_draft_tokens = 0;  // tokens proposed and verified
+    int spec_accepted_tokens = 0;
 
     double prefill_tokens_per_s() const {
         return prefill_ms > 0 ? prompt_tokens / prefill_ms * 1e3 : 0;
@@ -30,6 +34,13 @@ struct GenerationStats {
     double decode_tokens_per_s() const {
         return decode_ms > 0 && generated_tokens > 1 ? (generated_tokens - 1) / decode_ms * 1e3 : 0;
     }
+};
+
+// Speculation for one stream: a proposer (nullptr: plain decoding) and its K.
+struct SpecRun {
+    Proposer* proposer = nullptr;
+    int k = 4;
+    bool adaptive = false;
 };
 
 class Generator {
@@ -40,6 +51,7 @@ class Generator {
     int64_t position() const { return static_cast<int64_t>(history_.size()); }
     const std::vector<int32_t>& history() const { return history_; }
     void reset() { history_.clear(); }
+    ThreadPool& pool() { return pool_; }
     // Forgets everything after the first n tokens (their cache slots are simply overwritten).
     void truncate(int64_t n) {
         if (n < position()) history_.resize(static_cast<size_t>(n));
@@ -51,7 +63,8 @@ class Generator {
     Expected<GenerationStats> generate(std::span<const int32_t> prompt,
                                        const SamplingParams& params, int max_tokens,
                                        const std::function<bool(int32_t)>& on_token,
-                                       const std::function<bool(int32_t)>& is_eog);
+                                       const std::function<bool(int32_t)>& is_eog,
+                                       const SpecRun& spec = {});
 
     // Logits of the last position after feeding `tokens` from an empty cache (for tests).
     Expected<std::vector<float>> logits_for(std::span<const int32_t> tokens);

@@ -39,8 +39,9 @@ struct EngineMetrics {
     uint64_t batched_tokens_total = 0;         // tokens run over all steps
     uint64_t batched_seqs_total = 0;           // sequences run over all steps
     std::map<std::string, uint64_t> finished;  // by finish reason
-    uint64_t spec_draft_tokens = 0;
-    uint64_t spec_accepted_tokens = 0;
+    uint64_t spec_steps = 0;                   // sequence steps that verified a draft
+    uint64_t spec_draft_tokens = 0;            // draft tokens verified
+    uint64_t spec_accepted_tokens = 0;         // of which the target accepted
     Histogram ttft = Histogram::latency_seconds();
     Histogram itl = Histogram::latency_seconds();
     Histogram e2e = Histogram::latency_seconds();

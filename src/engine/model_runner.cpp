@@ -15,13 +15,15 @@ const std::vector<float>& ModelRunner::execute(const SchedulerOutput& out) {
     int rows = 0;
     for (const ScheduledSeq& s : out.seqs) {
         const Sequence& q = *s.seq;
+        const int real = s.num_tokens - s.num_draft;
         tokens_.insert(tokens_.end(), q.tokens.begin() + q.num_computed,
-                       q.tokens.begin() + q.num_computed + s.num_tokens);
+                       q.tokens.begin() + q.num_computed + real);
+        tokens_.insert(tokens_.end(), q.draft.tokens.begin(), q.draft.tokens.begin() + s.num_draft);
         model::LlamaModel::BatchSeq b;
         b.start_pos = q.num_computed;
         b.n_tokens = s.num_tokens;
         b.kv = {q.blocks.data(), static_cast<int64_t>(q.blocks.size())};
-        b.n_logits = s.wants_logits ? 1 : 0;
+        b.n_logits = s.wants_logits ? 1 + s.num_draft : 0;
         rows += b.n_logits;
         seqs_.push_back(b);
     }

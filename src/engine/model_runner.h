@@ -16,9 +16,11 @@ class ModelRunner {
   public:
     ModelRunner(const model::LlamaModel& model, int n_threads, int64_t n_blocks, int block_size);
 
-    // Logits rows (n_vocab each) for the scheduled sequences with wants_logits, in order.
+    // Logits rows (n_vocab each) for the scheduled sequences with wants_logits, in order:
+    // 1 + num_draft rows for each.
     const std::vector<float>& execute(const SchedulerOutput& out);
     int n_vocab() const { return model_.config().n_vocab; }
+    ThreadPool& pool() { return pool_; }
 
   private:
     const model::LlamaModel& model_;

@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/sampler.h"
+#include "engine/speculation.h"
 
 namespace ferry::engine {
 
@@ -22,6 +24,7 @@ struct RequestParams {
     bool ignore_eos = false;
     int priority = 0;       // lower value runs first (vLLM's convention); ties are FCFS
     int top_logprobs = -1;  // -1: no logprobs; 0..20: the sampled token's plus this many best
+    std::optional<SpecMethod> spec;  // speculation for this request; unset: the engine's
 };
 
 enum class FinishReason { None, Stop, Length, Abort };

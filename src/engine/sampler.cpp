@@ -75,10 +75,16 @@ std::vector<Sampler::Candidate> Sampler::candidates(std::span<const float> logit
 }
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
-    auto c = candidates(logits, history);
+    return draw(candidates(logits, history));
+}
+
+double Sampler::uniform() {
+    return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+}
+
+int32_t Sampler::draw(const std::vector<Candidate>& c) {
     if (c.size() == 1) return c.front().id;
-    std::uniform_real_distribution<double> u(0.0, 1.0);
-    double r = u(rng_), acc = 0;
+    double r = uniform(), acc = 0;
     for (const auto& x : c) {
         acc += x.p;
         if (r < acc) return x.id;

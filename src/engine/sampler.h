@@ -44,6 +44,11 @@ class Sampler {
     std::vector<Candidate> candidates(std::span<const float> logits,
                                       std::span<const int32_t> history) const;
 
+    // A draw from candidates whose p sum to 1 (speculative verification draws from
+    // distributions it builds itself), and a uniform number in [0, 1) from the same stream.
+    int32_t draw(const std::vector<Candidate>& c);
+    double uniform();
+
   private:
     SamplingParams params_;
     std::mt19937_64 rng_;

@@ -109,6 +109,7 @@ Sequence* Scheduler::pick_victim() const {
 
 void Scheduler::preempt(Sequence* victim, SchedulerOutput& out) {
     release_blocks(victim);
+    victim->draft.clear();
     victim->num_computed = 0;
     running_.erase(std::find(running_.begin(), running_.end(), victim));
     insert_waiting(victim);  // keeps its arrival, so it boards again before newer requests
@@ -129,7 +130,8 @@ SchedulerOutput Scheduler::schedule(Clock::time_point now) {
     // 1. Sequences already running: decodes (1 token) and unfinished prefill chunks.
     for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
         Sequence* s = running_[i];
-        const int n = std::min(s->num_uncomputed(), budget);
+        const int n =
+            std::min(s->num_uncomputed() + static_cast<int>(s->draft.tokens.size()), budget);
         if (n <= 0) continue;
         bool ok = true;
         while (!ensure_blocks(s, n, out)) {
@@ -142,7 +144,12 @@ SchedulerOutput Scheduler::schedule(Clock::time_point now) {
             }
         }
         if (!ok) break;
-        out.seqs.push_back({s, n, s->num_computed + n == static_cast<int>(s->tokens.size())});
+        // A draft that does not fit the budget is cut short, never the real tokens.
+        const int n_draft = std::max(0, n - s->num_uncomputed());
+        s->draft.tokens.resize(n_draft);
+        if (!s->draft.q.empty()) s->draft.q.resize(n_draft);
+        out.seqs.push_back(
+            {s, n, s->num_computed + n - n_draft == static_cast<int>(s->tokens.size()), n_draft});
         budget -= n;
     }
 
@@ -210,6 +217,15 @@ void Scheduler::on_computed(Sequence* seq, int num_tokens) {
         const uint64_t h = kv::BlockPool::chain_hash(parent, toks);
         pool_.register_full(seq->blocks[i], h, parent, toks);
         seq->block_hashes.push_back(h);
+    }
+}
+
+void Scheduler::trim_blocks(Sequence* seq) {
+    const size_t keep = static_cast<size_t>(ceil_div(seq->tokens.size(), config_.block_size));
+    if (config_.kv_layout == EngineConfig::KvLayout::Contiguous) return;  // reserved up front
+    while (seq->blocks.size() > keep) {
+        pool_.decref(seq->blocks.back());
+        seq->blocks.pop_back();
     }
 }
 

@@ -16,8 +16,9 @@ namespace ferry::engine {
 
 struct ScheduledSeq {
     Sequence* seq;
-    int num_tokens;
+    int num_tokens;     // including num_draft speculative tokens at the end
     bool wants_logits;  // the chunk reaches the end of the sequence's known tokens
+    int num_draft = 0;  // draft tokens to verify: logits come for all of them plus one
 };
 
 struct SchedulerOutput {
@@ -35,8 +36,12 @@ class Scheduler {
     void add(Sequence* seq);          // a new request's first sequence: waits
     void add_running(Sequence* seq);  // a forked sibling: already holds its blocks
     SchedulerOutput schedule(Clock::time_point now);
-    // After the model ran: the scheduled tokens are now in the cache.
+    // After the model ran: the scheduled tokens are now in the cache (for a speculative
+    // sequence, the real token now and the accepted draft tokens once verified).
     void on_computed(Sequence* seq, int num_tokens);
+    // After a verification: frees whole blocks past the sequence's tokens (rejected drafts).
+    void trim_blocks(Sequence* seq);
+    const std::vector<Sequence*>& running() const { return running_; }
     // A finished or aborted sequence leaves and lets go of its blocks.
     void remove(Sequence* seq);
     // Copies a parent's block table into a sibling, taking a holder on every block.

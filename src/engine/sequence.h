@@ -34,6 +34,11 @@ struct Sequence {
     int output_len() const { return static_cast<int>(tokens.size()) - prompt_len; }
     int num_uncomputed() const { return static_cast<int>(tokens.size()) - num_computed; }
 
+    // Speculation: the method, the current K, and this step's proposal (verified this step).
+    SpecMethod spec = SpecMethod::Off;
+    int spec_k = 0;
+    Draft draft;
+
     std::unique_ptr<Sampler> sampler;
     std::unique_ptr<StopText> text;
     Clock::time_point last_token_time{};

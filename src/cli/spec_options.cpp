@@ -1,0 +1,59 @@
+#include "cli/spec_options.h"
+
+#include "cli/commands.h"
+#include "core/paths.h"
+
+namespace ferry::cli {
+
+void SpecOptions::add_to(CLI::App& cmd, bool serving) {
+    auto& c = config;
+    cmd.add_option("--spec", method,
+                   serving ? "speculative decoding for requests that do not choose: off, ngram "
+                             "(prompt lookup) or draft (--draft-model)"
+                           : "speculative decoding: off, ngram (prompt lookup) or draft "
+                             "(--draft-model)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"off", "ngram", "draft"}));
+    cmd.add_option("--spec-k", c.k, "tokens proposed per step (the most, with --spec-adaptive)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 32));
+    cmd.add_option("--spec-ngram-min", c.ngram_min, "prompt lookup: shortest suffix matched")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 64));
+    cmd.add_option("--spec-ngram-max", c.ngram_max, "prompt lookup: longest suffix matched")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 64));
+    cmd.add_flag("--spec-adaptive", c.adaptive,
+                 "grow K after fully accepted drafts, shrink it to what was accepted");
+    if (serving)
+        cmd.add_option("--spec-disable-batch", c.disable_batch,
+                       "no speculation in steps where more sequences than this decode (0: never)")
+            ->capture_default_str()
+            ->check(CLI::Range(0, 1 << 16));
+    cmd.add_option("--draft-model", draft_model,
+                   "smaller GGUF model with the same vocabulary, for --spec draft");
+}
+
+engine::SpecConfig SpecOptions::resolved() const {
+    engine::SpecConfig c = config;
+    c.method = take(engine::parse_spec_method(method));
+    if (c.ngram_min > c.ngram_max)
+        throw ExitError(fmt::format("--spec-ngram-min ({}) is larger than --spec-ngram-max ({})",
+                                    c.ngram_min, c.ngram_max));
+    if (c.method == engine::SpecMethod::Draft && draft_model.empty())
+        throw ExitError("--spec draft needs --draft-model FILE");
+    return c;
+}
+
+std::optional<engine::LoadedModel> SpecOptions::load_draft(bool progress) const {
+    if (draft_model.empty()) return std::nullopt;
+    return take(engine::LoadedModel::load(take(resolve_model_path(draft_model)), progress));
+}
+
+std::unique_ptr<engine::Proposer> SpecOptions::make(const engine::LoadedModel& target,
+                                                    const engine::LoadedModel* draft,
+                                                    int64_t max_tokens) const {
+    return take(engine::make_proposer(resolved(), target, draft, max_tokens));
+}
+
+}  // namespace ferry::cli

@@ -1,0 +1,31 @@
+// Speculative decoding switches, spelled the same by `run`, `serve`, `bench decode` and
+// `bench throughput`.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "engine/loaded_model.h"
+#include "engine/speculation.h"
+
+namespace ferry::cli {
+
+struct SpecOptions {
+    std::string method = "off";
+    engine::SpecConfig config;
+    std::string draft_model;
+
+    void add_to(CLI::App& cmd, bool serving);
+    engine::SpecConfig resolved() const;
+    // The draft model when --draft-model is given (exits with a message on failure).
+    std::optional<engine::LoadedModel> load_draft(bool progress) const;
+    // A proposer for single-stream generation (nullptr when off); exits on a bad draft.
+    std::unique_ptr<engine::Proposer> make(const engine::LoadedModel& target,
+                                           const engine::LoadedModel* draft,
+                                           int64_t max_tokens) const;
+};
+
+}  // namespace ferry::cli

@@ -1,0 +1,143 @@
+#include "engine/speculation.h"
+
+#include <algorithm>
+
+#include "engine/draft_proposer.h"
+#include "engine/loaded_model.h"
+
+namespace ferry::engine {
+
+const char* spec_method_name(SpecMethod m) {
+    switch (m) {
+        case SpecMethod::Ngram:
+            return "ngram";
+        case SpecMethod::Draft:
+            return "draft";
+        default:
+            return "off";
+    }
+}
+
+Expected<SpecMethod> parse_spec_method(const std::string& s) {
+    if (s == "off" || s == "none") return SpecMethod::Off;
+    if (s == "ngram") return SpecMethod::Ngram;
+    if (s == "draft") return SpecMethod::Draft;
+    return make_error("unknown speculation method '{}' (expected off, ngram or draft)", s);
+}
+
+NgramProposer::NgramProposer(int ngram_min, int ngram_max)
+    : min_(std::max(1, ngram_min)), max_(std::max(std::max(1, ngram_min), ngram_max)) {}
+
+std::vector<int32_t> NgramProposer::lookup(std::span<const int32_t> tokens, int k, int ngram_min,
+                                           int ngram_max) {
+    const int64_t len = static_cast<int64_t>(tokens.size());
+    for (int n = ngram_max; n >= ngram_min; --n) {
+        if (len <= n) continue;
+        const auto suffix = tokens.subspan(len - n);
+        // Latest earlier occurrence first: recent context predicts best.
+        for (int64_t start = len - n - 1; start >= 0; --start) {
+            if (!std::equal(suffix.begin(), suffix.end(), tokens.begin() + start)) continue;
+            const int64_t from = start + n;
+            const int64_t take = std::min<int64_t>(k, len - from);
+            return {tokens.begin() + from, tokens.begin() + from + take};
+        }
+    }
+    return {};
+}
+
+void NgramProposer::propose(std::span<ProposalJob> jobs, ThreadPool&) {
+    for (auto& j : jobs) {
+        j.out->clear();
+        if (j.k > 0) j.out->tokens = lookup(j.tokens, j.k, min_, max_);
+    }
+}
+
+namespace {
+
+float prob_of(const std::vector<Sampler::Candidate>& c, int32_t id) {
+    for (const auto& x : c)
+        if (x.id == id) return x.p;
+    return 0.0f;
+}
+
+}  // namespace
+
+std::vector<int32_t> verify_draft(Sampler& sampler, const float* logits, int n_vocab,
+                                  const Draft& draft, std::vector<int32_t>& history) {
+    std::vector<int32_t> out;
+    const size_t k = draft.tokens.size();
+    auto row = [&](size_t i) { return std::span<const float>(logits + i * n_vocab, n_vocab); };
+    if (sampler.params().greedy()) {
+        // The target's own choice at every position; the draft only decides how far we get.
+        for (size_t i = 0; i <= k; ++i) {
+            const int32_t t = sampler.sample(row(i), history);
+            out.push_back(t);
+            history.push_back(t);
+            if (i == k || t != draft.tokens[i]) break;
+        }
+        return out;
+    }
+    for (size_t i = 0; i < k; ++i) {
+        const auto p = sampler.candidates(row(i), history);
+        const int32_t d = draft.tokens[i];
+        const float pd = prob_of(p, d);
+        const float qd = draft.q.empty() ? 1.0f : prob_of(draft.q[i], d);
+        // Accept with probability min(1, p/q).
+        if (qd > 0 && sampler.uniform() * qd < pd) {
+            out.push_back(d);
+            history.push_back(d);
+            continue;
+        }
+        // Rejected: draw from normalize(max(0, p - q)), which together with the accepted
+        // mass reproduces p exactly.
+        std::vector<Sampler::Candidate> residual;
+        double mass = 0;
+        for (const auto& c : p) {
+            const float q = draft.q.empty() ? (c.id == d ? 1.0f : 0.0f) : prob_of(draft.q[i], c.id);
+            const float r = c.p - q;
+            if (r > 0) {
+                residual.push_back({c.id, c.logit, r});
+                mass += r;
+            }
+        }
+        int32_t t;
+        if (mass > 0) {
+            for (auto& c : residual) c.p = static_cast<float>(c.p / mass);
+            t = sampler.draw(residual);
+        } else {
+            t = sampler.draw(p);  // p == q up to rounding: any draw from p is right
+        }
+        out.push_back(t);
+        history.push_back(t);
+        return out;
+    }
+    const int32_t t = sampler.draw(sampler.candidates(row(k), history));
+    out.push_back(t);
+    history.push_back(t);
+    return out;
+}
+
+int adapt_k(int k, int accepted, int proposed, int k_max) {
+    if (proposed > 0 && accepted == proposed) return std::min(k_max, k + 1);
+    return std::clamp(accepted + 1, 1, k_max);
+}
+
+Expected<std::unique_ptr<Proposer>> make_proposer(const SpecConfig& cfg, const LoadedModel& target,
+                                                  const LoadedModel* draft, int64_t max_tokens) {
+    switch (cfg.method) {
+        case SpecMethod::Off:
+            return std::unique_ptr<Proposer>();
+        case SpecMethod::Ngram:
+            return std::unique_ptr<Proposer>(
+                std::make_unique<NgramProposer>(cfg.ngram_min, cfg.ngram_max));
+        case SpecMethod::Draft: {
+            if (!draft) return make_error("--spec draft needs a draft model (--draft-model)");
+            auto p = DraftProposer::create(target, *draft, max_tokens);
+            if (!p) return p.error();
+            return std::unique_ptr<Proposer>(std::move(*p));
+        }
+    }
+    return std::unique_ptr<Proposer>();
+}
+
+}  // namespace ferry::engine

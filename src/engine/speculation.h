@@ -1,0 +1,101 @@
+// Speculative decoding: a cheap proposer drafts K tokens, the target model scores the K + 1
+// positions in one forward pass, and verify_draft keeps the longest prefix the target agrees
+// with plus one token of its own. With the rejection rule of Leviathan et al. / Chen et al.
+// the tokens kept are distributed exactly as the target alone would have sampled them, so
+// speculation changes speed, never output (greedy output is identical token for token).
+//
+// Proposers only read token histories; they never touch the target's KV cache. The engine
+// and the single-stream Generator both schedule the K + 1 positions and roll back what was
+// rejected in their own way (truncating a block table or a history).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/sampler.h"
+
+namespace ferry {
+class ThreadPool;
+}
+
+namespace ferry::engine {
+
+struct LoadedModel;
+
+enum class SpecMethod { Off, Ngram, Draft };
+const char* spec_method_name(SpecMethod m);  // "off", "ngram", "draft"
+Expected<SpecMethod> parse_spec_method(const std::string& s);
+
+struct SpecConfig {
+    SpecMethod method = SpecMethod::Off;
+    int k = 4;          // tokens proposed per step (the most, when adaptive)
+    int ngram_min = 2;  // prompt lookup: shortest suffix that may match
+    int ngram_max = 4;  // longest suffix tried first
+    bool adaptive = false;
+    // Speculation is switched off for a step when more sequences than this decode together:
+    // a big batch already keeps the cores busy, and verifying K + 1 positions per sequence
+    // then costs nearly K + 1 times as much. 0: never switch off.
+    int disable_batch = 4;
+};
+
+// What a proposer drafts for one sequence: tokens, and per token the distribution it was
+// drawn from (empty for a deterministic proposal, which acts as a point mass).
+struct Draft {
+    std::vector<int32_t> tokens;
+    std::vector<std::vector<Sampler::Candidate>> q;
+    void clear() {
+        tokens.clear();
+        q.clear();
+    }
+};
+
+struct ProposalJob {
+    uint64_t seq = 0;                 // stable id, so a stateful proposer keeps its cache
+    std::span<const int32_t> tokens;  // the whole sequence so far, the last token included
+    int k = 0;                        // propose at most this many
+    Sampler* sampler = nullptr;       // the sequence's sampling rules (for q), and its stream
+    Draft* out = nullptr;
+};
+
+class Proposer {
+  public:
+    virtual ~Proposer() = default;
+    virtual void propose(std::span<ProposalJob> jobs, ThreadPool& pool) = 0;
+    virtual void release(uint64_t /*seq*/) {}  // the sequence ended or was preempted
+};
+
+// Prompt lookup: the longest suffix of the context (ngram_max down to ngram_min tokens) that
+// occurred earlier is looked up, latest occurrence first, and what followed it is proposed.
+// Input-grounded work (summaries, edits, code) repeats its input, so this costs nothing
+// and is often right.
+class NgramProposer final : public Proposer {
+  public:
+    NgramProposer(int ngram_min, int ngram_max);
+    void propose(std::span<ProposalJob> jobs, ThreadPool& pool) override;
+    static std::vector<int32_t> lookup(std::span<const int32_t> tokens, int k, int ngram_min,
+                                       int ngram_max);
+
+  private:
+    int min_, max_;
+};
+
+// Verifies a draft against the target's logits for the K + 1 positions (row i: the next
+// token distribution after the i-th draft token's predecessor) and returns the tokens to
+// append: the accepted draft tokens, then one token of the target's (1..K+1 tokens).
+// history: the sequence so far (for penalties); the accepted tokens are appended to it.
+std::vector<int32_t> verify_draft(Sampler& sampler, const float* logits, int n_vocab,
+                                  const Draft& draft, std::vector<int32_t>& history);
+
+// Running per-sequence K: grows after a fully accepted draft, shrinks to what was accepted.
+int adapt_k(int k, int accepted, int proposed, int k_max);
+
+// Makes the proposer a configuration asks for (nullptr for Off). The draft model must share
+// the target's vocabulary; it gets its own paged cache of `max_tokens` token slots.
+Expected<std::unique_ptr<Proposer>> make_proposer(const SpecConfig& cfg, const LoadedModel& target,
+                                                  const LoadedModel* draft, int64_t max_tokens);
+
+}  // namespace ferry::engine

@@ -1,0 +1,308 @@
+// Speculative decoding must change speed, never output: greedy tokens identical to plain
+// decoding (alone and in a batch, both proposers), sampled tokens distributed exactly as the
+// target's (a chi-square test that also catches a deliberately broken rule), and every KV
+// block back in the pool after many rejections.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "engine/draft_proposer.h"
+#include "engine/generator.h"
+#include "engine/speculation.h"
+#include "engine_test_util.h"
+
+using namespace ferry::engine;
+using namespace ferry::testing;
+
+namespace {
+
+// Pearson's statistic of observed counts against expected probabilities.
+double chi_square(const std::vector<int>& counts, const std::vector<double>& p) {
+    double n = 0, x2 = 0;
+    for (int c : counts) n += c;
+    for (size_t i = 0; i < counts.size(); ++i) {
+        const double e = n * p[i];
+        if (e > 0) x2 += (counts[i] - e) * (counts[i] - e) / e;
+    }
+    return x2;
+}
+// 0.1 % critical value of the chi-square distribution with 7 degrees of freedom.
+constexpr double kChi2Crit7 = 24.32;
+
+std::vector<double> dense(const std::vector<Sampler::Candidate>& c, int n) {
+    std::vector<double> p(n, 0.0);
+    for (const auto& x : c) p[x.id] = x.p;
+    return p;
+}
+
+SamplingParams sampled(float temperature) {
+    SamplingParams s;
+    s.temperature = temperature;
+    s.top_k = 0;
+    s.top_p = 1;
+    s.min_p = 0;
+    s.seed = 7;
+    s.has_seed = true;
+    return s;
+}
+
+// A toy target over 8 tokens: two rows of logits (the first position and, after the draft
+// token, the bonus position), and a proposer distribution q that differs from p.
+struct Toy {
+    static constexpr int V = 8;
+    std::vector<float> rows = {1.0f, 2.0f, 0.5f, -1.0f, 1.5f, 0.0f, 2.5f, -0.5f,  // row 0
+                               0.0f, -1.f, 3.0f, 1.0f,  0.5f, 2.0f, -2.f, 1.0f};  // row 1
+    std::vector<float> q_logits = {2.0f, 0.0f, 1.0f, 1.0f, -1.0f, 2.0f, 0.5f, 1.5f};
+};
+
+}  // namespace
+
+TEST(Speculation, NgramLookupFindsTheLatestLongestMatch) {
+    //                       0  1  2  3  4  5  6  7  8  9 10 11
+    std::vector<int32_t> t = {5, 6, 7, 1, 5, 6, 8, 2, 9, 5, 6, 7};
+    // Suffix "5 6 7" occurred at 0: propose what followed it.
+    EXPECT_EQ(NgramProposer::lookup(t, 3, 1, 3), (std::vector<int32_t>{1, 5, 6}));
+    // Only two tokens of suffix allowed: "6 7" also matches at 1 (same continuation).
+    EXPECT_EQ(NgramProposer::lookup(t, 2, 2, 2), (std::vector<int32_t>{1, 5}));
+    // Suffix "7" with "5 6 7" excluded by ngram_max 1: latest earlier "7" is at 2.
+    EXPECT_EQ(NgramProposer::lookup(t, 10, 1, 1),
+              (std::vector<int32_t>{1, 5, 6, 8, 2, 9, 5, 6, 7}));
+    // No earlier occurrence of the suffix: nothing proposed.
+    std::vector<int32_t> u = {1, 2, 3, 4};
+    EXPECT_TRUE(NgramProposer::lookup(u, 4, 1, 3).empty());
+    // The latest of two occurrences wins.
+    std::vector<int32_t> w = {4, 1, 4, 2, 4};
+    EXPECT_EQ(NgramProposer::lookup(w, 1, 1, 1), (std::vector<int32_t>{2}));
+}
+
+TEST(Speculation, GreedyVerificationStopsAtTheFirstMismatch) {
+    Toy toy;
+    Sampler s(sampled(0));
+    std::vector<int32_t> history = {3};
+    Draft d;
+    d.tokens = {6, 4};  // argmax of row 0 is 6 (accepted); row 1's argmax is 2, not 4
+    auto out = verify_draft(s, toy.rows.data(), Toy::V, d, history);
+    EXPECT_EQ(out, (std::vector<int32_t>{6, 2}));
+    EXPECT_EQ(history, (std::vector<int32_t>{3, 6, 2}));
+    d.tokens = {0};  // rejected at once: the target's own argmax comes instead
+    history = {3};
+    EXPECT_EQ(verify_draft(s, toy.rows.data(), Toy::V, d, history), (std::vector<int32_t>{6}));
+}
+
+TEST(Speculation, SampledTokensFollowTheTargetDistribution) {
+    Toy toy;
+    for (float temp : {1.0f, 0.7f}) {
+        Sampler target(sampled(temp));
+        Sampler proposer(sampled(temp));
+        const auto p0 = dense(target.candidates({toy.rows.data(), Toy::V}, {}), Toy::V);
+        const auto p1 = dense(target.candidates({toy.rows.data() + Toy::V, Toy::V}, {}), Toy::V);
+        const auto qc = proposer.candidates({toy.q_logits.data(), Toy::V}, {});
+        std::mt19937_64 rng(11);
+        std::vector<int> first(Toy::V, 0), bonus(Toy::V, 0), first_point(Toy::V, 0);
+        const int trials = 40000;
+        for (int i = 0; i < trials; ++i) {
+            Draft d;  // a draft model: d ~ q, with q kept for the verifier
+            d.tokens = {proposer.draw(qc)};
+            d.q = {qc};
+            std::vector<int32_t> h;
+            auto out = verify_draft(target, toy.rows.data(), Toy::V, d, h);
+            ++first[out[0]];
+            if (out.size() == 2) ++bonus[out[1]];
+            Draft n;  // an n-gram proposal: a fixed token, a point mass
+            n.tokens = {static_cast<int32_t>(rng() % 3)};
+            h.clear();
+            ++first_point[verify_draft(target, toy.rows.data(), Toy::V, n, h)[0]];
+        }
+        EXPECT_LT(chi_square(first, p0), kChi2Crit7) << "temperature " << temp;
+        EXPECT_LT(chi_square(bonus, p1), kChi2Crit7) << "temperature " << temp;
+        EXPECT_LT(chi_square(first_point, p0), kChi2Crit7) << "temperature " << temp;
+    }
+}
+
+TEST(Speculation, TheChiSquareTestCatchesABrokenRule) {
+    // The same experiment with two classic mistakes: accepting every draft token, and
+    // resampling from p (not the residual) after a rejection. Both must be detected.
+    Toy toy;
+    Sampler target(sampled(1));
+    Sampler proposer(sampled(1));
+    const auto pc = target.candidates({toy.rows.data(), Toy::V}, {});
+    const auto p0 = dense(pc, Toy::V);
+    const auto qc = proposer.candidates({toy.q_logits.data(), Toy::V}, {});
+    const auto q0 = dense(qc, Toy::V);
+    std::vector<int> accept_all(Toy::V, 0), resample_p(Toy::V, 0);
+    for (int i = 0; i < 40000; ++i) {
+        const int32_t d = proposer.draw(qc);
+        ++accept_all[d];
+        const bool accept = target.uniform() * q0[d] < p0[d];
+        ++resample_p[accept ? d : target.draw(pc)];
+    }
+    EXPECT_GT(chi_square(accept_all, p0), 10 * kChi2Crit7);
+    EXPECT_GT(chi_square(resample_p, p0), 10 * kChi2Crit7);
+}
+
+TEST(Speculation, AdaptiveKGrowsAndShrinks) {
+    EXPECT_EQ(adapt_k(4, 4, 4, 8), 5);
+    EXPECT_EQ(adapt_k(8, 8, 8, 8), 8);
+    EXPECT_EQ(adapt_k(6, 2, 6, 8), 3);
+    EXPECT_EQ(adapt_k(6, 0, 6, 8), 1);
+}
+
+namespace {
+
+std::vector<std::vector<int32_t>> grounded_prompts() {
+    const auto& tok = *model().tokenizer;
+    std::vector<std::vector<int32_t>> out;
+    for (const char* t : {
+             "Repeat after me: the quick brown fox jumps over the lazy dog. The quick brown fox",
+             "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,",
+             "def add(a, b):\n    return a + b\n\ndef add(a, b):\n",
+             "The capital of France is",
+             "Once upon a time, in a land far away, there lived a",
+         })
+        out.push_back(tok.encode(t, true, false));
+    return out;
+}
+
+std::vector<int32_t> generate(Generator& g, const std::vector<int32_t>& prompt, int n,
+                              const SpecRun& spec, GenerationStats* stats = nullptr) {
+    std::vector<int32_t> out;
+    g.reset();
+    SamplingParams sp;
+    sp.temperature = 0;
+    auto st = g.generate(
+        prompt, sp, n,
+        [&](int32_t t) {
+            out.push_back(t);
+            return true;
+        },
+        nullptr, spec);
+    EXPECT_TRUE(st.ok());
+    if (stats && st.ok()) *stats = *st;
+    return out;
+}
+
+}  // namespace
+
+TEST(Speculation, GeneratorGreedyOutputIsIdenticalForBothProposers) {
+    Generator gen(*model().model, 2, 512);
+    NgramProposer ngram(1, 3);
+    auto draft = DraftProposer::create(model(), model(), 512);
+    ASSERT_TRUE(draft.ok()) << draft.error().message;
+    int accepted = 0;
+    for (const auto& prompt : grounded_prompts()) {
+        const auto plain = generate(gen, prompt, 24, {});
+        for (int k : {1, 5}) {
+            GenerationStats st;
+            EXPECT_EQ(generate(gen, prompt, 24, {&ngram, k, k == 5}, &st), plain)
+                << "ngram k " << k;
+            accepted += st.spec_accepted_tokens;
+            EXPECT_EQ(generate(gen, prompt, 24, {draft->get(), k, false}, &st), plain)
+                << "draft k " << k;
+            // The draft is the target itself: every greedy proposal is right.
+            EXPECT_EQ(st.spec_accepted_tokens, st.spec_draft_tokens);
+            EXPECT_GT(st.spec_steps, 0);
+        }
+    }
+    EXPECT_GT(accepted, 0);
+    EXPECT_EQ((*draft)->blocks_in_use(), 0);
+}
+
+TEST(Speculation, EngineGreedyOutputIsIdenticalInABatch) {
+    auto prompts = grounded_prompts();
+    for (auto& p : mixed_prompts(11, 5)) prompts.push_back(p);
+    std::vector<RequestParams> params;
+    for (size_t i = 0; i < prompts.size(); ++i) params.push_back(greedy(8 + int(i % 5) * 6));
+
+    Engine plain(model(), small_config());
+    const auto expected = run_all(plain, prompts, params);
+    for (SpecMethod m : {SpecMethod::Ngram, SpecMethod::Draft}) {
+        auto cfg = small_config();
+        cfg.spec.method = m;
+        cfg.spec.k = 4;
+        cfg.spec.ngram_min = 1;
+        cfg.spec.disable_batch = 0;  // speculate even with 16 sequences decoding
+        cfg.draft_model = &model();
+        Engine spec(model(), cfg);
+        const auto got = run_all(spec, prompts, params);
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            EXPECT_EQ(got[i].tokens.at(0), expected[i].tokens.at(0))
+                << spec_method_name(m) << " request " << i;
+            EXPECT_EQ(got[i].text.at(0), expected[i].text.at(0));
+        }
+        const auto mt = spec.metrics();
+        EXPECT_GT(mt.spec_draft_tokens, 0u);
+        EXPECT_GT(mt.spec_accepted_tokens, 0u);
+        if (m == SpecMethod::Draft)  // the target as its own draft: every proposal is right
+            EXPECT_LT(mt.steps, plain.metrics().steps) << "speculation should need fewer steps";
+        expect_all_free(spec);
+    }
+}
+
+TEST(Speculation, RejectionsAndAbortsGiveBackEveryBlock) {
+    // Unigram lookup on varied text proposes often and is often wrong: many rollbacks, some
+    // across block boundaries (block size 4), with random aborts on top.
+    auto cfg = small_config();
+    cfg.block_size = 4;
+    cfg.spec.method = SpecMethod::Ngram;
+    cfg.spec.ngram_min = 1;
+    cfg.spec.ngram_max = 1;
+    cfg.spec.k = 7;
+    cfg.spec.disable_batch = 0;
+    Engine e(model(), cfg);
+    const auto prompts = mixed_prompts(24, 9);
+    std::vector<RequestId> ids;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        auto id = e.add_request(prompts[i], greedy(20 + int(i % 7) * 5), nullptr);
+        ASSERT_TRUE(id.ok());
+        ids.push_back(*id);
+    }
+    std::mt19937 rng(3);
+    int steps = 0;
+    while (e.has_work()) {
+        e.step();
+        if (++steps % 5 == 0) e.abort(ids[rng() % ids.size()]);
+    }
+    const auto m = e.metrics();
+    EXPECT_GT(m.spec_draft_tokens - m.spec_accepted_tokens, 100u) << "too few rejections";
+    expect_all_free(e);
+}
+
+TEST(Speculation, SampledRequestsRunAndFollowTheirSeed) {
+    auto cfg = small_config();
+    cfg.spec.method = SpecMethod::Ngram;
+    cfg.spec.ngram_min = 1;
+    cfg.spec.disable_batch = 0;
+    auto p = greedy(30);
+    p.sampling.temperature = 0.8f;
+    p.sampling.seed = 42;
+    p.sampling.has_seed = true;
+    const auto prompts = grounded_prompts();
+    std::vector<RequestParams> params(prompts.size(), p);
+    Engine a(model(), cfg), b(model(), cfg);
+    const auto x = run_all(a, prompts, params);
+    const auto y = run_all(b, prompts, params);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ(x[i].tokens.at(0), y[i].tokens.at(0));
+        EXPECT_EQ(x[i].tokens.at(0).size(), 30u);
+    }
+    EXPECT_GT(a.metrics().spec_draft_tokens, 0u);
+    expect_all_free(a);
+}
+
+TEST(Speculation, DraftNeedsAModelAndPerRequestChoiceIsChecked) {
+    auto cfg = small_config();
+    cfg.spec.method = SpecMethod::Draft;
+    EXPECT_THROW(Engine(model(), cfg), std::runtime_error);
+    cfg.spec.method = SpecMethod::Off;
+    Engine e(model(), cfg);
+    auto p = greedy(4);
+    p.spec = SpecMethod::Draft;
+    auto r = e.add_request({1, 2, 3}, p, nullptr);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().message.find("draft"), std::string::npos);
+    p.spec = SpecMethod::Ngram;  // per request, with the engine's default off
+    EXPECT_TRUE(e.add_request({1, 2, 3}, p, nullptr).ok());
+    while (e.has_work()) e.step();
+    expect_all_free(e);
+}
