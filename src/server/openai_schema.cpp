@@ -289,6 +289,16 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
         }
     }
     if (const json* u = f.get("user"); u && !u->is_string()) f.type_error("user", "a string", *u);
+    // ferry's extension: speculative decoding per request ("off", "ngram" or "draft").
+    if (const json* sp = f.get("speculation")) {
+        if (!sp->is_string()) {
+            f.type_error("speculation", "a string", *sp);
+        } else if (auto m = engine::parse_spec_method(sp->get<std::string>()); !m) {
+            f.fail(m.error().message, "speculation");
+        } else {
+            r.params.spec = *m;
+        }
+    }
 
     if (const json* st = f.get("stop")) {
         if (st->is_string()) {

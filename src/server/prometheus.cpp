@@ -90,6 +90,12 @@ std::string render_prometheus(const engine::EngineMetrics& m, const ServerCounte
             w.sample("ferry:request_success_total", double(n),
                      fmt::format(",finished_reason=\"{}\"", escape_label(r)));
     w.counter("ferry:num_preemptions_total", double(m.preemptions), "Preempted sequences.");
+    w.counter("ferry:spec_decode_num_draft_tokens_total", double(m.spec_draft_tokens),
+              "Speculative draft tokens verified by the target model.");
+    w.counter("ferry:spec_decode_num_accepted_tokens_total", double(m.spec_accepted_tokens),
+              "Speculative draft tokens the target model accepted.");
+    w.counter("ferry:spec_decode_num_steps_total", double(m.spec_steps),
+              "Sequence steps that verified a draft.");
     w.histogram("ferry:time_to_first_token_seconds", m.ttft, "Time to first token.");
     w.histogram("ferry:inter_token_latency_seconds", m.itl, "Time between generated tokens.");
     w.histogram("ferry:e2e_request_latency_seconds", m.e2e, "End-to-end request latency.");

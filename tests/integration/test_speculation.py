@@ -1,0 +1,97 @@
+"""Speculative decoding from the command line and the server: greedy output unchanged,
+acceptance reported, bad switches refused with one clear line."""
+import json
+
+import httpx
+import pytest
+
+from conftest import ROOT, run_ferry
+from server_util import Server
+
+COPY = ("Repeat the following text exactly:\n\nThe lighthouse keeper climbed the spiral stairs "
+        "every evening at dusk. He carried a small brass lamp, a flask of tea, and a notebook "
+        "in which he recorded the weather and the ships that passed.")
+
+
+def run_text(model_path, *extra):
+    r = run_ferry("run", "-m", model_path, "--chat", "-p", COPY, "-n", "48", "--temperature", "0",
+                  "-t", "2", *extra)
+    assert r.returncode == 0, r.stderr
+    return r.stdout, r.stderr
+
+
+def test_run_output_is_unchanged_by_either_proposer(model_path):
+    plain, _ = run_text(model_path)
+    ngram, err = run_text(model_path, "--spec", "ngram", "--spec-k", "5")
+    assert ngram == plain
+    assert "speculation (ngram)" in err and "accepted" in err
+    draft, err = run_text(model_path, "--spec", "draft", "--draft-model", model_path)
+    assert draft == plain
+    assert "speculation (draft)" in err
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--spec", "draft"], "--draft-model"),
+    (["--spec", "magic"], "--spec"),
+    (["--spec", "ngram", "--spec-ngram-min", "5", "--spec-ngram-max", "2"], "--spec-ngram-min"),
+])
+def test_bad_switches_give_one_clear_error(model_path, args, needle):
+    r = run_ferry("run", "-m", model_path, "-p", "Hello", "-n", "4", *args)
+    assert r.returncode != 0
+    assert needle in r.stderr
+    assert "terminate" not in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bench_decode_reports_speculation(model_path, tmp_path):
+    prompt = tmp_path / "copy.txt"
+    prompt.write_text(COPY)
+    r = run_ferry("bench", "decode", "-m", model_path, "--prompt-file", prompt, "--chat", "-n", "32",
+                  "-r", "1", "-t", "2", "--spec", "ngram", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    for key in ("spec_acceptance_rate", "spec_mean_accepted", "spec_speedup",
+                "baseline_decode_tokens_per_s", "decode_tokens_per_s"):
+        assert key in j, key
+    assert j["spec_method"] == "ngram"
+    assert j["spec_output_identical"] is True
+    assert 0 < j["spec_acceptance_rate"] <= 1
+    assert j["spec_mean_accepted"] > 0
+
+
+@pytest.fixture(scope="module")
+def spec_server(model_path):
+    s = Server("--spec", "ngram", "--spec-k", "4", "--spec-disable-batch", "0")
+    yield s
+    assert s.stop() == 0
+
+
+def complete(server, **body):
+    body = {"model": "SmolLM2-135M-Instruct.Q4_1", "prompt": COPY, "max_tokens": 32, "temperature": 0, **body}
+    return httpx.post(server.url + "/v1/completions", json=body, timeout=120)
+
+
+def metric(server, name):
+    text = httpx.get(server.url + "/metrics", timeout=30).text
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} missing from /metrics")
+
+
+def test_server_speculates_without_changing_output(spec_server):
+    before = metric(spec_server, "ferry:spec_decode_num_draft_tokens_total")
+    on = complete(spec_server)
+    off = complete(spec_server, speculation="off")
+    assert on.status_code == 200 and off.status_code == 200, on.text + off.text
+    assert on.json()["choices"][0]["text"] == off.json()["choices"][0]["text"]
+    drafted = metric(spec_server, "ferry:spec_decode_num_draft_tokens_total")
+    accepted = metric(spec_server, "ferry:spec_decode_num_accepted_tokens_total")
+    assert drafted > before and 0 < accepted <= drafted
+
+
+@pytest.mark.parametrize("value, needle", [("draft", "--draft-model"), ("fast", "speculation"),
+                                           (3, "speculation")])
+def test_server_refuses_bad_speculation_choice(spec_server, value, needle):
+    r = complete(spec_server, speculation=value)
+    assert r.status_code == 400, r.text
+    assert needle in r.json()["error"]["message"]
