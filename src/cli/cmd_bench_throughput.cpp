@@ -69,10 +69,29 @@ std::vector<Item> make_workload(const ThroughputOptions& o, const engine::Loaded
         while (std::getline(in, line) && static_cast<int>(items.size()) < o.num_prompts) {
             if (line.empty()) continue;
             auto j = nlohmann::json::parse(line, nullptr, false);
-            if (j.is_discarded() || !j.contains("prompt"))
-                throw ExitError(o.dataset + ": each line must be JSON with a \"prompt\"");
-            items.push_back({tok.encode(j["prompt"].get<std::string>(), true, false),
-                             j.value("output_len", 128), 0});
+            if (j.is_discarded() || !j.is_object() ||
+                !(j.contains("prompt") || j.contains("messages")))
+                throw ExitError(o.dataset +
+                                ": each line must be a JSON object with a \"prompt\" string or "
+                                "chat \"messages\"");
+            std::vector<int32_t> ids;
+            try {
+                if (j.contains("messages")) {
+                    // A chat: rendered through the model's template, as the server would.
+                    if (!lm.chat_template) throw ExitError(lm.chat_template_error);
+                    std::vector<tokenizer::ChatMessage> msgs;
+                    for (const auto& m : j["messages"])
+                        msgs.push_back(
+                            {m.at("role").get<std::string>(), m.at("content").get<std::string>()});
+                    ids = tok.encode(lm.chat_template->apply(msgs, true), false, true);
+                } else {
+                    ids = tok.encode(j["prompt"].get<std::string>(), true, false);
+                }
+            } catch (const nlohmann::json::exception& e) {
+                throw ExitError(
+                    fmt::format("{}: bad line {}: {}", o.dataset, items.size() + 1, e.what()));
+            }
+            items.push_back({std::move(ids), j.value("output_len", 128), 0});
         }
     } else {
         const Range in = parse_range(o.input_len, "--input-len");
@@ -305,7 +324,8 @@ void add_bench_throughput_command(CLI::App& bench) {
     cmd->add_option("--output-len", o->output_len, "generated tokens: N or LO-HI (uniform)")
         ->capture_default_str();
     cmd->add_option("--dataset", o->dataset,
-                    "JSONL of {\"prompt\": text, \"output_len\": N} instead of synthetic prompts");
+                    "JSONL of {\"prompt\": text | \"messages\": [{role, content}], "
+                    "\"output_len\": N} instead of synthetic prompts");
     cmd->add_option("--shared-prefix-len", o->shared_prefix_len,
                     "every prompt starts with the same L tokens")
         ->check(CLI::Range(0, 1 << 20));

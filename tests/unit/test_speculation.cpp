@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include "engine/draft_proposer.h"
 #include "engine/generator.h"
 #include "engine/speculation.h"
 #include "engine_test_util.h"
+#include "gguf/gguf_writer.h"
 
 using namespace ferry::engine;
 using namespace ferry::testing;
@@ -305,4 +307,37 @@ TEST(Speculation, DraftNeedsAModelAndPerRequestChoiceIsChecked) {
     EXPECT_TRUE(e.add_request({1, 2, 3}, p, nullptr).ok());
     while (e.has_work()) e.step();
     expect_all_free(e);
+}
+
+TEST(Speculation, ADraftWithAnotherVocabularyIsRefused) {
+    // The default model with one token's text changed: same sizes, different vocabulary.
+    const auto& f = *model().file;
+    ferry::gguf::Writer w;
+    w.copy_metadata(f);
+    ferry::gguf::Value toks = *[&] {
+        for (const auto& [k, v] : f.metadata())
+            if (k == "tokenizer.ggml.tokens") return &v;
+        return static_cast<const ferry::gguf::Value*>(nullptr);
+    }();
+    auto& items = std::get<ferry::gguf::Array>(toks.v).items;
+    const int32_t last = static_cast<int32_t>(items.size()) - 1;
+    items.back() = ferry::gguf::make_string("<ferry_not_the_same>");
+    w.set("tokenizer.ggml.tokens", toks);
+    for (const auto& t : f.tensors())
+        ASSERT_TRUE(
+            w.add_tensor(t.name, t.shape, t.type, std::vector<uint8_t>(t.data, t.data + t.n_bytes))
+                .ok());
+    const std::string path = ::testing::TempDir() + "ferry_other_vocab.gguf";
+    ASSERT_TRUE(w.write(path).ok());
+    auto other = LoadedModel::load(path, false);
+    ASSERT_TRUE(other.ok()) << other.error().message;
+    auto p = DraftProposer::create(model(), *other, 64);
+    ASSERT_FALSE(p.ok());
+    EXPECT_NE(p.error().message.find("vocabulary"), std::string::npos);
+    EXPECT_NE(p.error().message.find(std::to_string(last)), std::string::npos);
+    auto cfg = small_config();
+    cfg.spec.method = SpecMethod::Draft;
+    cfg.draft_model = &*other;
+    EXPECT_THROW(Engine(model(), cfg), std::runtime_error);
+    std::remove(path.c_str());
 }
