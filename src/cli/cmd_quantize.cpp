@@ -1,6 +1,8 @@
-// `ferry quantize IN.gguf OUT.gguf --type T [--keep PATTERN...]`: round-to-nearest
-// re-quantization of every matrix, with the same conventions as llama.cpp's llama-quantize so
-// the output loads there too.
+// `ferry quantize IN.gguf OUT.gguf --type T [--group-size G] [--keep PATTERN...]
+// [--keep-f16 PATTERN...]`:
+// round-to-nearest re-quantization of every matrix. For GGUF's types it follows llama.cpp's
+// llama-quantize conventions so the output loads there too; ferry's own types (int8, int4,
+// fp8) only load in ferry.
 #include <fnmatch.h>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "quant/dequantize.h"
+#include "quant/ferry_types.h"
 #include "quant/quantize.h"
 
 namespace ferry::cli {
@@ -23,7 +26,9 @@ namespace {
 
 struct QuantizeOptions {
     std::string in, out, type;
-    std::vector<std::string> keep;
+    std::vector<std::string> keep;      // left at the input type, bytes untouched
+    std::vector<std::string> keep_f16;  // matrices written as f16 instead of the target
+    int group_size = 128;               // int4 only
     int threads = 0;
     bool quiet = false;
 };
@@ -60,39 +65,75 @@ bool matches_any(const std::string& name, const std::vector<std::string>& patter
 }
 
 // A row that does not split into the target's blocks gets the best type it does split into,
-// as llama.cpp does for odd-width models.
+// as llama.cpp does for odd-width models. int4 first tries its smaller groups (SmolLM2's rows
+// of 576 take G64 where G128 was asked), then int8, which fits any row.
 DType fallback_for(DType target, int64_t row) {
     if (row % dtype_info(target).block_size == 0) return target;
+    if (quant::is_int4(target)) {
+        for (DType t : {DType::INT4_G64, DType::INT4_G32})
+            if (dtype_info(t).block_size < dtype_info(target).block_size &&
+                row % dtype_info(t).block_size == 0)
+                return t;
+        return DType::INT8;
+    }
     if (target != DType::F32 && target != DType::F16 && target != DType::BF16 &&
         row % dtype_info(DType::Q8_0).block_size == 0)
         return DType::Q8_0;
     return DType::F16;
 }
 
+// --type and --group-size to a type id: `int4` names a family, one id per group size.
+DType target_type(const QuantizeOptions& o) {
+    if (o.type == "int4") {
+        switch (o.group_size) {
+            case 32:
+                return DType::INT4_G32;
+            case 64:
+                return DType::INT4_G64;
+            case 128:
+                return DType::INT4_G128;
+            default:
+                throw ExitError(
+                    fmt::format("--group-size {}: int4 groups are 32, 64 or 128", o.group_size));
+        }
+    }
+    auto t = dtype_from_name(o.type);
+    if (!t || !quant::can_quantize(*t))
+        throw ExitError(
+            fmt::format("--type {}: not a type ferry writes (q8_0, q4_0, q4_1, q4_k, "
+                        "q6_k, f16, bf16, f32; ferry's own: int8, int4, fp8)",
+                        o.type));
+    return *t;
+}
+
 void quantize_file(const QuantizeOptions& o) {
-    auto target = dtype_from_name(o.type);
-    if (!target || !quant::can_quantize(*target))
-        throw ExitError(fmt::format(
-            "--type {}: not a type ferry writes (q8_0, q4_0, q4_1, q4_k, q6_k, f16, bf16, f32)",
-            o.type));
+    const DType target = target_type(o);
+    const std::string type_name(dtype_name(target));
     auto in = take(gguf::File::open(o.in));
 
     gguf::Writer w;
     w.copy_metadata(*in);
-    w.set("general.file_type", gguf::make_u32(file_type_for(*target)));
-    const bool quantized = dtype_info(*target).block_size > 1;
-    if (quantized)
-        w.set("general.quantization_version", gguf::make_u32(2));
-    else
+    if (quant::is_ferry_type(target)) {
+        // llama_ftype has no value for these; a stale one would misdescribe the file.
+        w.remove("general.file_type");
         w.remove("general.quantization_version");
+        w.set("ferry.weight_type", gguf::make_string(type_name));
+    } else {
+        w.remove("ferry.weight_type");
+        w.set("general.file_type", gguf::make_u32(file_type_for(target)));
+        if (dtype_info(target).block_size > 1)
+            w.set("general.quantization_version", gguf::make_u32(2));
+        else
+            w.remove("general.quantization_version");
+    }
 
     ThreadPool pool(o.threads > 0 ? o.threads : physical_core_count());
-    int64_t total_elems = 0, n_kept = 0, n_fallback = 0;
+    int64_t total_elems = 0, n_kept = 0, n_f16 = 0, n_fallback = 0;
     for (const auto& t : in->tensors()) total_elems += t.n_elements;
     // (row length, type written) -> example names: one line per kind of fallback, not 180.
     std::map<std::pair<int64_t, DType>, std::string> fallbacks;
     auto done = std::make_shared<int64_t>(0);
-    auto bar = std::make_shared<Progress>("quantize " + o.type, total_elems, !o.quiet);
+    auto bar = std::make_shared<Progress>("quantize " + type_name, total_elems, !o.quiet);
 
     for (const auto& t : in->tensors()) {
         const gguf::TensorInfo* ti = &t;
@@ -102,9 +143,12 @@ void quantize_file(const QuantizeOptions& o) {
             ++n_kept;
         } else if (t.shape.size() == 1) {
             out_type = DType::F32;  // norms and biases: tiny, and the model reads them as F32
+        } else if (matches_any(t.name, o.keep_f16)) {
+            out_type = DType::F16;
+            ++n_f16;
         } else {
-            out_type = fallback_for(*target, t.shape[0]);
-            if (out_type != *target) {
+            out_type = fallback_for(target, t.shape[0]);
+            if (out_type != target) {
                 ++n_fallback;
                 auto& f = fallbacks[{t.shape[0], out_type}];
                 if (f.empty())
@@ -157,8 +201,8 @@ void quantize_file(const QuantizeOptions& o) {
         std::fprintf(stderr,
                      "ferry quantize: rows of %lld elements do not split into %s blocks of %d; "
                      "those tensors are written as %s (%s)\n",
-                     static_cast<long long>(key.first), o.type.c_str(),
-                     dtype_info(*target).block_size, std::string(dtype_name(key.second)).c_str(),
+                     static_cast<long long>(key.first), type_name.c_str(),
+                     dtype_info(target).block_size, std::string(dtype_name(key.second)).c_str(),
                      names.c_str());
     if (Status s = w.write(o.out); !s) throw ExitError(s.error().message);
     bar->finish();
@@ -168,6 +212,7 @@ void quantize_file(const QuantizeOptions& o) {
                  o.out.c_str(), result->tensors().size(), result->file_size() / 1048576.0,
                  in->file_size() / 1048576.0);
     if (n_kept) std::fprintf(stderr, ", %lld kept by --keep", static_cast<long long>(n_kept));
+    if (n_f16) std::fprintf(stderr, ", %lld f16 by --keep-f16", static_cast<long long>(n_f16));
     if (n_fallback) std::fprintf(stderr, ", %lld fell back", static_cast<long long>(n_fallback));
     std::fprintf(stderr, "\n");
 }
@@ -179,15 +224,24 @@ void add_quantize_command(CLI::App& app) {
     auto* cmd = app.add_subcommand("quantize", "Re-quantize a GGUF model (round to nearest)");
     cmd->add_option("input", o->in, "Input GGUF file (any type ferry reads)")->required();
     cmd->add_option("output", o->out, "Output GGUF file")->required();
-    cmd->add_option("--type", o->type, "q8_0, q4_0, q4_1, q4_k, q6_k, f16, bf16 or f32")
+    cmd->add_option("--type", o->type,
+                    "q8_0, q4_0, q4_1, q4_k, q6_k, f16, bf16, f32, or ferry's own (only ferry "
+                    "reads them): int8 (per-row scale), int4 (groups), fp8 (E4M3, per-row scale)")
         ->required();
+    auto* group = cmd->add_option("--group-size", o->group_size, "int4 group size: 32, 64 or 128")
+                      ->capture_default_str();
     cmd->add_option("--keep", o->keep,
                     "Leave tensors whose names match this glob at their input type "
                     "(repeatable, e.g. 'output*' 'token_embd*' 'blk.0.*')");
+    cmd->add_option("--keep-f16", o->keep_f16,
+                    "Write matrices whose names match this glob as f16 instead of --type "
+                    "(repeatable; --keep wins where both match)");
     cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)");
     cmd->add_flag("-q,--quiet", o->quiet, "No progress bar");
-    cmd->callback([o] {
+    cmd->callback([o, group] {
         if (o->in == o->out) throw ExitError("input and output must be different files");
+        if (group->count() && o->type != "int4")
+            throw ExitError("--group-size applies to --type int4 only");
         quantize_file(*o);
     });
 }

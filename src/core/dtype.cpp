@@ -6,16 +6,32 @@ namespace ferry {
 namespace {
 
 constexpr std::array kTypes = {
-    DTypeInfo{DType::F32, "f32", 1, 4, true},       DTypeInfo{DType::F16, "f16", 1, 2, true},
-    DTypeInfo{DType::Q4_0, "q4_0", 32, 18, true},   DTypeInfo{DType::Q4_1, "q4_1", 32, 20, true},
-    DTypeInfo{DType::Q5_0, "q5_0", 32, 22, false},  DTypeInfo{DType::Q5_1, "q5_1", 32, 24, false},
-    DTypeInfo{DType::Q8_0, "q8_0", 32, 34, true},   DTypeInfo{DType::Q8_1, "q8_1", 32, 36, false},
-    DTypeInfo{DType::Q2_K, "q2_k", 256, 84, false}, DTypeInfo{DType::Q3_K, "q3_k", 256, 110, false},
-    DTypeInfo{DType::Q4_K, "q4_k", 256, 144, true}, DTypeInfo{DType::Q5_K, "q5_k", 256, 176, false},
-    DTypeInfo{DType::Q6_K, "q6_k", 256, 210, true}, DTypeInfo{DType::Q8_K, "q8_k", 256, 292, false},
-    DTypeInfo{DType::I8, "i8", 1, 1, false},        DTypeInfo{DType::I16, "i16", 1, 2, false},
-    DTypeInfo{DType::I32, "i32", 1, 4, false},      DTypeInfo{DType::I64, "i64", 1, 8, false},
-    DTypeInfo{DType::F64, "f64", 1, 8, false},      DTypeInfo{DType::BF16, "bf16", 1, 2, true},
+    DTypeInfo{DType::F32, "f32", 1, 4, true, 0},
+    DTypeInfo{DType::F16, "f16", 1, 2, true, 0},
+    DTypeInfo{DType::Q4_0, "q4_0", 32, 18, true, 0},
+    DTypeInfo{DType::Q4_1, "q4_1", 32, 20, true, 0},
+    DTypeInfo{DType::Q5_0, "q5_0", 32, 22, false, 0},
+    DTypeInfo{DType::Q5_1, "q5_1", 32, 24, false, 0},
+    DTypeInfo{DType::Q8_0, "q8_0", 32, 34, true, 0},
+    DTypeInfo{DType::Q8_1, "q8_1", 32, 36, false, 0},
+    DTypeInfo{DType::Q2_K, "q2_k", 256, 84, false, 0},
+    DTypeInfo{DType::Q3_K, "q3_k", 256, 110, false, 0},
+    DTypeInfo{DType::Q4_K, "q4_k", 256, 144, true, 0},
+    DTypeInfo{DType::Q5_K, "q5_k", 256, 176, false, 0},
+    DTypeInfo{DType::Q6_K, "q6_k", 256, 210, true, 0},
+    DTypeInfo{DType::Q8_K, "q8_k", 256, 292, false, 0},
+    DTypeInfo{DType::I8, "i8", 1, 1, false, 0},
+    DTypeInfo{DType::I16, "i16", 1, 2, false, 0},
+    DTypeInfo{DType::I32, "i32", 1, 4, false, 0},
+    DTypeInfo{DType::I64, "i64", 1, 8, false, 0},
+    DTypeInfo{DType::F64, "f64", 1, 8, false, 0},
+    DTypeInfo{DType::BF16, "bf16", 1, 2, true, 0},
+    // ferry's own (quant/ferry_types.h): an f32 scale heads every row, or a 4-byte group header.
+    DTypeInfo{DType::INT8, "int8", 1, 1, true, 4},
+    DTypeInfo{DType::FP8, "fp8", 1, 1, true, 4},
+    DTypeInfo{DType::INT4_G32, "int4_g32", 32, 4 + 16, true, 0},
+    DTypeInfo{DType::INT4_G64, "int4_g64", 64, 4 + 32, true, 0},
+    DTypeInfo{DType::INT4_G128, "int4_g128", 128, 4 + 64, true, 0},
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
-// Element types of tensors as GGUF numbers them (the ggml type ids), with the block geometry
-// every kernel and size computation needs.
+// Element types of tensors as GGUF numbers them (the ggml type ids), plus ferry's own weight
+// types under ids far above ggml's (docs/quantization.md), with the row geometry every kernel
+// and size computation needs.
 #pragma once
 
 #include <cstddef>
@@ -30,6 +31,13 @@ enum class DType : uint32_t {
     I64 = 27,
     F64 = 28,
     BF16 = 30,
+    // ferry's own types. GGUF has no per-output-channel formats, so these ids are ferry's; 1024
+    // leaves ggml room to grow. llama.cpp refuses files that use them.
+    INT8 = 1024,       // per-row f32 scale in a row header, int8 values
+    FP8 = 1025,        // per-row f32 scale in a row header, OCP E4M3 values
+    INT4_G32 = 1026,   // groups of 32: fp16 scale, u8 zero point, 4-bit values
+    INT4_G64 = 1027,   // groups of 64
+    INT4_G128 = 1028,  // groups of 128
 };
 
 struct DTypeInfo {
@@ -38,6 +46,7 @@ struct DTypeInfo {
     int block_size;         // elements per block (1 for plain types)
     int block_bytes;        // bytes per block
     bool supported;         // ferry can dequantize / compute with it
+    int row_header;         // bytes before a row's first block (its per-row scale), else 0
 };
 
 // nullopt for an id GGUF does not define or ferry does not know.
@@ -46,9 +55,11 @@ const DTypeInfo& dtype_info(DType t);
 std::string_view dtype_name(DType t);
 std::optional<DType> dtype_from_name(std::string_view name);
 
-// Bytes taken by a row of n elements; n must be a multiple of the block size.
+// Bytes taken by a row of n elements; n must be a multiple of the block size. A type with a
+// row header describes whole rows only: its data cannot be cut mid-row.
 inline size_t row_bytes(const DTypeInfo& info, int64_t n) {
-    return static_cast<size_t>(n / info.block_size) * static_cast<size_t>(info.block_bytes);
+    return static_cast<size_t>(info.row_header) +
+           static_cast<size_t>(n / info.block_size) * static_cast<size_t>(info.block_bytes);
 }
 inline size_t row_bytes(DType t, int64_t n) {
     return row_bytes(dtype_info(t), n);

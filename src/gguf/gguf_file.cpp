@@ -367,8 +367,11 @@ Status File::parse_all() {
         if (t.shape[0] % info->block_size != 0)
             return r.fail("{}: row length {} is not a multiple of block size {} of {}", where,
                           t.shape[0], info->block_size, info->name);
-        int64_t n_bytes = 0;
-        if (mul_overflows(t.n_elements / info->block_size, info->block_bytes, &n_bytes))
+        // Sized row by row: ferry's own types carry a per-row header (their scale).
+        int64_t row_size = 0, n_bytes = 0;
+        if (mul_overflows(t.shape[0] / info->block_size, info->block_bytes, &row_size) ||
+            __builtin_add_overflow(row_size, info->row_header, &row_size) ||
+            mul_overflows(row_size, t.n_elements / t.shape[0], &n_bytes))
             return r.fail("{}: byte size of {} elements of {} overflows int64", where, t.n_elements,
                           info->name);
         if (static_cast<uint64_t>(n_bytes) > bytes_.size())

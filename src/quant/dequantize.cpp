@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "quant/block_formats.h"
+#include "quant/ferry_types.h"
 
 namespace ferry::quant {
 namespace {
@@ -145,6 +146,41 @@ void dequant_q6_k(const void* src, float* dst, int64_t n) {
     }
 }
 
+float row_scale(const void* src) {
+    float s;
+    std::memcpy(&s, src, sizeof(s));
+    return s;
+}
+
+void dequant_int8(const void* src, float* dst, int64_t n) {
+    const float s = row_scale(src);
+    const auto* q = static_cast<const int8_t*>(src) + kRowScaleBytes;
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(q[i]) * s;
+}
+
+void dequant_fp8(const void* src, float* dst, int64_t n) {
+    const float s = row_scale(src);
+    const auto* q = static_cast<const uint8_t*>(src) + kRowScaleBytes;
+    for (int64_t i = 0; i < n; ++i) dst[i] = fp8_e4m3_to_fp32(q[i]) * s;
+}
+
+// (q - z) is formed in integers, so d * (q - z) is one rounding and a SIMD path can match it
+// bit for bit.
+template <int G>
+void dequant_int4(const void* src, float* dst, int64_t n) {
+    for (int64_t i = 0; i < n / G; ++i) {
+        const auto b = load_block<BlockInt4<G>>(src, i);
+        const float d = fp16_to_fp32(b.d);
+        float* y = dst + i * G;
+        for (int c = 0; c < G / 32; ++c)
+            for (int j = 0; j < 16; ++j) {
+                const uint8_t q = b.qs[16 * c + j];
+                y[32 * c + j] = d * static_cast<float>((q & 0x0F) - b.z);
+                y[32 * c + j + 16] = d * static_cast<float>((q >> 4) - b.z);
+            }
+    }
+}
+
 }  // namespace
 
 float fp16_to_fp32(uint16_t h) {
@@ -229,6 +265,21 @@ Status dequantize_row(DType type, const void* src, float* dst, int64_t n) {
             break;
         case DType::Q6_K:
             dequant_q6_k(src, dst, n);
+            break;
+        case DType::INT8:
+            dequant_int8(src, dst, n);
+            break;
+        case DType::FP8:
+            dequant_fp8(src, dst, n);
+            break;
+        case DType::INT4_G32:
+            dequant_int4<32>(src, dst, n);
+            break;
+        case DType::INT4_G64:
+            dequant_int4<64>(src, dst, n);
+            break;
+        case DType::INT4_G128:
+            dequant_int4<128>(src, dst, n);
             break;
         default:
             return make_error("dequantize: type {} (id {}) is not supported", info.name,

@@ -10,7 +10,8 @@
 namespace ferry::quant {
 
 // Converts n elements (a multiple of the type's block size) starting at src into floats.
-// Returns an error for a type ferry cannot dequantize.
+// Returns an error for a type ferry cannot dequantize. For a type with a row header (int8,
+// fp8) src must be the start of a row and n its whole length.
 Status dequantize_row(DType type, const void* src, float* dst, int64_t n);
 
 float fp16_to_fp32(uint16_t h);

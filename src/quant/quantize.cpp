@@ -11,6 +11,7 @@
 
 #include "quant/block_formats.h"
 #include "quant/dequantize.h"
+#include "quant/ferry_types.h"
 
 namespace ferry::quant {
 namespace {
@@ -348,6 +349,11 @@ bool can_quantize(DType type) {
         case DType::Q4_1:
         case DType::Q4_K:
         case DType::Q6_K:
+        case DType::INT8:
+        case DType::FP8:
+        case DType::INT4_G32:
+        case DType::INT4_G64:
+        case DType::INT4_G128:
             return true;
         default:
             return false;
@@ -384,6 +390,17 @@ Status quantize_row(DType type, const float* src, void* dst, int64_t n) {
             break;
         case DType::Q6_K:
             quant_q6_k(src, dst, n);
+            break;
+        case DType::INT8:
+            quantize_row_int8(src, dst, n);
+            break;
+        case DType::FP8:
+            quantize_row_fp8(src, dst, n);
+            break;
+        case DType::INT4_G32:
+        case DType::INT4_G64:
+        case DType::INT4_G128:
+            quantize_row_int4(type, src, dst, n);
             break;
         default:
             break;

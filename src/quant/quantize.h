@@ -1,6 +1,7 @@
-// Round-to-nearest quantizers, the inverse of dequantize.h. Each is a transcription of ggml's
-// `quantize_row_*_ref`, so a file ferry writes holds the same bytes llama.cpp's
-// `llama-quantize` (without an importance matrix) would write, and llama.cpp loads it.
+// Round-to-nearest quantizers, the inverse of dequantize.h. Each GGUF type's is a transcription
+// of ggml's `quantize_row_*_ref`, so a file ferry writes holds the same bytes llama.cpp's
+// `llama-quantize` (without an importance matrix) would write, and llama.cpp loads it. ferry's
+// own types (int8, fp8, int4_g*) are in ferry_types.h and only ferry reads them.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@ namespace ferry::quant {
 bool can_quantize(DType type);
 
 // Writes n floats (a multiple of the type's block size) as row_bytes(type, n) bytes at dst.
+// For a type with a row header, n is one whole row.
 Status quantize_row(DType type, const float* src, void* dst, int64_t n);
 
 // Convenience: quantize_row into a fresh buffer.

@@ -7,6 +7,7 @@
 
 #include "quant/block_formats.h"
 #include "quant/dequantize.h"
+#include "quant/ferry_types.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "quant/block_formats.h"
 #include "quant/dequantize.h"
+#include "quant/ferry_types.h"
 
 namespace ferry::kernels::ref {
 using namespace ferry::quant;
@@ -57,6 +59,45 @@ float dot_f32(const float* w, const float* x, int64_t n) {
     return sum;
 }
 
+float row_scale(const uint8_t* row) {
+    float s;
+    std::memcpy(&s, row, sizeof(s));
+    return s;
+}
+
+// int8 and fp8: one scale for the whole row, applied once after the sum.
+float dot_int8(const uint8_t* row, const float* x, int64_t n) {
+    const auto* q = reinterpret_cast<const int8_t*>(row + kRowScaleBytes);
+    float acc = 0;
+    for (int64_t i = 0; i < n; ++i) acc += static_cast<float>(q[i]) * x[i];
+    return row_scale(row) * acc;
+}
+
+float dot_fp8(const uint8_t* row, const float* x, int64_t n) {
+    const uint8_t* q = row + kRowScaleBytes;
+    float acc = 0;
+    for (int64_t i = 0; i < n; ++i) acc += fp8_e4m3_to_fp32(q[i]) * x[i];
+    return row_scale(row) * acc;
+}
+
+template <int G>
+float dot_int4(const uint8_t* row, const float* x, int64_t n) {
+    float sum = 0;
+    for (int64_t g = 0; g < n / G; ++g, x += G) {
+        BlockInt4<G> b;
+        std::memcpy(&b, row + g * sizeof(b), sizeof(b));
+        float acc = 0;
+        for (int c = 0; c < G / 32; ++c)
+            for (int j = 0; j < 16; ++j) {
+                const uint8_t q = b.qs[16 * c + j];
+                acc += static_cast<float>((q & 0x0F) - b.z) * x[32 * c + j];
+                acc += static_cast<float>((q >> 4) - b.z) * x[32 * c + j + 16];
+            }
+        sum += fp16_to_fp32(b.d) * acc;
+    }
+    return sum;
+}
+
 // Formats without a fused loop: dequantize one block-aligned chunk at a time.
 float dot_via_dequant(DType type, const uint8_t* row, const float* x, int64_t n) {
     const auto& info = dtype_info(type);
@@ -83,6 +124,17 @@ float vec_dot(DType type, const uint8_t* row, const float* x, int64_t n) {
             return dot_q4_1(reinterpret_cast<const BlockQ4_1*>(row), x, n / QK);
         case DType::Q8_0:
             return dot_q8_0(reinterpret_cast<const BlockQ8_0*>(row), x, n / QK);
+        // ferry's own types have fused loops: a row header cannot be cut into chunks.
+        case DType::INT8:
+            return dot_int8(row, x, n);
+        case DType::FP8:
+            return dot_fp8(row, x, n);
+        case DType::INT4_G32:
+            return dot_int4<32>(row, x, n);
+        case DType::INT4_G64:
+            return dot_int4<64>(row, x, n);
+        case DType::INT4_G128:
+            return dot_int4<128>(row, x, n);
         default:
             return dot_via_dequant(type, row, x, n);
     }

@@ -1,0 +1,168 @@
+// Quantizers for ferry's own types (layouts in ferry_types.h) and the E4M3 conversions.
+#include "quant/ferry_types.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "quant/dequantize.h"
+
+namespace ferry::quant {
+namespace {
+
+uint32_t float_bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof(u));
+    return u;
+}
+
+float bits_float(uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+float fp8_decode(uint8_t e) {
+    const int exp = (e >> 3) & 0xF, man = e & 7;
+    float v;
+    if (exp == 0xF && man == 7)
+        v = std::numeric_limits<float>::quiet_NaN();
+    else if (exp == 0)
+        v = std::ldexp(static_cast<float>(man), -9);  // subnormal: m * 2^-9
+    else
+        v = std::ldexp(static_cast<float>(8 + man), exp - 10);  // (1 + m/8) * 2^(exp-7)
+    return (e & 0x80) ? -v : v;
+}
+
+// All 256 codes decoded once: the scalar kernels look values up instead of rebuilding them.
+const std::array<float, 256> kFp8Table = [] {
+    std::array<float, 256> t{};
+    for (int i = 0; i < 256; ++i) t[static_cast<size_t>(i)] = fp8_decode(static_cast<uint8_t>(i));
+    return t;
+}();
+
+// amax over a row; a NaN is skipped (it is written as NaN or 0 and must not poison the scale).
+float row_amax(const float* x, int64_t n) {
+    float amax = 0;
+    for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+    return amax;
+}
+
+void put_scale(void* dst, float s) {
+    std::memcpy(dst, &s, sizeof(s));
+}
+
+// Clipping ratios tried per int4 group: 1.0, 0.98, ..., 0.80 of the group's range. Shrinking
+// the range trades error on the one or two extreme values for a finer grid for the rest, which
+// usually wins on the bell-shaped weights of a trained model; 1.0 comes first so a tie keeps
+// the unclipped grid.
+constexpr int kClipSteps = 11;
+constexpr float kClipStep = 0.02f;
+
+template <int G>
+void quant_int4(const float* x, void* dst, int64_t n) {
+    uint8_t L[G], best_L[G];
+    for (int64_t g = 0; g < n / G; ++g, x += G) {
+        BlockInt4<G> b{};
+        // The range always spans 0, so 0 has an exact code (z) and zero padding stays zero.
+        float lo = 0, hi = 0;
+        for (int j = 0; j < G; ++j) {
+            lo = std::min(lo, x[j]);
+            hi = std::max(hi, x[j]);
+        }
+        float best_err = std::numeric_limits<float>::infinity();
+        std::fill(best_L, best_L + G, uint8_t{0});
+        for (int s = 0; s < kClipSteps && hi > lo; ++s) {
+            const float p = 1.0f - kClipStep * static_cast<float>(s);
+            const float a = lo * p, c = hi * p;
+            const uint16_t dh = fp32_to_fp16(std::min((c - a) / 15.0f, 65504.0f));
+            const float d = fp16_to_fp32(dh);  // quantize against the scale as stored
+            if (!(d > 0)) continue;            // range below fp16's resolution: a zero block
+            const float z = std::clamp(std::nearbyint(-a / d), 0.0f, 15.0f);
+            float err = 0;
+            for (int j = 0; j < G; ++j) {
+                float q = std::nearbyint(x[j] / d) + z;
+                q = q >= 0 ? std::min(q, 15.0f) : 0.0f;  // also sends NaN to 0
+                L[j] = static_cast<uint8_t>(q);
+                const float e = d * (q - z) - x[j];
+                if (std::isfinite(e)) err += e * e;  // a NaN weight must not void every trial
+            }
+            if (err < best_err) {
+                best_err = err;
+                b.d = dh;
+                b.z = static_cast<uint8_t>(z);
+                std::copy(L, L + G, best_L);
+            }
+        }
+        for (int c = 0; c < G / 32; ++c)
+            for (int j = 0; j < 16; ++j)
+                b.qs[16 * c + j] =
+                    static_cast<uint8_t>(best_L[32 * c + j] | (best_L[32 * c + j + 16] << 4));
+        std::memcpy(static_cast<uint8_t*>(dst) + g * sizeof(b), &b, sizeof(b));
+    }
+}
+
+}  // namespace
+
+float fp8_e4m3_to_fp32(uint8_t e) {
+    return kFp8Table[e];
+}
+
+uint8_t fp32_to_fp8_e4m3(float f) {
+    const uint32_t u = float_bits(f);
+    const auto sign = static_cast<uint8_t>((u >> 24) & 0x80);
+    const uint32_t a = u & 0x7FFFFFFF;
+    if (a > 0x7F800000) return sign | kFp8NaN;
+    if (a >= float_bits(kFp8Max)) return sign | 0x7E;  // saturate (infinity included)
+    if (a < 0x3C800000) {                              // below 2^-6: the subnormal grid m * 2^-9
+        // Exact scaling, then round half to even; m == 8 is code 8, the smallest normal.
+        const auto m = static_cast<uint8_t>(std::nearbyint(bits_float(a) * 512.0f));
+        return sign | m;
+    }
+    // Round the 20 mantissa bits E4M3 drops to nearest even; a carry bumps the exponent. Then
+    // rebias the exponent from 127 to 7 (120 << 3 in code units).
+    const uint32_t r = (a + 0x7FFFF + ((a >> 20) & 1)) >> 20;
+    return sign | static_cast<uint8_t>(std::min<uint32_t>(r - (120u << 3), 0x7E));
+}
+
+void quantize_row_int8(const float* x, void* dst, int64_t n) {
+    const float amax = row_amax(x, n);
+    float s = amax / 127.0f;
+    if (!(s > 0) || !std::isfinite(s)) s = 0;
+    put_scale(dst, s);
+    auto* q = static_cast<int8_t*>(dst) + kRowScaleBytes;
+    for (int64_t i = 0; i < n; ++i) {
+        float v = s > 0 ? std::nearbyint(x[i] / s) : 0.0f;
+        v = v >= -127.0f ? std::min(v, 127.0f) : (v < 0 ? -127.0f : 0.0f);  // NaN -> 0
+        q[i] = static_cast<int8_t>(v);
+    }
+}
+
+void quantize_row_fp8(const float* x, void* dst, int64_t n) {
+    const float amax = row_amax(x, n);
+    float s = amax / kFp8Max;
+    if (!(s > 0) || !std::isfinite(s)) s = 0;
+    put_scale(dst, s);
+    auto* q = static_cast<uint8_t*>(dst) + kRowScaleBytes;
+    for (int64_t i = 0; i < n; ++i) q[i] = s > 0 ? fp32_to_fp8_e4m3(x[i] / s) : 0;
+}
+
+void quantize_row_int4(DType type, const float* x, void* dst, int64_t n) {
+    switch (type) {
+        case DType::INT4_G32:
+            quant_int4<32>(x, dst, n);
+            break;
+        case DType::INT4_G64:
+            quant_int4<64>(x, dst, n);
+            break;
+        case DType::INT4_G128:
+            quant_int4<128>(x, dst, n);
+            break;
+        default:
+            break;
+    }
+}
+
+}  // namespace ferry::quant

@@ -1,0 +1,60 @@
+// ferry's own weight types (docs/quantization.md, "ferry's own types"): the byte layouts, the
+// E4M3 conversions, and the quantizers. GGUF has no per-output-channel formats, so these live
+// under ferry-specific type ids (core/dtype.h) and only ferry reads the files.
+//
+//   int8        row = [f32 scale s][cols x int8 q]            x = s * q, |q| <= 127
+//   fp8         row = [f32 scale s][cols x E4M3 byte e]        x = s * e4m3(e), |e4m3| <= 448
+//   int4_gG     row = cols/G x BlockInt4<G>                    x = d * (q - z), 0 <= q, z <= 15
+//
+// The per-row scale sits in a 4-byte row header (DTypeInfo::row_header), so a matrix is still
+// rows x row_bytes and every row-wise consumer (Weight::row, get_row, the GGUF size check)
+// works unchanged; only code that would cut a row in the middle must know about it.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace ferry::quant {
+
+constexpr int kRowScaleBytes = 4;  // the f32 scale heading an int8 / fp8 row
+constexpr float kFp8Max = 448.0f;  // largest finite E4M3 value (OCP FP8; no infinities)
+constexpr uint8_t kFp8NaN = 0x7F;  // S.1111.111, the only NaN pattern (with either sign)
+
+#pragma pack(push, 1)
+// One group of G weights. Nibbles go as in Q4_0, per 32 elements: byte j of a 32-element
+// chunk holds element j in its low nibble and element j + 16 in its high nibble, so the SIMD
+// unpacking of the legacy formats serves here too.
+template <int G>
+struct BlockInt4 {
+    uint16_t d;        // fp16 scale
+    uint8_t z;         // zero point: the code that stands for 0.0, exact by construction
+    uint8_t reserved;  // 0; keeps the block an even size and d 2-byte aligned within a row
+    uint8_t qs[G / 2];
+};
+#pragma pack(pop)
+
+static_assert(sizeof(BlockInt4<32>) == 20);
+static_assert(sizeof(BlockInt4<64>) == 36);
+static_assert(sizeof(BlockInt4<128>) == 68);
+
+constexpr bool is_int4(DType t) {
+    return t == DType::INT4_G32 || t == DType::INT4_G64 || t == DType::INT4_G128;
+}
+constexpr bool is_ferry_type(DType t) {
+    return t == DType::INT8 || t == DType::FP8 || is_int4(t);
+}
+
+// OCP E4M3: bias 7, subnormals, no infinities. Decoding is exact; encoding rounds to nearest
+// even and saturates at +-448 (NaN stays NaN).
+float fp8_e4m3_to_fp32(uint8_t e);
+uint8_t fp32_to_fp8_e4m3(float f);
+
+// Quantize one row of n floats into row_bytes(type, n) bytes. int8 and fp8 map the row's
+// largest magnitude to the top of their grid (round to nearest); int4 searches a few clipping
+// ratios per group for the smallest squared error.
+void quantize_row_int8(const float* x, void* dst, int64_t n);
+void quantize_row_fp8(const float* x, void* dst, int64_t n);
+void quantize_row_int4(DType type, const float* x, void* dst, int64_t n);
+
+}  // namespace ferry::quant
