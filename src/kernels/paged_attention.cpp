@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
+
+#include "kernels/cpu/attention_x86.h"
+#include "kernels/kernels.h"
 
 namespace ferry::kernels {
 
-void attend_paged(const float* q, const PagedKvView& kv, int64_t n_kv, int head_dim, float scale,
-                  float* out) {
+void attend_paged_reference(const float* q, const PagedKvView& kv, int64_t n_kv, int head_dim,
+                            float scale, float* out) {
     float m = -std::numeric_limits<float>::infinity(), l = 0;
     std::fill(out, out + head_dim, 0.0f);
     for (int64_t start = 0, b = 0; start < n_kv; start += kv.block_size, ++b) {
@@ -33,6 +37,127 @@ void attend_paged(const float* q, const PagedKvView& kv, int64_t n_kv, int head_
     }
     const float inv = l > 0 ? 1.0f / l : 0.0f;
     for (int d = 0; d < head_dim; ++d) out[d] *= inv;
+}
+
+namespace {
+
+AttendRowsFn level_kernel() {
+    switch (cpu_level()) {
+        case CpuLevel::AVX512:
+            return avx512_attend_rows();
+        case CpuLevel::AVX2:
+            return avx2_attend_rows();
+        default:
+            return nullptr;
+    }
+}
+
+float* attention_scratch(size_t n) {
+    thread_local std::vector<float> buf;
+    if (buf.size() < n) buf.resize(n);
+    return buf.data();
+}
+
+// Rows computed together in attend_batch: enough to read each K/V row once for a few tokens'
+// worth of GQA heads, few enough that their scores (rows x n_kv floats) stay in L2.
+constexpr int kTileRows = 16;
+// Per-row cost on top of its n_kv positions when splitting work, in positions.
+constexpr int64_t kRowOverhead = 32;
+
+}  // namespace
+
+void attend_paged_rows(std::span<const AttnRow> rows, const PagedKvView& kv, int head_dim,
+                       float scale) {
+    const AttendRowsFn fn = level_kernel();
+    if (!fn) {
+        for (const AttnRow& r : rows)
+            attend_paged_reference(r.q, kv, r.n_kv, head_dim, scale, r.out);
+        return;
+    }
+    for (size_t i = 0; i < rows.size(); i += kMaxAttendRows) {
+        const int n = static_cast<int>(std::min<size_t>(kMaxAttendRows, rows.size() - i));
+        int64_t nmax = 0;
+        for (int r = 0; r < n; ++r) nmax = std::max(nmax, rows[i + r].n_kv);
+        float* scratch = attention_scratch(attend_rows_scratch_floats(n, nmax, head_dim));
+        fn(rows.data() + i, n, kv, head_dim, scale, scratch);
+    }
+}
+
+void attend_paged(const float* q, const PagedKvView& kv, int64_t n_kv, int head_dim, float scale,
+                  float* out) {
+    const AttnRow row{q, out, n_kv};
+    attend_paged_rows({&row, 1}, kv, head_dim, scale);
+}
+
+void attend_batch(const AttentionBatch& b, ThreadPool& pool) {
+    if (b.n_tokens <= 0) return;
+    const int group = b.n_head / b.n_head_kv;
+    const int hd = b.head_dim;
+
+    // Rows in (sequence, KV head, token, head) order, so that rows sharing keys and values are
+    // neighbours and a contiguous share of them needs few tiles.
+    struct Item {
+        int64_t t;
+        int h;
+    };
+    std::vector<Item> items;
+    items.reserve(static_cast<size_t>(b.n_tokens * b.n_head));
+    std::vector<int64_t> cost_before;  // cumulative cost of the items before each
+    cost_before.reserve(items.capacity() + 1);
+    int64_t total = 0;
+    for (int64_t t0 = 0; t0 < b.n_tokens;) {
+        int64_t t1 = t0 + 1;
+        while (t1 < b.n_tokens && b.tok_seq[t1] == b.tok_seq[t0]) ++t1;
+        for (int g = 0; g < b.n_head_kv; ++g)
+            for (int64_t t = t0; t < t1; ++t)
+                for (int h = g * group; h < (g + 1) * group; ++h) {
+                    items.push_back({t, h});
+                    cost_before.push_back(total);
+                    total += b.tok_pos[t] + 1 + kRowOverhead;
+                }
+        t0 = t1;
+    }
+
+    // Shares of equal cost (causal prefill rows grow with the position). A decode step gets one
+    // share per thread, so a GQA group is split over at most two threads; prompts get four per
+    // thread, which keeps threads busy when one is slowed by another process.
+    const int64_t n_items = static_cast<int64_t>(items.size());
+    const int threads = pool.size();
+    const int64_t n_shares =
+        std::min<int64_t>(n_items, n_items >= 16 * threads ? 4 * threads : threads);
+    std::vector<int64_t> bound(n_shares + 1, n_items);
+    for (int64_t k = 0; k < n_shares; ++k)
+        bound[k] = std::lower_bound(cost_before.begin(), cost_before.end(), total * k / n_shares) -
+                   cost_before.begin();
+
+    auto run_share = [&](int64_t k) {
+        AttnRow tile[kTileRows];
+        int n = 0, seq = -1, g = -1;
+        auto flush = [&] {
+            if (n == 0) return;
+            const PagedKvView view{b.seqs[seq].k, b.seqs[seq].v, b.block_size, b.stride,
+                                   static_cast<size_t>(g) * hd};
+            attend_paged_rows({tile, static_cast<size_t>(n)}, view, hd, b.scale);
+            n = 0;
+        };
+        for (int64_t i = bound[k]; i < bound[k + 1]; ++i) {
+            const Item& it = items[i];
+            const int s = b.tok_seq[it.t], gi = it.h / group;
+            if (s != seq || gi != g || n == kTileRows) {
+                flush();
+                seq = s;
+                g = gi;
+            }
+            const size_t off = (static_cast<size_t>(it.t) * b.n_head + it.h) * hd;
+            tile[n++] = {b.q + off, b.out + off, b.tok_pos[it.t] + 1};
+        }
+        flush();
+    };
+    if (n_shares == 1 || threads == 1) {
+        for (int64_t k = 0; k < n_shares; ++k) run_share(k);
+    } else {
+        pool.run_tasks(n_shares, run_share);
+    }
 }
 
 }  // namespace ferry::kernels

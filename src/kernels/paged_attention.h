@@ -1,10 +1,17 @@
-// Attention of one query over a sequence's keys and values scattered over KV blocks.
-// The streaming softmax state carries across blocks, so the kernel never needs the
-// positions to be contiguous and never materialises a score vector.
+// Attention of query vectors over a sequence's keys and values scattered over KV blocks.
+//
+// Every query's result is a fixed function of its own inputs: it does not depend on how the
+// positions are split into blocks (the engine uses 16-position blocks, the single-stream
+// Generator 256), nor on which other queries are computed with it (other heads of its GQA
+// group, other tokens of its sequence, other sequences of the batch). The engine's tests compare
+// outputs across block sizes and batch compositions bit for bit, and that rests on this.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+
+#include "core/thread_pool.h"
 
 namespace ferry::kernels {
 
@@ -16,8 +23,51 @@ struct PagedKvView {
     size_t head_offset;  // floats from a position's start to this KV head's slice
 };
 
-// out = softmax(q·K[0..n_kv) * scale) · V[0..n_kv); q, out: head_dim floats.
+// The scalar reference: out = softmax(q·K[0..n_kv) * scale) · V[0..n_kv), with a streaming
+// softmax over positions; q, out: head_dim floats. What the SIMD paths are tested against.
+void attend_paged_reference(const float* q, const PagedKvView& kv, int64_t n_kv, int head_dim,
+                            float scale, float* out);
+
+// One query row: it attends to positions [0, n_kv) of the view it is computed with.
+struct AttnRow {
+    const float* q;  // head_dim floats
+    float* out;      // head_dim floats
+    int64_t n_kv;
+};
+
+// Several query rows over the same KV head, at the dispatched CPU level: each key and value
+// row is read once for all of them (GQA heads of one group, consecutive tokens of one
+// sequence). Every position < max n_kv of the rows must be readable.
+void attend_paged_rows(std::span<const AttnRow> rows, const PagedKvView& kv, int head_dim,
+                       float scale);
+
+// One query: attend_paged_rows with a single row.
 void attend_paged(const float* q, const PagedKvView& kv, int64_t n_kv, int head_dim, float scale,
                   float* out);
+
+// A sequence's block addresses in the current layer.
+struct SeqBlocks {
+    const float* const* k;
+    const float* const* v;
+};
+
+// Causal attention for a whole ragged batch: token t (of sequence tok_seq[t], at position
+// tok_pos[t]) attends to positions [0, tok_pos[t]] of its sequence with each of its n_head
+// query heads. Keys and values of every token of the batch must already be in the blocks.
+struct AttentionBatch {
+    const float* q;  // n_tokens x n_head x head_dim
+    float* out;      // n_tokens x n_head x head_dim
+    int64_t n_tokens;
+    int n_head;
+    int n_head_kv;
+    int head_dim;
+    float scale;
+    const int32_t* tok_seq;
+    const int64_t* tok_pos;
+    std::span<const SeqBlocks> seqs;
+    int block_size;
+    size_t stride;  // floats between consecutive positions (n_head_kv * head_dim)
+};
+void attend_batch(const AttentionBatch& b, ThreadPool& pool);
 
 }  // namespace ferry::kernels

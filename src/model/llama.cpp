@@ -117,7 +117,6 @@ void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const BatchS
     const LlamaConfig& c = cfg_;
     const int64_t n = static_cast<int64_t>(tokens.size());
     const int hd = c.head_dim;
-    const int group = c.n_head / c.n_head_kv;
     const int bs = store.block_size();
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
@@ -136,6 +135,7 @@ void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const BatchS
     std::vector<float> gate(n * c.n_ff), up(n * c.n_ff), ffn_out(n * c.n_embd);
     // Per sequence, the addresses of its blocks in the current layer.
     std::vector<std::vector<const float*>> k_blocks(seqs.size()), v_blocks(seqs.size());
+    std::vector<kernels::SeqBlocks> seq_blocks(seqs.size());
 
     for (int64_t t = 0; t < n; ++t) kernels::get_row(tok_embd_, tokens[t], &x[t * c.n_embd]);
 
@@ -176,20 +176,13 @@ void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const BatchS
                 k_blocks[s][b] = store.k(li, kv.blocks[b]);
                 v_blocks[s][b] = store.v(li, kv.blocks[b]);
             }
+            seq_blocks[s] = {k_blocks[s].data(), v_blocks[s].data()};
         }
         // Token t sees positions [0, pos]: causal masking is just the length of the scan.
-        pool.parallel_for(n * c.n_head, [&](int64_t i0, int64_t i1) {
-            for (int64_t i = i0; i < i1; ++i) {
-                const int64_t t = i / c.n_head;
-                const int h = static_cast<int>(i % c.n_head);
-                const int s = tok_seq[t];
-                const kernels::PagedKvView view{k_blocks[s].data(), v_blocks[s].data(), bs,
-                                                static_cast<size_t>(c.kv_dim()),
-                                                static_cast<size_t>(h / group) * hd};
-                kernels::attend_paged(&q[t * c.q_dim() + h * hd], view, tok_pos[t] + 1, hd, scale,
-                                      &attn[t * c.q_dim() + h * hd]);
-            }
-        });
+        kernels::attend_batch(
+            {q.data(), attn.data(), n, c.n_head, c.n_head_kv, hd, scale, tok_seq.data(),
+             tok_pos.data(), seq_blocks, bs, static_cast<size_t>(c.kv_dim())},
+            pool);
         kernels::matmul(L.wo, attn.data(), n, ffn_out.data(), pool);
         for (int64_t i = 0; i < n * c.n_embd; ++i) x[i] += ffn_out[i];
 

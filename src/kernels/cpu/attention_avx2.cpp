@@ -1,0 +1,30 @@
+// The AVX2 + FMA attention kernel: attention_x86.inc compiled for this target only, so the
+// rest of the binary stays portable and paged_attention.cpp picks the level at run time.
+#include "kernels/cpu/attention_x86.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#define FERRY_AVX512 0
+
+namespace ferry::kernels::attention_avx2 {
+#include "kernels/cpu/attention_x86.inc"
+}  // namespace ferry::kernels::attention_avx2
+
+#undef FERRY_AVX512
+#pragma GCC pop_options
+
+namespace ferry::kernels {
+AttendRowsFn avx2_attend_rows() {
+    return attention_avx2::attend_rows;
+}
+}  // namespace ferry::kernels
+#else
+namespace ferry::kernels {
+AttendRowsFn avx2_attend_rows() {
+    return nullptr;
+}
+}  // namespace ferry::kernels
+#endif
