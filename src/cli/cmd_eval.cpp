@@ -1,5 +1,6 @@
-// `ferry eval -m MODEL [--ref REF] --text FILE`: perplexity, and against a reference model the
-// KL divergence, top-1 agreement and largest logit difference, on the same tokens.
+// `ferry eval -m MODEL [--ref REF] [--text FILE] [--tasks FILE]`: perplexity, and against a
+// reference model the KL divergence, top-1 agreement and largest logit difference, on the same
+// tokens; with --tasks, greedy answers to short prompts (engine/task_eval.h).
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -10,6 +11,7 @@
 #include "core/thread_pool.h"
 #include "engine/evaluator.h"
 #include "engine/loaded_model.h"
+#include "engine/task_eval.h"
 
 namespace ferry::cli {
 namespace {
@@ -18,6 +20,8 @@ struct EvalCmdOptions {
     std::string model = "default";
     std::string ref;
     std::string text;
+    std::string tasks;
+    bool task_items = false;
     int ctx = 512;
     int stride = 0;
     int threads = 0;
@@ -25,11 +29,58 @@ struct EvalCmdOptions {
     bool json = false;
 };
 
+std::string resolve_tasks_path(const std::string& spec) {
+    if (spec == "default") return take(find_data_file("eval/tasks.jsonl"));
+    return spec;
+}
+
+struct TaskFile {
+    std::string path;
+    std::vector<engine::EvalTask> tasks;
+};
+
+// Runs the task file and returns its "tasks" JSON, printing the table unless json.
+nlohmann::json eval_tasks(const EvalCmdOptions& o, const TaskFile& tf,
+                          const engine::LoadedModel& lm, const engine::LoadedModel* ref) {
+    const std::string& path = tf.path;
+    const auto& tasks = tf.tasks;
+    engine::TaskEvalOptions opt;
+    opt.n_threads = o.threads > 0 ? o.threads : physical_core_count();
+    Progress bar("tasks", 1000, !o.json);
+    auto r = take(engine::run_tasks(lm, ref, tasks, opt, [&](int done, int total) {
+        bar.update(static_cast<int64_t>(done) * 1000 / total);
+    }));
+    bar.finish();
+    nlohmann::json j = engine::task_eval_json(r, o.task_items);
+    j["file"] = path;
+    if (!o.json) {
+        std::printf("tasks       %s (%d tasks, %d with an answer)\n", path.c_str(), r.overall.n,
+                    r.overall.n_scored);
+        std::fputs(engine::task_eval_table(r).c_str(), stdout);
+    }
+    return j;
+}
+
 void eval(const EvalCmdOptions& o) {
+    // The task file is checked before anything slow runs, so a typo fails at once.
+    std::optional<TaskFile> tf;
+    if (!o.tasks.empty()) {
+        tf.emplace();
+        tf->path = resolve_tasks_path(o.tasks);
+        tf->tasks = take(engine::load_tasks(tf->path));
+    }
     auto lm = take(engine::LoadedModel::load(take(resolve_model_path(o.model)), false));
     std::optional<engine::LoadedModel> ref;
     if (!o.ref.empty())
         ref = take(engine::LoadedModel::load(take(resolve_model_path(o.ref)), false));
+    if (o.text.empty()) {
+        nlohmann::json j = {{"model", lm.file->path()}};
+        if (ref) j["ref"] = ref->file->path();
+        if (!o.json) std::printf("model       %s\n", lm.file->path().c_str());
+        j["tasks"] = eval_tasks(o, *tf, lm, ref ? &*ref : nullptr);
+        if (o.json) std::printf("%s\n", j.dump(2).c_str());
+        return;
+    }
 
     // Both models are scored on the model's tokenization; a reference with another
     // vocabulary would make the comparison meaningless, so evaluate() refuses it.
@@ -61,6 +112,7 @@ void eval(const EvalCmdOptions& o) {
         j["top1_agreement"] = r.top1_agreement;
         j["max_abs_logit_diff"] = r.max_abs_logit_diff;
     }
+    if (tf && o.json) j["tasks"] = eval_tasks(o, *tf, lm, ref ? &*ref : nullptr);
     if (o.json) {
         std::printf("%s\n", j.dump(2).c_str());
         return;
@@ -77,6 +129,7 @@ void eval(const EvalCmdOptions& o) {
         std::printf("top-1       %.2f %%\n", 100.0 * r.top1_agreement);
         std::printf("max |Δlogit| %.4f\n", r.max_abs_logit_diff);
     }
+    if (tf) eval_tasks(o, *tf, lm, ref ? &*ref : nullptr);
 }
 
 }  // namespace
@@ -88,14 +141,22 @@ void add_eval_command(CLI::App& app) {
                                    "from a reference model");
     cmd->add_option("-m,--model", o->model, "Model: a GGUF path or 'default'");
     cmd->add_option("--ref", o->ref, "Reference model to compare against (same vocabulary)");
-    cmd->add_option("--text", o->text, "Text file to evaluate on (e.g. data/eval/*.txt)")
-        ->required();
+    cmd->add_option("--text", o->text, "Text file to evaluate on (e.g. data/eval/*.txt)");
+    cmd->add_option("--tasks", o->tasks,
+                    "JSONL task file scored by greedy answers ('default': "
+                    "data/eval/tasks.jsonl; format in docs/eval.md)");
+    cmd->add_flag("--task-items", o->task_items,
+                  "With --json, list every task's output under tasks.items");
     cmd->add_option("--ctx", o->ctx, "Window length in tokens")->check(CLI::Range(2, 1 << 20));
     cmd->add_option("--stride", o->stride, "Window advance in tokens (default: ctx / 2)");
     cmd->add_option("--max-tokens", o->max_tokens, "Score only the first N tokens of the text");
     cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)");
     cmd->add_flag("--json", o->json, "Print the results as JSON");
-    cmd->callback([o] { eval(*o); });
+    cmd->callback([o] {
+        if (o->text.empty() && o->tasks.empty())
+            throw ExitError("eval needs --text FILE, --tasks FILE or both");
+        eval(*o);
+    });
 }
 
 }  // namespace ferry::cli

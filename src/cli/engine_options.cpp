@@ -11,6 +11,11 @@ void EngineOptions::add_to(CLI::App& cmd) {
                    "tokens in one step at most (prefill chunks + decodes)")
         ->capture_default_str()
         ->check(CLI::Range(1, 1 << 20));
+    cmd.add_option("--prefill-chunk-while-decoding", e.prefill_chunk_while_decoding,
+                   "prefill tokens per step at most while other sequences decode (0: no limit "
+                   "but the token budget)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1 << 20));
     cmd.add_option("--kv-cache-memory", e.kv_cache_memory,
                    "bytes for the KV block pool (0: 25% of available RAM, at most 2 GiB)")
         ->capture_default_str()

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <vector>
 
 namespace ferry {
 
@@ -27,6 +28,31 @@ Expected<std::string> resolve_model_path(const std::string& spec) {
     if (!std::filesystem::exists(spec, ec)) return make_error("{}: no such file", spec);
     if (std::filesystem::is_directory(spec, ec)) return make_error("{}: is a directory", spec);
     return spec;
+}
+
+Expected<std::string> find_data_file(const std::string& rel) {
+    namespace fs = std::filesystem;
+    std::vector<fs::path> dirs;
+    if (const char* d = std::getenv("FERRY_DATA_DIR"); d && *d) dirs.emplace_back(d);
+    std::error_code ec;
+    // The executable's own location, not the current directory, so `ferry` run from anywhere
+    // in (or outside) the tree finds the data it was built with.
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+        dirs.push_back(exe.parent_path().parent_path() / "data");
+        dirs.push_back(exe.parent_path().parent_path() / "share" / "ferry" / "data");
+    }
+    dirs.emplace_back("data");
+    std::string tried;
+    for (const fs::path& d : dirs) {
+        const fs::path p = d / rel;
+        if (fs::is_regular_file(p, ec)) return p.lexically_normal().string();
+        tried += (tried.empty() ? "" : ", ") + p.lexically_normal().string();
+    }
+    return make_error(
+        "data file {} not found (looked in {}; set FERRY_DATA_DIR to the "
+        "repository's data/ folder)",
+        rel, tried);
 }
 
 }  // namespace ferry

@@ -28,6 +28,10 @@ struct EngineConfig {
     int max_model_len = 0;             // 0: min(trained context, 4096)
     int max_num_seqs = 64;             // sequences in one step at most
     int max_num_batched_tokens = 512;  // tokens in one step at most (prefill chunks + decodes)
+    // While any sequence decodes, prefill chunks of a step add up to at most this many tokens,
+    // so a long prompt costs the others' next token a short step, not a whole budget's worth
+    // (on a CPU a 512-token chunk is most of a second). 0: only the token budget applies.
+    int prefill_chunk_while_decoding = 128;
     int64_t kv_cache_memory =
         0;                // bytes for the block pool; 0: 25 % of available RAM, capped at 2 GiB
     int block_size = 16;  // token slots per KV block

@@ -126,12 +126,19 @@ SchedulerOutput Scheduler::schedule(Clock::time_point now) {
     SchedulerOutput out;
     int budget = config_.max_num_batched_tokens;
     std::stable_sort(running_.begin(), running_.end(), runs_before);
+    // Prefill tokens this step may carry: fewer while someone waits for its next token.
+    const bool decoding = std::any_of(running_.begin(), running_.end(),
+                                      [](const Sequence* s) { return s->num_uncomputed() == 1; });
+    int prefill_left = decoding && config_.prefill_chunk_while_decoding > 0
+                           ? config_.prefill_chunk_while_decoding
+                           : config_.max_num_batched_tokens;
 
     // 1. Sequences already running: decodes (1 token) and unfinished prefill chunks.
     for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
         Sequence* s = running_[i];
-        const int n =
-            std::min(s->num_uncomputed() + static_cast<int>(s->draft.tokens.size()), budget);
+        const bool prefill = s->num_uncomputed() > 1;
+        const int n = std::min(s->num_uncomputed() + static_cast<int>(s->draft.tokens.size()),
+                               prefill ? std::min(budget, prefill_left) : budget);
         if (n <= 0) continue;
         bool ok = true;
         while (!ensure_blocks(s, n, out)) {
@@ -151,6 +158,7 @@ SchedulerOutput Scheduler::schedule(Clock::time_point now) {
         out.seqs.push_back(
             {s, n, s->num_computed + n - n_draft == static_cast<int>(s->tokens.size()), n_draft});
         budget -= n;
+        if (prefill) prefill_left -= n;
     }
 
     // 2. Waiting sequences board while budget, sequence cap and blocks allow; not in a step
@@ -180,8 +188,9 @@ SchedulerOutput Scheduler::schedule(Clock::time_point now) {
                 ++i;
                 continue;
             }
+            if (prefill_left <= 0) break;
             const int hit = match_prefix(s);
-            const int n = std::min(s->num_uncomputed(), budget);
+            const int n = std::min({s->num_uncomputed(), budget, prefill_left});
             if (!ensure_blocks(s, n, out)) {
                 release_blocks(s);
                 s->num_computed = 0;
@@ -197,6 +206,7 @@ SchedulerOutput Scheduler::schedule(Clock::time_point now) {
             running_.push_back(s);
             out.seqs.push_back({s, n, s->num_computed + n == static_cast<int>(s->tokens.size())});
             budget -= n;
+            prefill_left -= n;
         }
     }
     if (is_static && static_batch_open_ && running_.empty() &&
