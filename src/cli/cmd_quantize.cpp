@@ -1,13 +1,18 @@
 // `ferry quantize IN.gguf OUT.gguf --type T [--group-size G] [--keep PATTERN...]
-// [--keep-f16 PATTERN...]`:
-// round-to-nearest re-quantization of every matrix. For GGUF's types it follows llama.cpp's
-// llama-quantize conventions so the output loads there too; ferry's own types (int8, int4,
-// fp8) only load in ferry.
+// [--keep-f16 PATTERN...] [--method rtn|gptq|awq [--calib FILE] [--calib-tokens N]
+// [--act-order] [--damp F]]`:
+// re-quantization of every matrix, round-to-nearest unless GPTQ or AWQ (4-bit group types
+// only) calibrate the layers' matrices on a text first. For GGUF's types it follows
+// llama.cpp's llama-quantize conventions so the output loads there too; ferry's own types
+// (int8, int4, fp8) only load in ferry.
 #include <fnmatch.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,14 +20,22 @@
 #include "core/paths.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
+#include "engine/loaded_model.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
+#include "quant/calibrated.h"
+#include "quant/calibration.h"
 #include "quant/dequantize.h"
 #include "quant/ferry_types.h"
+#include "quant/group_grid.h"
 #include "quant/quantize.h"
 
 namespace ferry::cli {
 namespace {
+
+// Token rows AWQ keeps per linear input to measure output error while searching its scales:
+// the search runs 21 trial roundings of every matrix against them, so they bound its cost.
+constexpr int64_t kAwqSamples = 256;
 
 struct QuantizeOptions {
     std::string in, out, type;
@@ -31,7 +44,28 @@ struct QuantizeOptions {
     int group_size = 128;               // int4 only
     int threads = 0;
     bool quiet = false;
+    std::string method = "rtn";  // rtn, gptq, awq
+    std::string calib;           // calibration text; empty: data/calib/default.txt
+    int64_t calib_tokens = 4096;
+    bool act_order = false;  // gptq
+    double damp = 0.01;      // gptq
 };
+
+// The calibration text shipped in the repository: from the working directory (the
+// repository root, as the README's commands run), else next to a build directory inside it.
+std::string default_calib_path() {
+    const std::string rel = "data/calib/default.txt";
+    std::vector<std::string> candidates = {rel};
+    if (const char* src = std::getenv("FERRY_SOURCE_DIR"))
+        candidates.push_back(std::string(src) + "/" + rel);
+    std::error_code ec;
+    const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec) candidates.push_back((exe.parent_path().parent_path() / rel).string());
+    for (const std::string& p : candidates)
+        if (std::filesystem::is_regular_file(p, ec)) return p;
+    throw ExitError(
+        "the default calibration text data/calib/default.txt was not found; pass --calib FILE");
+}
 
 // llama.cpp's llama_ftype for a file whose matrices are all `t`; tools show it as the
 // file's type, and nothing depends on it for loading.
@@ -106,10 +140,77 @@ DType target_type(const QuantizeOptions& o) {
     return *t;
 }
 
+// The type a tensor is written as; nullopt: left at its input type (--keep).
+std::optional<DType> planned_type(const QuantizeOptions& o, DType target, const std::string& name,
+                                  size_t n_dims, int64_t row) {
+    if (matches_any(name, o.keep)) return std::nullopt;
+    if (n_dims == 1) return DType::F32;  // norms and biases: tiny, and the model reads them as F32
+    if (matches_any(name, o.keep_f16)) return DType::F16;
+    return fallback_for(target, row);
+}
+
+// GPTQ or AWQ: run the model over the calibration text, then compute what replaces RTN for
+// the layers' matrices (and, for AWQ, their norms).
+quant::TensorOverrides calibrated_overrides(const QuantizeOptions& o, DType target,
+                                            engine::LoadedModel& lm, ThreadPool& pool) {
+    const std::string path = o.calib.empty() ? default_calib_path() : o.calib;
+    std::vector<int32_t> tokens = lm.tokenizer->encode(read_file_or_exit(path), true);
+    if (static_cast<int64_t>(tokens.size()) > o.calib_tokens)
+        tokens.resize(static_cast<size_t>(o.calib_tokens));
+    if (tokens.size() < 2) throw ExitError(path + ": the calibration text is (nearly) empty");
+    if (!o.quiet)
+        std::fprintf(stderr, "ferry quantize: %s calibration on %zu tokens of %s\n",
+                     o.method.c_str(), tokens.size(), path.c_str());
+
+    quant::CalibrationOptions copt;
+    copt.hessian = o.method == "gptq";
+    copt.abs_mean = o.method == "awq";
+    copt.n_samples = o.method == "awq" ? kAwqSamples : 0;
+    quant::CalibrationStats stats;
+    {
+        const auto n = static_cast<int64_t>(tokens.size());
+        Progress bar("calibrate", n, !o.quiet);
+        stats = take(quant::calibrate(*lm.model, tokens, copt, pool,
+                                      [&](int done, int total) { bar.update(n * done / total); }));
+        bar.finish();
+    }
+    const model::LlamaConfig& c = lm.model->config();
+    auto type_of = [&](const std::string& name, int64_t row) {
+        const gguf::TensorInfo* t = lm.file->tensor(name);
+        return planned_type(o, target, name, t ? t->shape.size() : 2, row);
+    };
+    Progress bar(o.method, c.n_layer, !o.quiet);
+    auto on_layer = [&](int done, int) { bar.update(done); };
+    quant::TensorOverrides ov;
+    if (o.method == "gptq") {
+        quant::GptqOptions g;
+        g.damp = o.damp;
+        g.act_order = o.act_order;
+        ov = take(quant::run_gptq(*lm.file, c, stats, type_of, g, pool, on_layer));
+    } else {
+        ov = take(quant::run_awq(*lm.file, c, stats, type_of, pool, on_layer));
+    }
+    bar.finish();
+    if (!o.quiet)
+        for (const auto& n : ov.notes) std::fprintf(stderr, "ferry quantize: %s\n", n.c_str());
+    return ov;
+}
+
 void quantize_file(const QuantizeOptions& o) {
     const DType target = target_type(o);
     const std::string type_name(dtype_name(target));
-    auto in = take(gguf::File::open(o.in));
+    if (o.method != "rtn" && !quant::has_group_grid(target))
+        throw ExitError(fmt::format(
+            "--method {} quantizes to 4-bit group types only: --type int4, q4_0 or q4_1 (not {})",
+            o.method, o.type));
+    std::shared_ptr<gguf::File> in;
+    std::optional<engine::LoadedModel> lm;
+    if (o.method == "rtn") {
+        in = take(gguf::File::open(o.in));
+    } else {
+        lm.emplace(take(engine::LoadedModel::load(o.in, false)));
+        in = lm->file;
+    }
 
     gguf::Writer w;
     w.copy_metadata(*in);
@@ -128,6 +229,8 @@ void quantize_file(const QuantizeOptions& o) {
     }
 
     ThreadPool pool(o.threads > 0 ? o.threads : physical_core_count());
+    auto overrides = std::make_shared<quant::TensorOverrides>();
+    if (lm) *overrides = calibrated_overrides(o, target, *lm, pool);
     int64_t total_elems = 0, n_kept = 0, n_f16 = 0, n_fallback = 0;
     for (const auto& t : in->tensors()) total_elems += t.n_elements;
     // (row length, type written) -> example names: one line per kind of fallback, not 180.
@@ -137,17 +240,15 @@ void quantize_file(const QuantizeOptions& o) {
 
     for (const auto& t : in->tensors()) {
         const gguf::TensorInfo* ti = &t;
-        DType out_type;
-        if (matches_any(t.name, o.keep)) {
-            out_type = t.type;
+        const std::optional<DType> planned =
+            planned_type(o, target, t.name, t.shape.size(), t.shape[0]);
+        const DType out_type = planned.value_or(t.type);
+        if (!planned) {
             ++n_kept;
         } else if (t.shape.size() == 1) {
-            out_type = DType::F32;  // norms and biases: tiny, and the model reads them as F32
         } else if (matches_any(t.name, o.keep_f16)) {
-            out_type = DType::F16;
             ++n_f16;
         } else {
-            out_type = fallback_for(target, t.shape[0]);
             if (out_type != target) {
                 ++n_fallback;
                 auto& f = fallbacks[{t.shape[0], out_type}];
@@ -162,8 +263,14 @@ void quantize_file(const QuantizeOptions& o) {
         if (out_type != t.type && !dtype_info(t.type).supported)
             throw ExitError(fmt::format("{}: tensor '{}' has type {}, which ferry cannot read",
                                         o.in, t.name, dtype_name(t.type)));
-        auto producer = [ti, out_type, &pool, done, bar](std::vector<uint8_t>& out) -> Status {
-            if (out_type == ti->type) {
+        auto producer = [ti, out_type, &pool, done, bar,
+                         overrides](std::vector<uint8_t>& out) -> Status {
+            const auto ob = overrides->bytes.find(ti->name);
+            const auto of = overrides->floats.find(ti->name);
+            if (ob != overrides->bytes.end()) {
+                out = std::move(ob->second);  // GPTQ's result, already in out_type
+                overrides->bytes.erase(ob);
+            } else if (out_type == ti->type && of == overrides->floats.end()) {
                 out.assign(ti->data, ti->data + ti->n_bytes);
             } else {
                 const int64_t row = ti->shape[0];
@@ -176,8 +283,12 @@ void quantize_file(const QuantizeOptions& o) {
                     std::vector<float> tmp(static_cast<size_t>(row));
                     for (int64_t r = n_rows * share / n_shares; r < n_rows * (share + 1) / n_shares;
                          ++r) {
-                        Status s =
-                            quant::dequantize_row(ti->type, ti->data + in_row * r, tmp.data(), row);
+                        Status s = Status::Ok();
+                        if (of != overrides->floats.end())
+                            std::copy_n(of->second.data() + r * row, row, tmp.data());
+                        else
+                            s = quant::dequantize_row(ti->type, ti->data + in_row * r, tmp.data(),
+                                                      row);
                         if (s)
                             s = quant::quantize_row(out_type, tmp.data(), out.data() + out_row * r,
                                                     row);
@@ -190,6 +301,7 @@ void quantize_file(const QuantizeOptions& o) {
                 for (const auto& e : errors)
                     if (!e.empty()) return make_error("{}", e);
             }
+            if (of != overrides->floats.end()) overrides->floats.erase(of);
             *done += ti->n_elements;
             bar->update(*done);
             return Status::Ok();
@@ -221,7 +333,8 @@ void quantize_file(const QuantizeOptions& o) {
 
 void add_quantize_command(CLI::App& app) {
     auto o = std::make_shared<QuantizeOptions>();
-    auto* cmd = app.add_subcommand("quantize", "Re-quantize a GGUF model (round to nearest)");
+    auto* cmd =
+        app.add_subcommand("quantize", "Re-quantize a GGUF model (round to nearest, GPTQ or AWQ)");
     cmd->add_option("input", o->in, "Input GGUF file (any type ferry reads)")->required();
     cmd->add_option("output", o->out, "Output GGUF file")->required();
     cmd->add_option("--type", o->type,
@@ -236,12 +349,34 @@ void add_quantize_command(CLI::App& app) {
     cmd->add_option("--keep-f16", o->keep_f16,
                     "Write matrices whose names match this glob as f16 instead of --type "
                     "(repeatable; --keep wins where both match)");
+    cmd->add_option("--method", o->method,
+                    "rtn (round to nearest), gptq or awq (both calibrate on a text; 4-bit group "
+                    "types only: int4, q4_0, q4_1)")
+        ->check(CLI::IsMember({"rtn", "gptq", "awq"}))
+        ->capture_default_str();
+    auto* calib = cmd->add_option(
+        "--calib", o->calib, "Calibration text for gptq/awq (default: data/calib/default.txt)");
+    auto* calib_tokens = cmd->add_option("--calib-tokens", o->calib_tokens,
+                                         "Use at most this many calibration tokens")
+                             ->check(CLI::PositiveNumber)
+                             ->capture_default_str();
+    auto* act_order = cmd->add_flag("--act-order", o->act_order,
+                                    "gptq: quantize columns in order of decreasing activation");
+    auto* damp = cmd->add_option("--damp", o->damp,
+                                 "gptq: dampening added to the Hessian's diagonal, as a fraction "
+                                 "of its mean")
+                     ->check(CLI::Range(0.0, 10.0))
+                     ->capture_default_str();
     cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)");
     cmd->add_flag("-q,--quiet", o->quiet, "No progress bar");
-    cmd->callback([o, group] {
+    cmd->callback([o, group, calib, calib_tokens, act_order, damp] {
         if (o->in == o->out) throw ExitError("input and output must be different files");
         if (group->count() && o->type != "int4")
             throw ExitError("--group-size applies to --type int4 only");
+        if (o->method == "rtn" && (calib->count() || calib_tokens->count()))
+            throw ExitError("--calib and --calib-tokens apply to --method gptq or awq");
+        if (o->method != "gptq" && (act_order->count() || damp->count()))
+            throw ExitError("--act-order and --damp apply to --method gptq only");
         quantize_file(*o);
     });
 }

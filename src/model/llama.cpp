@@ -151,6 +151,7 @@ void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const BatchS
         // Attention block.
         for (int64_t t = 0; t < n; ++t)
             kernels::rmsnorm(&x[t * c.n_embd], L.attn_norm, &xn[t * c.n_embd], c.n_embd, c.rms_eps);
+        if (observer_) observer_->observe(li, LinearInput::Attn, xn.data(), n, c.n_embd);
         // q, k and v read the same input: one parallel region for the three.
         const kernels::MatmulOut qkv[] = {{L.wq, q.data()}, {L.wk, k.data()}, {L.wv, v.data()}};
         kernels::matmul_many(qkv, xn.data(), n, pool);
@@ -183,15 +184,18 @@ void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const BatchS
             {q.data(), attn.data(), n, c.n_head, c.n_head_kv, hd, scale, tok_seq.data(),
              tok_pos.data(), seq_blocks, bs, static_cast<size_t>(c.kv_dim())},
             pool);
+        if (observer_) observer_->observe(li, LinearInput::AttnOut, attn.data(), n, c.q_dim());
         kernels::matmul(L.wo, attn.data(), n, ffn_out.data(), pool);
         for (int64_t i = 0; i < n * c.n_embd; ++i) x[i] += ffn_out[i];
 
         // MLP block.
         for (int64_t t = 0; t < n; ++t)
             kernels::rmsnorm(&x[t * c.n_embd], L.ffn_norm, &xn[t * c.n_embd], c.n_embd, c.rms_eps);
+        if (observer_) observer_->observe(li, LinearInput::Ffn, xn.data(), n, c.n_embd);
         const kernels::MatmulOut gate_up[] = {{L.w_gate, gate.data()}, {L.w_up, up.data()}};
         kernels::matmul_many(gate_up, xn.data(), n, pool);
         kernels::silu_mul(gate.data(), up.data(), n * c.n_ff);
+        if (observer_) observer_->observe(li, LinearInput::FfnDown, gate.data(), n, c.n_ff);
         kernels::matmul(L.w_down, gate.data(), n, ffn_out.data(), pool);
         for (int64_t i = 0; i < n * c.n_embd; ++i) x[i] += ffn_out[i];
     }

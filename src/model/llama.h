@@ -17,6 +17,21 @@
 
 namespace ferry::model {
 
+// The inputs of a layer's linear maps, as an ActivationObserver sees them: q, k and v share
+// Attn; gate and up share Ffn.
+enum class LinearInput { Attn = 0, AttnOut = 1, Ffn = 2, FfnDown = 3 };
+constexpr int kLinearInputs = 4;
+
+// Sees the activations entering each linear map during forward (calibration for GPTQ and AWQ
+// in `ferry quantize`). `rows` holds n_tokens rows of dim floats and is valid only during the
+// call.
+class ActivationObserver {
+  public:
+    virtual ~ActivationObserver() = default;
+    virtual void observe(int layer, LinearInput which, const float* rows, int64_t n_tokens,
+                         int64_t dim) = 0;
+};
+
 struct LayerWeights {
     const float* attn_norm = nullptr;
     kernels::Weight wq, wk, wv, wo;
@@ -51,6 +66,10 @@ class LlamaModel {
     void forward(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
                  kv::KvStore& store, float* logits, ThreadPool& pool) const;
 
+    // Calls `o` (not owned; null to stop) from every later forward on this model. A null
+    // observer costs one branch per linear input.
+    void set_observer(ActivationObserver* o) { observer_ = o; }
+
   private:
     LlamaModel() = default;
     std::shared_ptr<gguf::File> file_;
@@ -59,6 +78,7 @@ class LlamaModel {
     kernels::Weight output_;
     const float* output_norm_ = nullptr;
     std::vector<LayerWeights> layers_;
+    ActivationObserver* observer_ = nullptr;
 };
 
 }  // namespace ferry::model

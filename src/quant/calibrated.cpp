@@ -1,0 +1,172 @@
+#include "quant/calibrated.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <type_traits>
+
+#include "quant/dequantize.h"
+#include "quant/group_grid.h"
+
+namespace ferry::quant {
+namespace {
+
+using model::LinearInput;
+
+std::string layer_name(int layer, const char* what) {
+    return fmt::format("blk.{}.{}.weight", layer, what);
+}
+
+struct Consumers {
+    LinearInput input;
+    std::vector<const char*> tensors;
+};
+const std::array<Consumers, 4> kConsumers = {{
+    {LinearInput::Attn, {"attn_q", "attn_k", "attn_v"}},
+    {LinearInput::AttnOut, {"attn_output"}},
+    {LinearInput::Ffn, {"ffn_gate", "ffn_up"}},
+    {LinearInput::FfnDown, {"ffn_down"}},
+}};
+
+template <class Layer>
+auto layer_matrices(Layer& l) {
+    using M = std::conditional_t<std::is_const_v<Layer>, const FloatMatrix*, FloatMatrix*>;
+    return std::array<std::pair<M, const char*>, 7>{{{&l.wq, "attn_q"},
+                                                     {&l.wk, "attn_k"},
+                                                     {&l.wv, "attn_v"},
+                                                     {&l.wo, "attn_output"},
+                                                     {&l.w_gate, "ffn_gate"},
+                                                     {&l.w_up, "ffn_up"},
+                                                     {&l.w_down, "ffn_down"}}};
+}
+
+}  // namespace
+
+Expected<FloatMatrix> read_float_tensor(const gguf::File& f, const std::string& name) {
+    const gguf::TensorInfo* t = f.tensor(name);
+    if (!t) return make_error("{}: missing tensor '{}'", f.path(), name);
+    FloatMatrix m;
+    m.cols = t->shape[0];
+    m.rows = t->n_elements / m.cols;
+    m.w.resize(static_cast<size_t>(t->n_elements));
+    const size_t rb = row_bytes(t->type, m.cols);
+    for (int64_t r = 0; r < m.rows; ++r)
+        if (Status s = dequantize_row(t->type, t->data + rb * r, &m.w[r * m.cols], m.cols); !s)
+            return make_error("{}: {}", name, s.error().message);
+    return m;
+}
+
+Expected<TensorOverrides> run_gptq(const gguf::File& f, const model::LlamaConfig& c,
+                                   const CalibrationStats& stats, const TypeForTensor& type_of,
+                                   const GptqOptions& opt, ThreadPool& pool,
+                                   const LayerProgress& progress) {
+    TensorOverrides out;
+    for (int li = 0; li < c.n_layer; ++li) {
+        for (const Consumers& group : kConsumers) {
+            const InputStats& st = stats.at(li, group.input);
+            std::optional<GptqHessian> hess;  // prepared on first use: kept tensors need none
+            for (const char* what : group.tensors) {
+                const std::string name = layer_name(li, what);
+                const gguf::TensorInfo* t = f.tensor(name);
+                if (!t) return make_error("{}: missing tensor '{}'", f.path(), name);
+                const auto type = type_of(name, t->shape[0]);
+                if (!type || !has_group_grid(*type)) continue;  // kept, f16 or a fallback: RTN
+                if (!hess) {
+                    auto h = prepare_gptq_hessian(st.hessian, st.dim, opt, pool);
+                    if (!h) return make_error("{}: {}", name, h.error().message);
+                    if (h->damp != opt.damp)
+                        out.notes.push_back(
+                            fmt::format("layer {}: damping raised to {} to factorize the Hessian",
+                                        li, h->damp));
+                    hess = std::move(*h);
+                }
+                auto w = read_float_tensor(f, name);
+                if (!w) return w.error();
+                auto q = gptq_quantize(*type, w->w.data(), w->rows, w->cols, *hess, pool);
+                if (!q) return make_error("{}: {}", name, q.error().message);
+                out.bytes[name] = std::move(*q);
+            }
+        }
+        if (progress) progress(li + 1, c.n_layer);
+    }
+    return out;
+}
+
+Expected<AwqLayer> read_awq_layer(const gguf::File& f, const model::LlamaConfig& c, int layer) {
+    AwqLayer l;
+    for (auto [m, what] : layer_matrices(l)) {
+        auto r = read_float_tensor(f, layer_name(layer, what));
+        if (!r) return r.error();
+        *m = std::move(*r);
+    }
+    for (auto [v, what] : {std::pair{&l.attn_norm, "attn_norm"}, {&l.ffn_norm, "ffn_norm"}}) {
+        auto r = read_float_tensor(f, layer_name(layer, what));
+        if (!r) return r.error();
+        *v = std::move(r->w);
+    }
+    if (f.tensor(fmt::format("blk.{}.attn_v.bias", layer))) {
+        auto r = read_float_tensor(f, fmt::format("blk.{}.attn_v.bias", layer));
+        if (!r) return r.error();
+        l.bv = std::move(r->w);
+    }
+    if (l.wq.rows != c.q_dim() || l.wv.rows != c.kv_dim() || l.w_down.cols != c.n_ff)
+        return make_error("{}: layer {} does not have the configuration's shapes", f.path(), layer);
+    return l;
+}
+
+void store_awq_layer(const AwqLayer& l, int layer, TensorOverrides& out) {
+    for (auto [m, what] : layer_matrices(l)) out.floats[layer_name(layer, what)] = m->w;
+    out.floats[layer_name(layer, "attn_norm")] = l.attn_norm;
+    out.floats[layer_name(layer, "ffn_norm")] = l.ffn_norm;
+    if (!l.bv.empty()) out.floats[fmt::format("blk.{}.attn_v.bias", layer)] = l.bv;
+}
+
+Expected<TensorOverrides> run_awq(const gguf::File& f, const model::LlamaConfig& c,
+                                  const CalibrationStats& stats, const TypeForTensor& type_of,
+                                  ThreadPool& pool, const LayerProgress& progress) {
+    TensorOverrides out;
+    std::array<double, 4> alpha_sum{}, err_rtn{}, err_awq{};
+    int n_done = 0;
+    for (int li = 0; li < c.n_layer; ++li) {
+        // Every matrix of the layer is rescaled, so a layer with one left byte for byte as
+        // it was (--keep) cannot be: its norms would no longer match.
+        bool kept = false;
+        for (const Consumers& group : kConsumers)
+            for (const char* what : group.tensors) {
+                const std::string name = layer_name(li, what);
+                const gguf::TensorInfo* t = f.tensor(name);
+                if (!t || !type_of(name, t->shape[0])) kept = true;
+            }
+        for (const char* norm : {"attn_norm", "ffn_norm"})
+            if (!type_of(layer_name(li, norm), c.n_embd)) kept = true;
+        if (kept) {
+            out.notes.push_back(
+                fmt::format("layer {}: some of its tensors are kept (--keep); no AWQ scaling", li));
+            if (progress) progress(li + 1, c.n_layer);
+            continue;
+        }
+        auto l = read_awq_layer(f, c, li);
+        if (!l) return l.error();
+        // The error search rounds each matrix as it will be written.
+        for (auto [m, what] : layer_matrices(*l))
+            m->target = *type_of(layer_name(li, what), m->cols);
+        const auto res = awq_layer(*l, stats.layers[static_cast<size_t>(li)], c.n_head, c.n_head_kv,
+                                   c.head_dim, pool);
+        for (size_t k = 0; k < res.size(); ++k) {
+            alpha_sum[k] += res[k].alpha;
+            err_rtn[k] += res[k].err_rtn;
+            err_awq[k] += res[k].err;
+        }
+        ++n_done;
+        store_awq_layer(*l, li, out);
+        if (progress) progress(li + 1, c.n_layer);
+    }
+    const char* names[] = {"q/k/v", "attn_output", "gate/up", "ffn_down"};
+    for (size_t k = 0; k < 4 && n_done > 0; ++k)
+        out.notes.push_back(fmt::format(
+            "awq {}: mean alpha {:.2f}, calibration output error {:.1f} % of RTN's", names[k],
+            alpha_sum[k] / n_done, err_rtn[k] > 0 ? 100.0 * err_awq[k] / err_rtn[k] : 100.0));
+    return out;
+}
+
+}  // namespace ferry::quant

@@ -1,0 +1,51 @@
+// Calibration statistics for GPTQ and AWQ: the model is run over a calibration text and the
+// inputs of every linear map are summarised per layer (model::LinearInput says which: q/k/v
+// share one input, gate/up another). All layers see the activations of the model as given,
+// not of the partly quantized one that sequential GPTQ would use: one forward pass serves
+// every layer, at some cost in how well later layers' errors are compensated.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/llama.h"
+
+namespace ferry::quant {
+
+struct CalibrationOptions {
+    bool hessian = false;   // GPTQ: H = 2/N X^T X
+    bool abs_mean = false;  // AWQ: per-channel mean |x|
+    int64_t n_samples = 0;  // AWQ: keep this many token rows, spread evenly over the text
+    int window = 512;       // tokens per forward pass, each from an empty cache
+};
+
+struct InputStats {
+    int64_t dim = 0;
+    int64_t n_tokens = 0;
+    std::vector<double> hessian;   // dim x dim, 2/N X^T X
+    std::vector<double> abs_mean;  // dim
+    std::vector<float> samples;    // n_samples x dim, rows of X
+    int64_t n_samples = 0;
+};
+
+struct CalibrationStats {
+    int64_t n_tokens = 0;
+    std::vector<std::array<InputStats, model::kLinearInputs>> layers;
+
+    const InputStats& at(int layer, model::LinearInput which) const {
+        return layers[static_cast<size_t>(layer)][static_cast<size_t>(which)];
+    }
+};
+
+// Runs `model` over `tokens` in windows of opt.window tokens. on_window(done, total) reports
+// progress. The model's observer is set for the duration and cleared after.
+Expected<CalibrationStats> calibrate(model::LlamaModel& model, std::span<const int32_t> tokens,
+                                     const CalibrationOptions& opt, ThreadPool& pool,
+                                     const std::function<void(int, int)>& on_window = nullptr);
+
+}  // namespace ferry::quant
