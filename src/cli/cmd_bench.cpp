@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/kv_options.h"
 #include "cli/model_options.h"
 #include "cli/spec_options.h"
 #include "core/machine_probe.h"
@@ -22,6 +23,7 @@ namespace {
 struct DecodeBenchOptions {
     ModelOptions model;
     SpecOptions spec;
+    KvDTypeOption kv_dtype;
     int prompt_tokens = 128;
     std::string prompt_file;
     bool chat = false;
@@ -87,7 +89,7 @@ void bench_decode(const DecodeBenchOptions& o) {
     const double bw = measure_read_bandwidth_gbs(threads);
     const double peak_gflops = measure_peak_gflops_f32(threads);
 
-    engine::Generator gen(*lm.model, threads, run_ctx);
+    engine::Generator gen(*lm.model, threads, run_ctx, o.kv_dtype.format(lm));
     engine::SamplingParams greedy;
     greedy.temperature = 0;
     // With speculation, every repeat runs plain decoding and speculation back to back (A B A B),
@@ -95,7 +97,7 @@ void bench_decode(const DecodeBenchOptions& o) {
     // compared token for token (greedy speculation must not change them).
     const auto spec_cfg = o.spec.resolved();
     const auto draft = o.spec.load_draft(!o.json);
-    auto proposer = o.spec.make(lm, draft ? &*draft : nullptr, run_ctx);
+    auto proposer = o.spec.make(lm, draft ? &*draft : nullptr, run_ctx, o.kv_dtype.resolved());
     const bool speculate = proposer != nullptr;
     std::vector<double> prefill, decode, ttft, tpot, base_decode, speedup;
     int64_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0;
@@ -157,12 +159,14 @@ void bench_decode(const DecodeBenchOptions& o) {
         {"read_bandwidth_gbs", bw},
         {"roofline_decode_tokens_per_s", roofline},
         {"roofline_fraction", dc.median / roofline},
+        {"kv_dtype", kv::kv_dtype_name(gen.kv_store().dtype())},
     };
     // Where each phase sits under the roofline (plan/bottleneck): bytes and FLOPs per token
     // from the model's size, time from the medians above.
-    const auto& cfg = lm.model->config();
     const int64_t params = lm.model->parameter_count();
-    const double kv_per_token = static_cast<double>(cfg.kv_bytes_per_token(sizeof(float)));
+    // The cache's real bytes (scales included; 256-slot blocks make the padding negligible).
+    const double kv_per_token =
+        static_cast<double>(gen.kv_store().bytes_per_block()) / gen.kv_store().block_size();
     const auto pre_cost = plan::prefill_cost(params, wbytes, static_cast<int64_t>(prompt.size()));
     const auto dec_cost = plan::decode_step_cost(
         params, wbytes, kv_per_token, 1, static_cast<int64_t>(prompt.size()) + o.gen_tokens / 2);
@@ -174,6 +178,8 @@ void bench_decode(const DecodeBenchOptions& o) {
             {"decode", dec_cost.bytes, dec_cost.flops, tp.median / 1e3, bw, peak_gflops}),
     };
     j["peak_gflops"] = peak_gflops;
+    j["kv_bytes_per_token"] = kv_per_token;
+    if (gen.kv_store().dtype() == kv::KvDType::Int8) j["kv_k_clipped"] = gen.kv_store().k_clipped();
     j["spec_method"] = engine::spec_method_name(spec_cfg.method);
     if (speculate) {
         j["spec_k"] = spec_cfg.k;
@@ -201,6 +207,8 @@ void bench_decode(const DecodeBenchOptions& o) {
                 pf.max, tt.median);
     std::printf("decode     %8.1f tok/s  [%.1f .. %.1f]   tpot %.2f ms\n", dc.median, dc.min,
                 dc.max, tp.median);
+    std::printf("kv cache   %s, %.0f bytes per token\n", kv::kv_dtype_name(gen.kv_store().dtype()),
+                kv_per_token);
     std::printf("roofline   %.1f GB/s read / %.1f MiB per token = %.1f tok/s; decode at %.0f %%\n",
                 bw, wbytes / 1048576.0, roofline, 100.0 * dc.median / roofline);
     for (const auto& ph : phases)
@@ -235,6 +243,7 @@ void add_bench_command(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::Range(1, 1000));
     dec->add_flag("--chat", o->chat, "wrap --prompt-file in the model's chat template");
+    o->kv_dtype.add_to(*dec);
     o->spec.add_to(*dec, false);
     dec->add_flag("--json", o->json, "print JSON with stable keys");
     dec->callback([o] { bench_decode(*o); });

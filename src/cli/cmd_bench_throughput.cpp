@@ -221,6 +221,8 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
         {"kv_waste_fraction", waste_steps ? waste_sum / double(waste_steps) : 0.0},
         {"peak_kv_blocks", peak_blocks},
         {"kv_blocks_total", m.kv_blocks_total},
+        {"kv_dtype", kv::kv_dtype_name(cfg.kv_dtype)},
+        {"kv_bytes_per_token", eng.kv_bytes_per_token()},
         {"preemptions", m.preemptions},
         {"prefix_hit_fraction",
          m.prefix_query_tokens ? double(m.prefix_hit_tokens) / double(m.prefix_query_tokens) : 0.0},
@@ -277,6 +279,9 @@ void bench_throughput(const ThroughputOptions& o) {
                                     items, "contiguous kv", o.json, peaks));
         rows.push_back(run_workload(lm, with([](C& c) { c.prefix_cache = false; }), items,
                                     "prefix cache off", o.json, peaks));
+        if (cfg.kv_dtype != kv::KvDType::F32)
+            rows.push_back(run_workload(lm, with([](C& c) { c.kv_dtype = kv::KvDType::F32; }),
+                                        items, "f32 kv", o.json, peaks));
         if (cfg.spec.method != engine::SpecMethod::Off)
             rows.push_back(run_workload(lm,
                                         with([](C& c) { c.spec.method = engine::SpecMethod::Off; }),

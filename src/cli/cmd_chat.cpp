@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/kv_options.h"
 #include "cli/model_options.h"
 #include "engine/generator.h"
 
@@ -15,6 +16,7 @@ namespace {
 struct ChatOptions {
     ModelOptions model;
     SamplingOptions sampling;
+    KvDTypeOption kv_dtype;
     std::string system;
     int max_tokens = 512;
     bool stats = false;
@@ -31,7 +33,7 @@ void chat(const ChatOptions& o) {
     if (!lm.chat_template) throw ExitError(lm.chat_template_error);
     const auto& tok = *lm.tokenizer;
     const int ctx = o.model.resolved_ctx(lm);
-    engine::Generator gen(*lm.model, o.model.resolved_threads(), ctx);
+    engine::Generator gen(*lm.model, o.model.resolved_threads(), ctx, o.kv_dtype.format(lm));
     const bool tty = isatty(STDIN_FILENO);
     std::vector<tokenizer::ChatMessage> msgs;
     if (!o.system.empty()) msgs.push_back({"system", o.system});
@@ -101,6 +103,7 @@ void add_chat_command(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::Range(1, 1 << 24));
     cmd->add_flag("--stats", o->stats, "print timings after each reply");
+    o->kv_dtype.add_to(*cmd);
     cmd->callback([o] { chat(*o); });
 }
 

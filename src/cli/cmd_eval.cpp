@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/kv_options.h"
 #include "core/paths.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
@@ -27,6 +28,7 @@ struct EvalCmdOptions {
     int threads = 0;
     int64_t max_tokens = 0;
     bool json = false;
+    KvDTypeOption kv_dtype;  // of the model under test; --ref keeps f32
 };
 
 std::string resolve_tasks_path(const std::string& spec) {
@@ -89,6 +91,7 @@ void eval(const EvalCmdOptions& o) {
         tokens.resize(static_cast<size_t>(o.max_tokens));
 
     engine::EvalOptions opt;
+    opt.kv_format = o.kv_dtype.format(lm);
     opt.ctx = o.ctx;
     opt.stride = o.stride > 0 ? o.stride : o.ctx / 2;
     opt.n_threads = o.threads > 0 ? o.threads : physical_core_count();
@@ -99,9 +102,10 @@ void eval(const EvalCmdOptions& o) {
     bar.finish();
 
     nlohmann::json j = {
-        {"model", lm.file->path()}, {"text", o.text},       {"ctx", opt.ctx},
-        {"stride", opt.stride},     {"tokens", r.n_tokens}, {"scored_tokens", r.n_scored},
-        {"windows", r.n_windows},   {"nll", r.nll},         {"perplexity", r.perplexity},
+        {"model", lm.file->path()},    {"text", o.text},       {"ctx", opt.ctx},
+        {"stride", opt.stride},        {"tokens", r.n_tokens}, {"scored_tokens", r.n_scored},
+        {"windows", r.n_windows},      {"nll", r.nll},         {"perplexity", r.perplexity},
+        {"kv_dtype", o.kv_dtype.name},
     };
     if (r.has_ref) {
         j["ref"] = ref->file->path();
@@ -148,6 +152,7 @@ void add_eval_command(CLI::App& app) {
     cmd->add_flag("--task-items", o->task_items,
                   "With --json, list every task's output under tasks.items");
     cmd->add_option("--ctx", o->ctx, "Window length in tokens")->check(CLI::Range(2, 1 << 20));
+    o->kv_dtype.add_to(*cmd);
     cmd->add_option("--stride", o->stride, "Window advance in tokens (default: ctx / 2)");
     cmd->add_option("--max-tokens", o->max_tokens, "Score only the first N tokens of the text");
     cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)");

@@ -7,6 +7,8 @@
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/paths.h"
+#include "engine/engine.h"
+#include "kv/kv_store.h"
 
 namespace ferry::cli {
 namespace {
@@ -26,6 +28,12 @@ void info(const InfoOptions& o) {
         ++e.first;
         e.second += t.n_bytes;
     }
+    // What the serving engine's cache takes per token at its default block size, scales and
+    // padding included.
+    auto kv_per_token = [&](kv::KvDType t) {
+        const int bs = engine::EngineConfig{}.block_size;
+        return kv::KvStore::bytes_per_block(c.n_layer, bs, c.kv_dim(), c.head_dim, t) / bs;
+    };
     nlohmann::json j = {
         {"model", f.path()},
         {"name", c.name},
@@ -46,7 +54,10 @@ void info(const InfoOptions& o) {
         {"rms_eps", c.rms_eps},
         {"weight_bytes_per_token", lm.model->weight_bytes_per_token()},
         {"kv_bytes_per_token",
-         {{"f32", c.kv_bytes_per_token(4)}, {"f16", c.kv_bytes_per_token(2)}}},
+         {{"f32", kv_per_token(kv::KvDType::F32)},
+          {"f16", kv_per_token(kv::KvDType::F16)},
+          {"int8", kv_per_token(kv::KvDType::Int8)},
+          {"fp8", kv_per_token(kv::KvDType::FP8)}}},
         {"kv_cache_dtype", "f32"},
         {"chat_template", lm.chat_template ? lm.chat_template->family_name() : "none"},
         {"bos_token_id", lm.tokenizer->bos()},
@@ -75,8 +86,11 @@ void info(const InfoOptions& o) {
         std::printf(" %s: %d (%.1f MiB)", name.c_str(), e.first, mib(double(e.second)));
     std::printf("\nweights/token   %.1f MiB read per decoded token\n",
                 mib(double(lm.model->weight_bytes_per_token())));
-    std::printf("KV per token    %.1f KiB at f32 (ferry's cache), %.1f KiB at f16\n",
-                c.kv_bytes_per_token(4) / 1024.0, c.kv_bytes_per_token(2) / 1024.0);
+    std::printf(
+        "KV per token    %.1f KiB at f32 (the default), %.1f KiB at f16, %.1f KiB at int8, "
+        "%.1f KiB at fp8 (--kv-dtype; scales included)\n",
+        kv_per_token(kv::KvDType::F32) / 1024.0, kv_per_token(kv::KvDType::F16) / 1024.0,
+        kv_per_token(kv::KvDType::Int8) / 1024.0, kv_per_token(kv::KvDType::FP8) / 1024.0);
     std::printf("chat template   %s\n", lm.chat_template ? lm.chat_template->family_name()
                                                          : lm.chat_template_error.c_str());
 }

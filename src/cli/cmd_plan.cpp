@@ -60,7 +60,9 @@ void add_plan_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--weights", args->options.weights,
                     "f16|bf16|fp8|int8|int4|<gguf type, e.g. q4_k> (default: the model's own)");
-    cmd->add_option("--kv-dtype", args->options.kv_dtype, "f16|fp8|int8")->capture_default_str();
+    cmd->add_option("--kv-dtype", args->options.kv_dtype,
+                    "f32|f16|fp8|int8 (ferry's caches: scales included)")
+        ->capture_default_str();
     cmd->add_option("--ctx", args->options.ctx, "tokens per sequence (default: model's context)");
     cmd->add_option("--batch", args->options.batch, "concurrent sequences")->capture_default_str();
     cmd->add_option("--tp", args->options.tp, "tensor-parallel devices")->capture_default_str();

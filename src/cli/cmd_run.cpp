@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/kv_options.h"
 #include "cli/model_options.h"
 #include "cli/spec_options.h"
 #include "engine/generator.h"
@@ -14,6 +15,7 @@ struct RunOptions {
     ModelOptions model;
     SamplingOptions sampling;
     SpecOptions spec;
+    KvDTypeOption kv_dtype;
     std::string prompt;
     std::string prompt_file;
     std::string system;
@@ -46,10 +48,10 @@ void run(const RunOptions& o) {
                         "(raise --ctx, up to the model's {})",
                         ids.size(), ctx, lm.model->config().n_ctx_train));
 
-    engine::Generator gen(*lm.model, o.model.resolved_threads(), ctx);
+    engine::Generator gen(*lm.model, o.model.resolved_threads(), ctx, o.kv_dtype.format(lm));
     const auto spec_cfg = o.spec.resolved();
     const auto draft = o.spec.load_draft(!o.no_stats);
-    auto proposer = o.spec.make(lm, draft ? &*draft : nullptr, ctx);
+    auto proposer = o.spec.make(lm, draft ? &*draft : nullptr, ctx, o.kv_dtype.resolved());
     tokenizer::StreamDecoder dec(tok);
     if (!o.chat) {  // echo the prompt, as a completion continues it
         std::fputs(prompt.c_str(), stdout);
@@ -102,6 +104,7 @@ void add_run_command(CLI::App& app) {
     cmd->add_option("--system", o->system, "system message (with --chat)");
     cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past end-of-generation tokens");
     cmd->add_flag("--no-stats", o->no_stats, "print only the text");
+    o->kv_dtype.add_to(*cmd);
     o->spec.add_to(*cmd, false);
     cmd->callback([o, p, pf] {
         if (p->count() == 0 && pf->count() == 0) throw ExitError("run needs -p PROMPT or -f FILE");

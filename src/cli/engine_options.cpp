@@ -36,6 +36,7 @@ void EngineOptions::add_to(CLI::App& cmd) {
     cmd.add_option("--kv", kv, "KV cache layout: paged blocks, or max length reserved up front")
         ->capture_default_str()
         ->check(CLI::IsMember({"paged", "contiguous"}));
+    kv_dtype.add_to(cmd);
     spec.add_to(cmd, true);
 }
 
@@ -47,6 +48,7 @@ engine::EngineConfig EngineOptions::resolved(int threads, int max_model_len,
     c.n_threads = threads;
     c.max_model_len = max_model_len;
     c.prefix_cache = prefix_cache == "on";
+    c.kv_dtype = kv_dtype.resolved();
     c.batching = batching == "static" ? engine::EngineConfig::Batching::Static
                                       : engine::EngineConfig::Batching::Continuous;
     c.kv_layout = kv == "contiguous" ? engine::EngineConfig::KvLayout::Contiguous

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/kv_options.h"
 #include "cli/spec_options.h"
 #include "engine/engine.h"
 
@@ -17,6 +18,7 @@ struct EngineOptions {
     std::string batching = "continuous";
     std::string kv = "paged";
     SpecOptions spec;
+    KvDTypeOption kv_dtype;
 
     void add_to(CLI::App& cmd);
     // draft: the loaded --draft-model, if any (it must outlive the engine).

@@ -24,8 +24,8 @@ struct SpecOptions {
     std::optional<engine::LoadedModel> load_draft(bool progress) const;
     // A proposer for single-stream generation (nullptr when off); exits on a bad draft.
     std::unique_ptr<engine::Proposer> make(const engine::LoadedModel& target,
-                                           const engine::LoadedModel* draft,
-                                           int64_t max_tokens) const;
+                                           const engine::LoadedModel* draft, int64_t max_tokens,
+                                           kv::KvDType draft_kv = kv::KvDType::F32) const;
 };
 
 }  // namespace ferry::cli

@@ -2,13 +2,14 @@
 
 #include <algorithm>
 
+#include "engine/kv_calibration.h"
 #include "engine/loaded_model.h"
 
 namespace ferry::engine {
 
 Expected<std::unique_ptr<DraftProposer>> DraftProposer::create(const LoadedModel& target,
                                                                const LoadedModel& draft,
-                                                               int64_t max_tokens) {
+                                                               int64_t max_tokens, kv::KvDType kv) {
     const auto& tt = *target.tokenizer;
     const auto& dt = *draft.tokenizer;
     if (tt.n_vocab() != dt.n_vocab() ||
@@ -24,13 +25,15 @@ Expected<std::unique_ptr<DraftProposer>> DraftProposer::create(const LoadedModel
                 "'{}'); speculation needs the same tokenizer",
                 id, dt.token_text(id), tt.token_text(id));
     const int64_t n_blocks = std::max<int64_t>(1, (max_tokens + kBlockSize - 1) / kBlockSize);
-    return std::unique_ptr<DraftProposer>(new DraftProposer(*draft.model, n_blocks));
+    return std::unique_ptr<DraftProposer>(
+        new DraftProposer(*draft.model, n_blocks, kv_format_for(draft, kv)));
 }
 
-DraftProposer::DraftProposer(const model::LlamaModel& draft, int64_t n_blocks)
+DraftProposer::DraftProposer(const model::LlamaModel& draft, int64_t n_blocks, kv::KvFormat kv)
     : model_(draft),
       blocks_(n_blocks, kBlockSize, false),
-      store_(draft.config().n_layer, n_blocks, kBlockSize, draft.config().kv_dim()) {}
+      store_(draft.config().n_layer, n_blocks, kBlockSize, draft.config().kv_dim(), std::move(kv)) {
+}
 
 bool DraftProposer::reserve(State& st, int64_t positions) {
     const size_t need = static_cast<size_t>((positions + kBlockSize - 1) / kBlockSize);

@@ -22,7 +22,8 @@ class DraftProposer final : public Proposer {
     // text). max_tokens: token slots of the draft cache, shared by every sequence.
     static Expected<std::unique_ptr<DraftProposer>> create(const LoadedModel& target,
                                                            const LoadedModel& draft,
-                                                           int64_t max_tokens);
+                                                           int64_t max_tokens,
+                                                           kv::KvDType kv = kv::KvDType::F32);
 
     void propose(std::span<ProposalJob> jobs, ThreadPool& pool) override;
     void release(uint64_t seq) override;
@@ -30,7 +31,7 @@ class DraftProposer final : public Proposer {
     int64_t blocks_in_use() const { return blocks_.num_used(); }
 
   private:
-    DraftProposer(const model::LlamaModel& draft, int64_t n_blocks);
+    DraftProposer(const model::LlamaModel& draft, int64_t n_blocks, kv::KvFormat kv);
     struct State {
         std::vector<int32_t> blocks;
         std::vector<int32_t> fed;  // tokens whose keys and values are in the draft cache

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/thread_pool.h"
+#include "engine/kv_calibration.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
 
@@ -78,14 +79,16 @@ Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), c
     const size_t per_block = kv_bytes_per_block();
     n_blocks_ = std::max<int64_t>(1, bytes / static_cast<int64_t>(per_block));
     scheduler_ = std::make_unique<Scheduler>(config_, max_model_len_, n_blocks_);
-    runner_ = std::make_unique<ModelRunner>(*model.model, config_.n_threads, n_blocks_,
-                                            config_.block_size);
+    runner_ =
+        std::make_unique<ModelRunner>(*model.model, config_.n_threads, n_blocks_,
+                                      config_.block_size, kv_format_for(model, config_.kv_dtype));
     ngram_ = std::make_unique<NgramProposer>(config_.spec.ngram_min, config_.spec.ngram_max);
     if (config_.draft_model) {
         // The draft's cache holds as many tokens as the target's.
         SpecConfig dc = config_.spec;
         dc.method = SpecMethod::Draft;
-        auto p = make_proposer(dc, model, config_.draft_model, n_blocks_ * config_.block_size);
+        auto p = make_proposer(dc, model, config_.draft_model, n_blocks_ * config_.block_size,
+                               config_.kv_dtype);
         if (!p) throw std::runtime_error(p.error().message);
         draft_ = std::move(*p);
     } else if (config_.spec.method == SpecMethod::Draft) {
@@ -104,7 +107,8 @@ Engine::~Engine() {
 
 size_t Engine::kv_bytes_per_block() const {
     const auto& c = model_.model->config();
-    return 2 * sizeof(float) * static_cast<size_t>(c.n_layer) * config_.block_size * c.kv_dim();
+    return kv::KvStore::bytes_per_block(c.n_layer, config_.block_size, c.kv_dim(), c.head_dim,
+                                        config_.kv_dtype);
 }
 
 Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt, RequestParams params,

@@ -20,6 +20,7 @@
 #include "engine/metrics.h"
 #include "engine/request.h"
 #include "engine/speculation.h"
+#include "kv/kv_dtype.h"
 
 namespace ferry::engine {
 
@@ -39,6 +40,7 @@ struct EngineConfig {
     enum class Batching { Continuous, Static } batching = Batching::Continuous;
     int batch_wait_ms = 50;  // static batching: how long the oldest request waits for company
     enum class KvLayout { Paged, Contiguous } kv_layout = KvLayout::Paged;
+    kv::KvDType kv_dtype = kv::KvDType::F32;  // what the KV cache stores (kv/kv_dtype.h)
     int max_waiting = 4096;  // requests queued beyond this are refused
     SpecConfig spec;         // speculative decoding for requests that do not choose
     const LoadedModel* draft_model = nullptr;  // for SpecMethod::Draft
@@ -88,7 +90,8 @@ class Engine {
 
     // KV pool geometry actually used (after sizing from kv_cache_memory).
     int64_t kv_blocks() const { return n_blocks_; }
-    size_t kv_bytes_per_block() const;
+    size_t kv_bytes_per_block() const;  // scales included: the real bytes
+    size_t kv_bytes_per_token() const { return kv_bytes_per_block() / config_.block_size; }
 
   private:
     struct Live;

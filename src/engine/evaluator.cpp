@@ -15,10 +15,11 @@ constexpr int kBlock = 256;
 // One model with a cache for one window; every window starts from an empty cache.
 class WindowRunner {
   public:
-    WindowRunner(const model::LlamaModel& m, int ctx, ThreadPool& pool)
+    WindowRunner(const model::LlamaModel& m, int ctx, ThreadPool& pool, kv::KvFormat format = {})
         : m_(m),
           pool_(pool),
-          store_(m.config().n_layer, (ctx + kBlock - 1) / kBlock, kBlock, m.config().kv_dim()),
+          store_(m.config().n_layer, (ctx + kBlock - 1) / kBlock, kBlock, m.config().kv_dim(),
+                 format),
           blocks_(static_cast<size_t>(store_.n_blocks())) {
         for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i] = static_cast<int32_t>(i);
     }
@@ -84,7 +85,7 @@ Expected<EvalResult> evaluate(const model::LlamaModel& model, const model::Llama
     }
 
     ThreadPool pool(std::max(1, opt.n_threads));
-    WindowRunner run_model(model, ctx, pool);
+    WindowRunner run_model(model, ctx, pool, opt.kv_format);
     std::optional<WindowRunner> run_ref;
     if (ref) run_ref.emplace(*ref, ctx, pool);
 

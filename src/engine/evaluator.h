@@ -13,12 +13,15 @@
 #include "core/status.h"
 #include "model/llama.h"
 
+#include "kv/kv_store.h"
+
 namespace ferry::engine {
 
 struct EvalOptions {
     int ctx = 512;
     int stride = 0;  // 0: ctx / 2
     int n_threads = 1;
+    kv::KvFormat kv_format;  // the model's KV cache; the reference always keeps f32
 };
 
 struct EvalResult {

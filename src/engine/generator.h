@@ -45,13 +45,15 @@ struct SpecRun {
 
 class Generator {
   public:
-    Generator(const model::LlamaModel& model, int n_threads, int64_t n_ctx);
+    // kv: what the cache stores (engine::kv_format_for makes it for a model); f32 by default.
+    Generator(const model::LlamaModel& model, int n_threads, int64_t n_ctx, kv::KvFormat kv = {});
 
     int64_t n_ctx() const { return n_ctx_; }
     int64_t position() const { return static_cast<int64_t>(history_.size()); }
     const std::vector<int32_t>& history() const { return history_; }
     void reset() { history_.clear(); }
     ThreadPool& pool() { return pool_; }
+    const kv::KvStore& kv_store() const { return store_; }
     // Forgets everything after the first n tokens (their cache slots are simply overwritten).
     void truncate(int64_t n) {
         if (n < position()) history_.resize(static_cast<size_t>(n));

@@ -14,7 +14,8 @@ namespace ferry::engine {
 
 class ModelRunner {
   public:
-    ModelRunner(const model::LlamaModel& model, int n_threads, int64_t n_blocks, int block_size);
+    ModelRunner(const model::LlamaModel& model, int n_threads, int64_t n_blocks, int block_size,
+                kv::KvFormat kv = {});
 
     // Logits rows (n_vocab each) for the scheduled sequences with wants_logits, in order:
     // 1 + num_draft rows for each.

@@ -123,7 +123,8 @@ int adapt_k(int k, int accepted, int proposed, int k_max) {
 }
 
 Expected<std::unique_ptr<Proposer>> make_proposer(const SpecConfig& cfg, const LoadedModel& target,
-                                                  const LoadedModel* draft, int64_t max_tokens) {
+                                                  const LoadedModel* draft, int64_t max_tokens,
+                                                  kv::KvDType draft_kv) {
     switch (cfg.method) {
         case SpecMethod::Off:
             return std::unique_ptr<Proposer>();
@@ -132,7 +133,7 @@ Expected<std::unique_ptr<Proposer>> make_proposer(const SpecConfig& cfg, const L
                 std::make_unique<NgramProposer>(cfg.ngram_min, cfg.ngram_max));
         case SpecMethod::Draft: {
             if (!draft) return make_error("--spec draft needs a draft model (--draft-model)");
-            auto p = DraftProposer::create(target, *draft, max_tokens);
+            auto p = DraftProposer::create(target, *draft, max_tokens, draft_kv);
             if (!p) return p.error();
             return std::unique_ptr<Proposer>(std::move(*p));
         }

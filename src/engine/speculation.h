@@ -17,6 +17,7 @@
 
 #include "core/status.h"
 #include "engine/sampler.h"
+#include "kv/kv_dtype.h"
 
 namespace ferry {
 class ThreadPool;
@@ -94,8 +95,10 @@ std::vector<int32_t> verify_draft(Sampler& sampler, const float* logits, int n_v
 int adapt_k(int k, int accepted, int proposed, int k_max);
 
 // Makes the proposer a configuration asks for (nullptr for Off). The draft model must share
-// the target's vocabulary; it gets its own paged cache of `max_tokens` token slots.
+// the target's vocabulary; it gets its own paged cache of `max_tokens` token slots, holding
+// `draft_kv` elements.
 Expected<std::unique_ptr<Proposer>> make_proposer(const SpecConfig& cfg, const LoadedModel& target,
-                                                  const LoadedModel* draft, int64_t max_tokens);
+                                                  const LoadedModel* draft, int64_t max_tokens,
+                                                  kv::KvDType draft_kv = kv::KvDType::F32);
 
 }  // namespace ferry::engine

@@ -12,14 +12,24 @@ namespace ferry::kernels {
 
 void attend_paged_reference(const float* q, const PagedKvView& kv, int64_t n_kv, int head_dim,
                             float scale, float* out) {
+    const size_t eb = kv::kv_elem_bytes(kv.dtype);
+    const size_t scale_off = kv::kv_scale_offset(kv.dtype, kv.block_size, kv.stride);
+    const bool k_scaled = kv::kv_token_scales(kv.dtype, true);
+    const bool v_scaled = kv::kv_token_scales(kv.dtype, false);
+    std::vector<float> kp(head_dim), vp(head_dim);
     float m = -std::numeric_limits<float>::infinity(), l = 0;
     std::fill(out, out + head_dim, 0.0f);
     for (int64_t start = 0, b = 0; start < n_kv; start += kv.block_size, ++b) {
         const int64_t len = std::min<int64_t>(kv.block_size, n_kv - start);
-        const float* kb = kv.k_blocks[b] + kv.head_offset;
-        const float* vb = kv.v_blocks[b] + kv.head_offset;
+        const auto* kb = static_cast<const std::byte*>(kv.k_blocks[b]);
+        const auto* vb = static_cast<const std::byte*>(kv.v_blocks[b]);
         for (int64_t p = 0; p < len; ++p) {
-            const float* kp = kb + p * kv.stride;
+            const size_t at = (p * kv.stride + kv.head_offset) * eb;
+            const size_t si = static_cast<size_t>(p) * kv.scales_per_pos + kv.scale_index;
+            const float ks = k_scaled ? reinterpret_cast<const float*>(kb + scale_off)[si] : 0;
+            const float vs = v_scaled ? reinterpret_cast<const float*>(vb + scale_off)[si] : 0;
+            kv::dequantize_kv_row(kv.dtype, kb + at, head_dim, ks, kv.k_channel_scale, kp.data());
+            kv::dequantize_kv_row(kv.dtype, vb + at, head_dim, vs, nullptr, vp.data());
             float s = 0;
             for (int d = 0; d < head_dim; ++d) s += q[d] * kp[d];
             s *= scale;
@@ -31,7 +41,6 @@ void attend_paged_reference(const float* q, const PagedKvView& kv, int64_t n_kv,
             }
             const float w = std::exp(s - m);
             l += w;
-            const float* vp = vb + p * kv.stride;
             for (int d = 0; d < head_dim; ++d) out[d] += w * vp[d];
         }
     }
@@ -135,8 +144,16 @@ void attend_batch(const AttentionBatch& b, ThreadPool& pool) {
         int n = 0, seq = -1, g = -1;
         auto flush = [&] {
             if (n == 0) return;
-            const PagedKvView view{b.seqs[seq].k, b.seqs[seq].v, b.block_size, b.stride,
-                                   static_cast<size_t>(g) * hd};
+            const PagedKvView view{
+                b.seqs[seq].k,
+                b.seqs[seq].v,
+                b.block_size,
+                b.stride,
+                static_cast<size_t>(g) * hd,
+                b.dtype,
+                b.n_head_kv,
+                g,
+                b.k_channel_scales ? b.k_channel_scales + static_cast<size_t>(g) * hd : nullptr};
             attend_paged_rows({tile, static_cast<size_t>(n)}, view, hd, b.scale);
             n = 0;
         };

@@ -12,19 +12,28 @@
 #include <span>
 
 #include "core/thread_pool.h"
+#include "kv/kv_dtype.h"
 
 namespace ferry::kernels {
 
+// Keys and values may be stored as f32, f16, int8 or fp8 (kv/kv_dtype.h: element layout, and
+// where a block's per-token scales sit); the kernels convert them in registers, so a narrower
+// type reads fewer bytes and writes no float copy anywhere.
 struct PagedKvView {
-    const float* const* k_blocks;  // per block: block_size positions, `stride` floats apart
-    const float* const* v_blocks;
+    const void* const* k_blocks;  // per block: block_size positions, `stride` elements apart,
+    const void* const* v_blocks;  // then the block's per-token scales (when the type has them)
     int block_size;
-    size_t stride;       // floats between consecutive positions (kv_dim)
-    size_t head_offset;  // floats from a position's start to this KV head's slice
+    size_t stride;       // elements between consecutive positions (kv_dim)
+    size_t head_offset;  // elements from a position's start to this KV head's slice
+    kv::KvDType dtype = kv::KvDType::F32;
+    int scales_per_pos = 1;                  // per-token scales per position (KV heads)
+    int scale_index = 0;                     // this KV head's among them
+    const float* k_channel_scale = nullptr;  // int8 keys: head_dim per-channel scales
 };
 
 // The scalar reference: out = softmax(q·K[0..n_kv) * scale) · V[0..n_kv), with a streaming
-// softmax over positions; q, out: head_dim floats. What the SIMD paths are tested against.
+// softmax over positions, each key and value row dequantized to floats first; q, out:
+// head_dim floats. What the SIMD paths are tested against.
 void attend_paged_reference(const float* q, const PagedKvView& kv, int64_t n_kv, int head_dim,
                             float scale, float* out);
 
@@ -47,8 +56,8 @@ void attend_paged(const float* q, const PagedKvView& kv, int64_t n_kv, int head_
 
 // A sequence's block addresses in the current layer.
 struct SeqBlocks {
-    const float* const* k;
-    const float* const* v;
+    const void* const* k;
+    const void* const* v;
 };
 
 // Causal attention for a whole ragged batch: token t (of sequence tok_seq[t], at position
@@ -66,7 +75,9 @@ struct AttentionBatch {
     const int64_t* tok_pos;
     std::span<const SeqBlocks> seqs;
     int block_size;
-    size_t stride;  // floats between consecutive positions (n_head_kv * head_dim)
+    size_t stride;  // elements between consecutive positions (n_head_kv * head_dim)
+    kv::KvDType dtype = kv::KvDType::F32;
+    const float* k_channel_scales = nullptr;  // int8 keys: n_head_kv * head_dim, this layer's
 };
 void attend_batch(const AttentionBatch& b, ThreadPool& pool);
 

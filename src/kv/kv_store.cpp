@@ -1,30 +1,95 @@
 #include "kv/kv_store.h"
 
-#include <algorithm>
+#include <cstring>
+#include <new>
+#include <stdexcept>
 
 namespace ferry::kv {
 
-KvStore::KvStore(int n_layer, int64_t n_blocks, int block_size, int kv_dim)
+namespace {
+std::byte* alloc_zeroed(size_t n) {
+    auto* p = static_cast<std::byte*>(::operator new[](n, std::align_val_t{64}));
+    // Touch the whole pool now: a reservation that only becomes resident when traffic comes
+    // would make memory use look smaller than it is (and `ferry plan` disagree with it), and
+    // would move page faults onto the first requests.
+    std::memset(p, 0, n);
+    return p;
+}
+}  // namespace
+
+void KvStore::Free::operator()(std::byte* p) const {
+    ::operator delete[](p, std::align_val_t{64});
+}
+
+size_t KvStore::bytes_per_block(int n_layer, int block_size, int kv_dim, int head_dim, KvDType t) {
+    const int hd = head_dim > 0 ? head_dim : kv_dim;
+    return static_cast<size_t>(n_layer) *
+           (kv_region_bytes(t, true, block_size, kv_dim, kv_dim / hd) +
+            kv_region_bytes(t, false, block_size, kv_dim, kv_dim / hd));
+}
+
+KvStore::KvStore(int n_layer, int64_t n_blocks, int block_size, int kv_dim, KvFormat format)
     : n_layer_(n_layer),
       n_blocks_(n_blocks),
       block_size_(block_size),
       kv_dim_(kv_dim),
-      k_(new float[static_cast<size_t>(n_layer) * n_blocks * block_size * kv_dim]),
-      v_(new float[static_cast<size_t>(n_layer) * n_blocks * block_size * kv_dim]) {
-    // Touch the whole pool now: a reservation that only becomes resident when traffic comes
-    // would make memory use look smaller than it is (and `ferry plan` disagree with it), and
-    // would move page faults onto the first requests.
-    const size_t n = static_cast<size_t>(n_layer) * n_blocks * block_size * kv_dim;
-    std::fill_n(k_.get(), n, 0.0f);
-    std::fill_n(v_.get(), n, 0.0f);
+      head_dim_(format.head_dim > 0 ? format.head_dim : kv_dim),
+      fmt_(std::move(format)) {
+    if (kv_dim_ % head_dim_ != 0) throw std::invalid_argument("KvStore: kv_dim % head_dim != 0");
+    if (fmt_.dtype != KvDType::Int8) fmt_.k_scales.clear();
+    if (fmt_.dtype == KvDType::Int8 && fmt_.k_scales.size() != size_t(n_layer) * kv_dim)
+        throw std::invalid_argument("KvStore: int8 keys need n_layer x kv_dim channel scales");
+    const size_t per_layer_blocks = static_cast<size_t>(n_layer) * n_blocks;
+    k_.reset(alloc_zeroed(per_layer_blocks * region_bytes(true)));
+    v_.reset(alloc_zeroed(per_layer_blocks * region_bytes(false)));
+}
+
+void KvStore::write(int layer, int64_t block, int slot, const float* k, const float* v) {
+    const KvDType t = fmt_.dtype;
+    const size_t eb = kv_elem_bytes(t);
+    const size_t scale_off = kv_scale_offset(t, block_size_, kv_dim_);
+    const int n_heads = kv_dim_ / head_dim_;
+    const float* cs = k_channel_scales(layer);
+    for (int key = 0; key < 2; ++key) {
+        std::byte* base = mut(layer, block, key);
+        const float* x = key ? k : v;
+        auto* scales = reinterpret_cast<float*>(base + scale_off) + size_t(slot) * n_heads;
+        for (int h = 0; h < n_heads; ++h) {
+            const size_t at = static_cast<size_t>(slot) * kv_dim_ + size_t(h) * head_dim_;
+            float s = 0;
+            const int64_t clipped =
+                quantize_kv_row(t, x + size_t(h) * head_dim_, head_dim_, base + at * eb, &s,
+                                key && cs ? cs + size_t(h) * head_dim_ : nullptr);
+            if (key) k_clipped_ += clipped;
+            if (kv_token_scales(t, key)) scales[h] = s;
+        }
+    }
+}
+
+void KvStore::read(int layer, int64_t block, int slot, float* k, float* v) const {
+    const KvDType t = fmt_.dtype;
+    const size_t eb = kv_elem_bytes(t);
+    const size_t scale_off = kv_scale_offset(t, block_size_, kv_dim_);
+    const int n_heads = kv_dim_ / head_dim_;
+    const float* cs = k_channel_scales(layer);
+    for (int key = 0; key < 2; ++key) {
+        const std::byte* base = key ? this->k(layer, block) : this->v(layer, block);
+        const auto* scales =
+            reinterpret_cast<const float*>(base + scale_off) + size_t(slot) * n_heads;
+        for (int h = 0; h < n_heads; ++h) {
+            const size_t at = static_cast<size_t>(slot) * kv_dim_ + size_t(h) * head_dim_;
+            dequantize_kv_row(t, base + at * eb, head_dim_,
+                              kv_token_scales(t, key) ? scales[h] : 0.0f,
+                              key && cs ? cs + size_t(h) * head_dim_ : nullptr,
+                              (key ? k : v) + size_t(h) * head_dim_);
+        }
+    }
 }
 
 void KvStore::copy_block(int64_t src, int64_t dst) {
-    const size_t n = static_cast<size_t>(block_size_) * kv_dim_;
-    for (int l = 0; l < n_layer_; ++l) {
-        std::copy_n(k(l, src), n, k(l, dst));
-        std::copy_n(v(l, src), n, v(l, dst));
-    }
+    for (int l = 0; l < n_layer_; ++l)
+        for (int key = 0; key < 2; ++key)
+            std::memcpy(mut(l, dst, key), mut(l, src, key), region_bytes(key));
 }
 
 }  // namespace ferry::kv

@@ -1,43 +1,90 @@
 // The memory the KV cache lives in: n_blocks blocks of block_size token slots, for every layer,
-// keys and values apart. Layout [layer][block][slot][kv_dim], so one block of one layer is a
-// contiguous run the attention kernel streams through. Which block belongs to whom is the
-// BlockPool's business, not this class's.
+// keys and values apart. Layout [layer][block] of regions, each [slot][kv_dim] elements of the
+// store's KvDType followed by the block's per-token scales (kv_dtype.h), so one block of one
+// layer is a contiguous run the attention kernel streams through. Which block belongs to whom
+// is the BlockPool's business, not this class's.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <vector>
+
+#include "kv/kv_dtype.h"
 
 namespace ferry::kv {
 
+// What a store holds: the element type and, for int8, the keys' per-(layer, channel) scales
+// (n_layer x kv_dim floats; calibrated by engine::kv_format_for).
+struct KvFormat {
+    KvDType dtype = KvDType::F32;
+    int head_dim = 0;  // scales are per (token, KV head); 0: kv_dim (one head)
+    std::vector<float> k_scales;
+};
+
 class KvStore {
   public:
-    KvStore(int n_layer, int64_t n_blocks, int block_size, int kv_dim);
+    KvStore(int n_layer, int64_t n_blocks, int block_size, int kv_dim, KvFormat format = {});
 
-    float* k(int layer, int64_t block) { return k_.get() + offset(layer, block); }
-    float* v(int layer, int64_t block) { return v_.get() + offset(layer, block); }
-    const float* k(int layer, int64_t block) const { return k_.get() + offset(layer, block); }
-    const float* v(int layer, int64_t block) const { return v_.get() + offset(layer, block); }
+    // Bytes of one block over every layer, keys and values, scales included.
+    static size_t bytes_per_block(int n_layer, int block_size, int kv_dim, int head_dim, KvDType t);
+
+    // Region base addresses, as the attention kernels take them.
+    const std::byte* k(int layer, int64_t block) const {
+        return k_.get() + offset(layer, block, true);
+    }
+    const std::byte* v(int layer, int64_t block) const {
+        return v_.get() + offset(layer, block, false);
+    }
+    // int8 keys' per-channel scales of a layer (kv_dim floats), else nullptr.
+    const float* k_channel_scales(int layer) const {
+        return fmt_.k_scales.empty() ? nullptr : fmt_.k_scales.data() + size_t(layer) * kv_dim_;
+    }
+
+    // Stores one token's keys and values (kv_dim floats each) at a slot of a block.
+    void write(int layer, int64_t block, int slot, const float* k, const float* v);
+    // Reads them back as floats (the scalar dequantization; tests and calibration).
+    void read(int layer, int64_t block, int slot, float* k, float* v) const;
 
     int n_layer() const { return n_layer_; }
     int64_t n_blocks() const { return n_blocks_; }
     int block_size() const { return block_size_; }
     int kv_dim() const { return kv_dim_; }
+    int head_dim() const { return head_dim_; }
+    KvDType dtype() const { return fmt_.dtype; }
     size_t bytes_per_block() const {
-        return 2 * sizeof(float) * size_t(n_layer_) * block_size_ * kv_dim_;
+        return bytes_per_block(n_layer_, block_size_, kv_dim_, head_dim_, fmt_.dtype);
     }
+    // int8 key elements clipped at 127 steps of their channel's scale so far: how often the
+    // calibration's headroom was not enough.
+    int64_t k_clipped() const { return k_clipped_; }
 
-    // Copies every layer's keys and values of block src into dst (copy-on-write).
+    // Copies every layer's keys and values of block src into dst, scales included
+    // (copy-on-write).
     void copy_block(int64_t src, int64_t dst);
 
   private:
-    size_t offset(int layer, int64_t block) const {
-        return ((static_cast<size_t>(layer) * n_blocks_ + block) * block_size_) * kv_dim_;
+    struct Free {
+        void operator()(std::byte* p) const;
+    };
+    size_t region_bytes(bool key) const {
+        return kv_region_bytes(fmt_.dtype, key, block_size_, kv_dim_, kv_dim_ / head_dim_);
+    }
+    size_t offset(int layer, int64_t block, bool key) const {
+        return (static_cast<size_t>(layer) * n_blocks_ + block) * region_bytes(key);
+    }
+    std::byte* mut(int layer, int64_t block, bool key) {
+        return (key ? k_ : v_).get() + offset(layer, block, key);
     }
     int n_layer_;
     int64_t n_blocks_;
     int block_size_;
     int kv_dim_;
-    std::unique_ptr<float[]> k_, v_;
+    int head_dim_;
+    KvFormat fmt_;
+    std::unique_ptr<std::byte[], Free> k_, v_;
+    int64_t k_clipped_ = 0;
 };
 
 // One sequence's view of the store: its block table, in position order.

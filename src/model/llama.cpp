@@ -134,7 +134,7 @@ void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const BatchS
     std::vector<float> attn(n * c.q_dim());
     std::vector<float> gate(n * c.n_ff), up(n * c.n_ff), ffn_out(n * c.n_embd);
     // Per sequence, the addresses of its blocks in the current layer.
-    std::vector<std::vector<const float*>> k_blocks(seqs.size()), v_blocks(seqs.size());
+    std::vector<std::vector<const void*>> k_blocks(seqs.size()), v_blocks(seqs.size());
     std::vector<kernels::SeqBlocks> seq_blocks(seqs.size());
 
     for (int64_t t = 0; t < n; ++t) kernels::get_row(tok_embd_, tokens[t], &x[t * c.n_embd]);
@@ -165,9 +165,8 @@ void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const BatchS
             kernels::rope(&k[t * c.kv_dim()], c.n_head_kv, hd, c.rope_dim, pos, c.rope_theta,
                           c.rope_style);
             const int32_t block = seqs[tok_seq[t]].kv.blocks[pos / bs];
-            const int64_t slot = (pos % bs) * c.kv_dim();
-            std::copy_n(&k[t * c.kv_dim()], c.kv_dim(), store.k(li, block) + slot);
-            std::copy_n(&v[t * c.kv_dim()], c.kv_dim(), store.v(li, block) + slot);
+            store.write(li, block, static_cast<int>(pos % bs), &k[t * c.kv_dim()],
+                        &v[t * c.kv_dim()]);
         }
         for (size_t s = 0; s < seqs.size(); ++s) {
             const auto& kv = seqs[s].kv;
@@ -182,7 +181,8 @@ void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const BatchS
         // Token t sees positions [0, pos]: causal masking is just the length of the scan.
         kernels::attend_batch(
             {q.data(), attn.data(), n, c.n_head, c.n_head_kv, hd, scale, tok_seq.data(),
-             tok_pos.data(), seq_blocks, bs, static_cast<size_t>(c.kv_dim())},
+             tok_pos.data(), seq_blocks, bs, static_cast<size_t>(c.kv_dim()), store.dtype(),
+             store.k_channel_scales(li)},
             pool);
         if (observer_) observer_->observe(li, LinearInput::AttnOut, attn.data(), n, c.q_dim());
         kernels::matmul(L.wo, attn.data(), n, ffn_out.data(), pool);

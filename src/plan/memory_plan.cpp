@@ -112,12 +112,17 @@ Expected<MemoryPlan> plan_memory(const ModelSpec& m, const Device& d, const Plan
     auto kv = parse_kv_precision(o.kv_dtype);
     if (!kv) return kv.error();
     p.kv = *kv;
-    // K and V, every layer, every KV head: 2 x layers x kv_heads x head_dim x bytes.
+    // K and V, every layer, every KV head: 2 x layers x kv_heads x head_dim x bytes, plus the
+    // f32 scales ferry's 8-bit caches keep per (token, KV head): values only for int8 (its keys'
+    // scales are per channel, fixed per model), keys and values for fp8 (kv/kv_dtype.h).
     const double kv_elem_bytes = p.kv.bits / 8;
-    p.kv_bytes_per_token =
-        static_cast<uint64_t>(2.0 * m.n_layers * m.n_kv_heads * m.head_dim * kv_elem_bytes);
-    p.kv_bytes_per_token_mha =
-        static_cast<uint64_t>(2.0 * m.n_layers * m.n_heads * m.head_dim * kv_elem_bytes);
+    const double scale_bytes = p.kv.name == "int8" ? 4 : p.kv.name == "fp8" ? 8 : 0;
+    auto per_token = [&](int64_t heads) {
+        return static_cast<uint64_t>(m.n_layers * heads *
+                                     (2.0 * m.head_dim * kv_elem_bytes + scale_bytes));
+    };
+    p.kv_bytes_per_token = per_token(m.n_kv_heads);
+    p.kv_bytes_per_token_mha = per_token(m.n_heads);
     p.kv_bytes_per_sequence = p.kv_bytes_per_token * p.ctx;
     p.kv_bytes_per_sequence_mha = p.kv_bytes_per_token_mha * p.ctx;
     p.kv_pool_fixed = o.kv_cache_memory > 0;

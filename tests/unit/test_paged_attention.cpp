@@ -1,7 +1,8 @@
 // Attention over the paged KV cache: every SIMD level against the scalar reference (random
 // inputs, odd head dims and lengths, extreme and equal scores, NaN), and the properties the
 // engine relies on bit for bit: results independent of the block size, of the other rows
-// computed with a query (GQA heads, other tokens, other sequences) and of the thread count.
+// computed with a query (GQA heads, other tokens, other sequences) and of the thread count;
+// each for f32 keys and values and for the f16, int8 and fp8 caches (kv/kv_dtype.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "kernels/kernels.h"
 #include "kernels/paged_attention.h"
+#include "kv/kv_dtype.h"
 
 namespace {
 using namespace ferry;
@@ -30,30 +32,82 @@ struct LevelGuard {
     ~LevelGuard() { kernels::set_cpu_level(saved); }
 };
 
-// Keys and values of n_kv positions (`stride` floats each) copied into blocks of block_size
-// positions, each its own exactly sized allocation, so reads past the last block are bugs a
-// sanitizer sees.
+using kv::KvDType;
+constexpr KvDType kAllTypes[] = {KvDType::F32, KvDType::F16, KvDType::Int8, KvDType::FP8};
+
+// Keys and values of n_kv positions (`stride` floats each) stored as `dtype` into blocks of
+// block_size positions laid out as the KvStore does (kv_dtype.h). f32 blocks are exactly
+// sized, so reads past the last position are bugs a sanitizer sees. Quantized types get a
+// scale per (position, head of `hd` elements); int8 keys per-channel scales from the data.
 struct Paged {
-    std::vector<std::vector<float>> kb, vb;
-    std::vector<const float*> kp, vp;
+    std::vector<std::vector<std::byte>> kb, vb;
+    std::vector<const void*> kp, vp;
+    std::vector<float> channel_scales;  // int8 keys: stride floats
     kernels::PagedKvView view(size_t head_offset) const {
-        return {kp.data(), vp.data(), block_size, stride, head_offset};
+        return {kp.data(),
+                vp.data(),
+                block_size,
+                stride,
+                head_offset,
+                dtype,
+                static_cast<int>(stride / hd),
+                static_cast<int>(head_offset / hd),
+                channel_scales.empty() ? nullptr : channel_scales.data() + head_offset};
     }
     int block_size = 0;
     size_t stride = 0;
+    KvDType dtype = KvDType::F32;
+    int hd = 1;
 };
 
 Paged make_paged(const std::vector<float>& k, const std::vector<float>& v, int64_t n_kv,
-                 size_t stride, int block_size) {
+                 size_t stride, int block_size, KvDType dtype = KvDType::F32, int hd = 0,
+                 const std::vector<float>* channel_scales = nullptr) {
     Paged p;
     p.block_size = block_size;
     p.stride = stride;
+    p.dtype = dtype;
+    p.hd = hd > 0 ? hd : static_cast<int>(stride);
+    const int heads = static_cast<int>(stride / p.hd);
+    if (dtype == KvDType::Int8 && channel_scales) {
+        p.channel_scales = *channel_scales;
+    } else if (dtype == KvDType::Int8) {
+        p.channel_scales.assign(stride, 1e-4f);
+        for (int64_t i = 0; i < n_kv; ++i)
+            for (size_t c = 0; c < stride; ++c)
+                p.channel_scales[c] = std::max(p.channel_scales[c], std::fabs(k[i * stride + c]));
+        for (float& s : p.channel_scales) s /= kv::kInt8Max;
+    }
+    const size_t eb = kv::kv_elem_bytes(dtype);
+    const size_t scale_off = kv::kv_scale_offset(dtype, block_size, stride);
     const int64_t nb = (n_kv + block_size - 1) / block_size;
     for (int64_t b = 0; b < nb; ++b) {
         const int64_t len = std::min<int64_t>(block_size, n_kv - b * block_size);
-        const size_t off = static_cast<size_t>(b * block_size) * stride;
-        p.kb.emplace_back(k.begin() + off, k.begin() + off + len * stride);
-        p.vb.emplace_back(v.begin() + off, v.begin() + off + len * stride);
+        for (int key = 0; key < 2; ++key) {
+            const std::vector<float>& x = key ? k : v;
+            const size_t bytes =
+                dtype == KvDType::F32
+                    ? len * stride * sizeof(float)
+                    : kv::kv_region_bytes(dtype, key, block_size, stride, std::max(heads, 1));
+            std::vector<std::byte> r(bytes);
+            for (int64_t s = 0; s < len; ++s) {
+                const float* row = &x[(b * block_size + s) * stride];
+                if (dtype == KvDType::F32) {
+                    std::memcpy(&r[s * stride * 4], row, stride * 4);
+                    continue;
+                }
+                for (int h = 0; h < heads; ++h) {
+                    float scale = 0;
+                    kv::quantize_kv_row(
+                        dtype, row + h * p.hd, p.hd, &r[(s * stride + h * p.hd) * eb], &scale,
+                        key && dtype == KvDType::Int8 ? &p.channel_scales[h * p.hd] : nullptr);
+                    if (kv::kv_token_scales(dtype, key))
+                        std::memcpy(&r[scale_off + (s * heads + h) * sizeof(float)], &scale,
+                                    sizeof(float));
+                }
+            }
+            (key ? p.kb : p.vb).push_back(std::move(r));
+        }
     }
     for (int64_t b = 0; b < nb; ++b) {
         p.kp.push_back(p.kb[b].data());
@@ -104,15 +158,18 @@ TEST(PagedAttention, EveryLevelMatchesReference) {
             const auto v = random_vec(n_kv * stride, rng);
             const auto q = random_vec(hd, rng, -2.0f, 2.0f);
             const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-            const Paged p = make_paged(k, v, n_kv, stride, 16);
-            const auto want = run_ref(q.data(), p, hd, n_kv, hd, scale);
-            for (CpuLevel l : {CpuLevel::Scalar, CpuLevel::AVX2, CpuLevel::AVX512}) {
-                if (l > kernels::detected_cpu_level()) continue;
-                kernels::set_cpu_level(l);
-                const auto got = run_one(q.data(), p, hd, n_kv, hd, scale);
-                expect_near_all(got, want, 2e-5f,
-                                std::string(kernels::cpu_level_name(l)) +
-                                    " hd=" + std::to_string(hd) + " n_kv=" + std::to_string(n_kv));
+            for (KvDType t : kAllTypes) {
+                const Paged p = make_paged(k, v, n_kv, stride, 16, t, hd);
+                const auto want = run_ref(q.data(), p, hd, n_kv, hd, scale);
+                for (CpuLevel l : {CpuLevel::Scalar, CpuLevel::AVX2, CpuLevel::AVX512}) {
+                    if (l > kernels::detected_cpu_level()) continue;
+                    kernels::set_cpu_level(l);
+                    const auto got = run_one(q.data(), p, hd, n_kv, hd, scale);
+                    expect_near_all(got, want, 2e-5f,
+                                    std::string(kernels::cpu_level_name(l)) + " " +
+                                        kv::kv_dtype_name(t) + " hd=" + std::to_string(hd) +
+                                        " n_kv=" + std::to_string(n_kv));
+                }
             }
         }
     }
@@ -129,16 +186,18 @@ TEST(PagedAttention, ResultsDoNotDependOnBlockSize) {
                 const auto k = random_vec(n_kv * stride, rng);
                 const auto v = random_vec(n_kv * stride, rng);
                 const auto q = random_vec(hd, rng, -3.0f, 3.0f);
-                std::vector<float> first;
-                for (int bs : {1, 7, 16, 256}) {
-                    const Paged p = make_paged(k, v, n_kv, stride, bs);
-                    const auto out = run_one(q.data(), p, 2 * hd, n_kv, hd, 0.125f);
-                    if (first.empty())
-                        first = out;
-                    else
-                        EXPECT_TRUE(same_bits(out, first))
-                            << kernels::cpu_level_name(l) << " hd=" << hd << " n_kv=" << n_kv
-                            << " block_size=" << bs;
+                for (KvDType t : kAllTypes) {
+                    std::vector<float> first;
+                    for (int bs : {1, 7, 16, 256}) {
+                        const Paged p = make_paged(k, v, n_kv, stride, bs, t, hd);
+                        const auto out = run_one(q.data(), p, 2 * hd, n_kv, hd, 0.125f);
+                        if (first.empty())
+                            first = out;
+                        else
+                            EXPECT_TRUE(same_bits(out, first))
+                                << kernels::cpu_level_name(l) << " " << kv::kv_dtype_name(t)
+                                << " hd=" << hd << " n_kv=" << n_kv << " block_size=" << bs;
+                    }
                 }
             }
         }
@@ -155,27 +214,29 @@ TEST(PagedAttention, RowsTogetherEqualRowsAlone) {
     const size_t stride = 3 * hd;
     const auto k = random_vec(n_kv * stride, rng);
     const auto v = random_vec(n_kv * stride, rng);
-    const Paged p = make_paged(k, v, n_kv, stride, 16);
-    for (CpuLevel l : {CpuLevel::Scalar, CpuLevel::AVX2, CpuLevel::AVX512}) {
-        if (l > kernels::detected_cpu_level()) continue;
-        kernels::set_cpu_level(l);
-        for (int nr : {2, 3, 9, 16, 70}) {
-            const auto q = random_vec(static_cast<size_t>(nr) * hd, rng);
-            std::vector<float> out(static_cast<size_t>(nr) * hd);
-            std::vector<kernels::AttnRow> rows;
-            for (int r = 0; r < nr; ++r)
-                rows.push_back({&q[r * hd], &out[r * hd], n_kv - (r * 37) % 290});
-            kernels::attend_paged_rows(rows, p.view(hd), hd, 0.125f);
-            for (int r = 0; r < nr; ++r) {
-                const auto alone = run_one(&q[r * hd], p, hd, rows[r].n_kv, hd, 0.125f);
-                const std::vector<float> together(&out[r * hd], &out[(r + 1) * hd]);
-                EXPECT_TRUE(same_bits(together, alone))
-                    << kernels::cpu_level_name(l) << " rows=" << nr << " row=" << r;
-                const auto want = run_ref(&q[r * hd], p, hd, rows[r].n_kv, hd, 0.125f);
-                expect_near_all(together, want, 2e-5f, "vs reference");
+    for (KvDType t : kAllTypes)
+        for (CpuLevel l : {CpuLevel::Scalar, CpuLevel::AVX2, CpuLevel::AVX512}) {
+            if (l > kernels::detected_cpu_level()) continue;
+            kernels::set_cpu_level(l);
+            SCOPED_TRACE(kv::kv_dtype_name(t));
+            const Paged p = make_paged(k, v, n_kv, stride, 16, t, hd);
+            for (int nr : {2, 3, 9, 16, 70}) {
+                const auto q = random_vec(static_cast<size_t>(nr) * hd, rng);
+                std::vector<float> out(static_cast<size_t>(nr) * hd);
+                std::vector<kernels::AttnRow> rows;
+                for (int r = 0; r < nr; ++r)
+                    rows.push_back({&q[r * hd], &out[r * hd], n_kv - (r * 37) % 290});
+                kernels::attend_paged_rows(rows, p.view(hd), hd, 0.125f);
+                for (int r = 0; r < nr; ++r) {
+                    const auto alone = run_one(&q[r * hd], p, hd, rows[r].n_kv, hd, 0.125f);
+                    const std::vector<float> together(&out[r * hd], &out[(r + 1) * hd]);
+                    EXPECT_TRUE(same_bits(together, alone))
+                        << kernels::cpu_level_name(l) << " rows=" << nr << " row=" << r;
+                    const auto want = run_ref(&q[r * hd], p, hd, rows[r].n_kv, hd, 0.125f);
+                    expect_near_all(together, want, 2e-5f, "vs reference");
+                }
             }
         }
-    }
 }
 
 // Scores far apart (one position dominates) and all equal (the output is the mean of V).
@@ -244,6 +305,58 @@ TEST(PagedAttention, NanReachesTheOutput) {
     }
 }
 
+// A ragged batch over `paged` (one per sequence): every row matches the reference, and is
+// bit-identical whatever the thread count and whatever else is in the batch.
+void run_batch_checks(const std::vector<Paged>& paged, const std::vector<kernels::SeqBlocks>& seqs,
+                      const std::vector<int32_t>& tok_seq, const std::vector<int64_t>& tok_pos,
+                      const std::vector<float>& q, int n_head, int n_head_kv, int hd, int bs,
+                      size_t stride, float tol) {
+    LevelGuard guard;
+    const int64_t n = static_cast<int64_t>(tok_seq.size());
+    // A batch has one layer's int8 key scales for every sequence: the tests give all the same.
+    const float* cs = paged[0].channel_scales.empty() ? nullptr : paged[0].channel_scales.data();
+
+    auto run_batch = [&](int threads, int64_t t0, int64_t t1) {
+        std::vector<float> out((t1 - t0) * n_head * hd);
+        ThreadPool pool(threads);
+        const kernels::AttentionBatch b{&q[t0 * n_head * hd],
+                                        out.data(),
+                                        t1 - t0,
+                                        n_head,
+                                        n_head_kv,
+                                        hd,
+                                        0.125f,
+                                        &tok_seq[t0],
+                                        &tok_pos[t0],
+                                        seqs,
+                                        bs,
+                                        stride,
+                                        paged[0].dtype,
+                                        cs};
+        kernels::attend_batch(b, pool);
+        return out;
+    };
+    for (CpuLevel l : {CpuLevel::Scalar, CpuLevel::AVX2, CpuLevel::AVX512}) {
+        if (l > kernels::detected_cpu_level()) continue;
+        kernels::set_cpu_level(l);
+        const auto one = run_batch(1, 0, n);
+        EXPECT_TRUE(same_bits(run_batch(2, 0, n), one)) << kernels::cpu_level_name(l);
+        EXPECT_TRUE(same_bits(run_batch(3, 0, n), one)) << kernels::cpu_level_name(l);
+        for (int64_t t = 0; t < n; ++t) {  // each token alone, as in a decode step
+            const auto alone = run_batch(2, t, t + 1);
+            const std::vector<float> in_batch(&one[t * n_head * hd], &one[(t + 1) * n_head * hd]);
+            EXPECT_TRUE(same_bits(alone, in_batch)) << kernels::cpu_level_name(l) << " t=" << t;
+            for (int h = 0; h < n_head; ++h) {
+                const Paged& p = paged[tok_seq[t]];
+                const auto want =
+                    run_ref(&q[(t * n_head + h) * hd], p, (h / 3) * hd, tok_pos[t] + 1, hd, 0.125f);
+                const std::vector<float> got(&in_batch[h * hd], &in_batch[(h + 1) * hd]);
+                expect_near_all(got, want, tol, "batch");
+            }
+        }
+    }
+}
+
 // A ragged batch shaped like SmolLM2 (9 query heads over 3 KV heads): two sequences, one
 // prefilling a chunk and one decoding. Every row matches the reference, and is bit-identical
 // whatever the thread count and whatever else is in the batch.
@@ -268,34 +381,35 @@ TEST(PagedAttention, BatchGqaMatchesReferenceAndIsBatchInvariant) {
     const auto q = random_vec(n * n_head * hd, rng);
     std::vector<kernels::SeqBlocks> seqs;
     for (const Paged& p : paged) seqs.push_back({p.kp.data(), p.vp.data()});
+    run_batch_checks(paged, seqs, tok_seq, tok_pos, q, n_head, n_head_kv, hd, bs, stride, 2e-5f);
+}
 
-    auto run_batch = [&](int threads, int64_t t0, int64_t t1) {
-        std::vector<float> out((t1 - t0) * n_head * hd);
-        ThreadPool pool(threads);
-        const kernels::AttentionBatch b{
-            &q[t0 * n_head * hd], out.data(),   t1 - t0, n_head, n_head_kv, hd, 0.125f,
-            &tok_seq[t0],         &tok_pos[t0], seqs,    bs,     stride};
-        kernels::attend_batch(b, pool);
-        return out;
-    };
-    for (CpuLevel l : {CpuLevel::Scalar, CpuLevel::AVX2, CpuLevel::AVX512}) {
-        if (l > kernels::detected_cpu_level()) continue;
-        kernels::set_cpu_level(l);
-        const auto one = run_batch(1, 0, n);
-        EXPECT_TRUE(same_bits(run_batch(2, 0, n), one)) << kernels::cpu_level_name(l);
-        EXPECT_TRUE(same_bits(run_batch(3, 0, n), one)) << kernels::cpu_level_name(l);
-        for (int64_t t = 0; t < n; ++t) {  // each token alone, as in a decode step
-            const auto alone = run_batch(2, t, t + 1);
-            const std::vector<float> in_batch(&one[t * n_head * hd], &one[(t + 1) * n_head * hd]);
-            EXPECT_TRUE(same_bits(alone, in_batch)) << kernels::cpu_level_name(l) << " t=" << t;
-            for (int h = 0; h < n_head; ++h) {
-                const Paged& p = paged[tok_seq[t]];
-                const auto want =
-                    run_ref(&q[(t * n_head + h) * hd], p, (h / 3) * hd, tok_pos[t] + 1, hd, 0.125f);
-                const std::vector<float> got(&in_batch[h * hd], &in_batch[(h + 1) * hd]);
-                expect_near_all(got, want, 2e-5f, "batch");
-            }
+// The same for every KV type: a quantized cache is a different input, not a different
+// contract. (Int8 keys' channel scales are per sequence here, which the kernel allows.)
+TEST(PagedAttention, QuantizedBatchMatchesReferenceAndIsBatchInvariant) {
+    std::mt19937 rng(29);
+    const int n_head = 9, n_head_kv = 3, hd = 64, bs = 16;
+    const size_t stride = static_cast<size_t>(n_head_kv) * hd;
+    const std::vector<float> scales(stride, 3.0f / kv::kInt8Max);
+    for (KvDType t : {KvDType::F16, KvDType::Int8, KvDType::FP8}) {
+        const int64_t len[2] = {200, 37};
+        std::vector<Paged> paged;
+        for (int64_t n : len) {
+            const auto k = random_vec(n * stride, rng, -3.0f, 3.0f);
+            const auto v = random_vec(n * stride, rng);
+            paged.push_back(make_paged(k, v, n, stride, bs, t, hd, &scales));
         }
+        std::vector<int32_t> tok_seq;
+        std::vector<int64_t> tok_pos;
+        for (int64_t pos = 180; pos < 200; ++pos) tok_seq.push_back(0), tok_pos.push_back(pos);
+        tok_seq.push_back(1), tok_pos.push_back(36);
+        const int64_t n = static_cast<int64_t>(tok_seq.size());
+        const auto q = random_vec(n * n_head * hd, rng);
+        std::vector<kernels::SeqBlocks> seqs;
+        for (const Paged& p : paged) seqs.push_back({p.kp.data(), p.vp.data()});
+        SCOPED_TRACE(kv::kv_dtype_name(t));
+        run_batch_checks(paged, seqs, tok_seq, tok_pos, q, n_head, n_head_kv, hd, bs, stride,
+                         2e-5f);
     }
 }
 

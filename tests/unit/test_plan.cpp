@@ -100,10 +100,14 @@ TEST(PlanSeeds, KvPerTokenOf70BWithAndWithoutGqa) {
     EXPECT_EQ(p.kv_bytes_per_token, 2u * 80 * 8 * 128 * 2);
     EXPECT_NEAR(p.kv_bytes_per_token / 1e6, 0.33, 0.01);
     EXPECT_EQ(p.kv_bytes_per_sequence, p.kv_bytes_per_token * 4096);
-    // fp8 / int8 KV halves it.
+    // fp8 / int8 KV halves it, plus ferry's f32 scale per (token, KV head): of keys and
+    // values for fp8, of values only for int8.
     o.kv_dtype = "fp8";
     EXPECT_EQ(plan(preset("llama-2-70b"), device("H100-SXM"), o).kv_bytes_per_token,
-              p.kv_bytes_per_token / 2);
+              p.kv_bytes_per_token / 2 + 80u * 8 * 8);
+    o.kv_dtype = "int8";
+    EXPECT_EQ(plan(preset("llama-2-70b"), device("H100-SXM"), o).kv_bytes_per_token,
+              p.kv_bytes_per_token / 2 + 80u * 8 * 4);
 }
 
 TEST(PlanSeeds, FourteenGigabytesAtTwoTerabytesPerSecondIsSevenMs) {

@@ -1,4 +1,4 @@
-// The AVX2 + FMA attention kernel: attention_x86.inc compiled for this target only, so the
+// The AVX2 + FMA + F16C attention kernel: attention_x86.inc compiled for this target only, so the
 // rest of the binary stays portable and paged_attention.cpp picks the level at run time.
 #include "kernels/cpu/attention_x86.h"
 
@@ -6,7 +6,7 @@
 #include <immintrin.h>
 
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 #define FERRY_AVX512 0
 
 namespace ferry::kernels::attention_avx2 {

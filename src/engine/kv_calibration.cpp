@@ -1,0 +1,73 @@
+#include "engine/kv_calibration.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ferry::engine {
+namespace {
+
+// Ordinary prose (about 170 tokens): what keys look like on text, not on any benchmark.
+constexpr const char* kCalibrationText =
+    "The old harbour town wakes early. Before the sun clears the hills, fishing boats slip "
+    "out past the breakwater, and the baker on Quay Street has already pulled the first trays "
+    "of bread from his oven. By eight o'clock the market square is full: farmers sell "
+    "cheese, apples and honey from the back of their vans, children argue over comic books "
+    "at the newsagent, and a retired teacher explains to anyone who will listen why the "
+    "church clock has been running four minutes fast since 1987. In the afternoon the wind "
+    "turns, clouds gather over the lighthouse, and visitors hurry back to their cars. "
+    "\"It always rains on Thursdays,\" says the woman who runs the cafe, wiping the tables. "
+    "She has kept a record for twelve years, and the numbers, she insists, do not lie.";
+
+}  // namespace
+
+std::vector<float> calibrate_key_scales(const model::LlamaModel& m, std::span<const int32_t> tokens,
+                                        ThreadPool& pool, float headroom) {
+    const auto& c = m.config();
+    const int kv_dim = c.kv_dim(), n = static_cast<int>(tokens.size());
+    std::vector<float> amax(static_cast<size_t>(c.n_layer) * kv_dim, 0.0f);
+    if (n > 0) {
+        kv::KvStore store(c.n_layer, 1, n, kv_dim);
+        const int32_t block = 0;
+        const model::LlamaModel::BatchSeq seq{0, n, {&block, 1}, 1};
+        std::vector<float> logits(c.n_vocab);
+        m.forward(tokens, {&seq, 1}, store, logits.data(), pool);
+        std::vector<float> k(kv_dim), v(kv_dim);
+        for (int l = 0; l < c.n_layer; ++l)
+            for (int p = 0; p < n; ++p) {
+                store.read(l, 0, p, k.data(), v.data());
+                float* a = &amax[static_cast<size_t>(l) * kv_dim];
+                for (int i = 0; i < kv_dim; ++i) a[i] = std::max(a[i], std::fabs(k[i]));
+            }
+    }
+    // RoPE pairs: (i, i + 1) or, NeoX style, (i, i + rope_dim / 2) within each head.
+    const int hd = c.head_dim, rd = std::min(c.rope_dim > 0 ? c.rope_dim : hd, hd);
+    for (int l = 0; l < c.n_layer; ++l)
+        for (int h = 0; h < c.n_head_kv; ++h) {
+            float* a = &amax[static_cast<size_t>(l) * kv_dim + static_cast<size_t>(h) * hd];
+            for (int i = 0; i < rd; ++i) {
+                const bool neox = c.rope_style == kernels::RopeStyle::Neox;
+                const int j = neox ? (i < rd / 2 ? i + rd / 2 : i - rd / 2) : (i ^ 1);
+                if (j < rd) a[i] = a[j] = std::max(a[i], a[j]);
+            }
+        }
+    // A channel the text never moved still gets a usable step.
+    for (float& a : amax) a = std::max(a * headroom, 1e-4f) / kv::kInt8Max;
+    return amax;
+}
+
+kv::KvFormat kv_format_for(const LoadedModel& m, kv::KvDType t, ThreadPool* pool) {
+    kv::KvFormat f;
+    f.dtype = t;
+    f.head_dim = m.model->config().head_dim;
+    if (t != kv::KvDType::Int8) return f;
+    const auto tokens = m.tokenizer->encode(kCalibrationText, true, false);
+    std::unique_ptr<ThreadPool> own;
+    if (!pool) {
+        own = std::make_unique<ThreadPool>(physical_core_count());
+        pool = own.get();
+    }
+    f.k_scales = calibrate_key_scales(*m.model, tokens, *pool);
+    return f;
+}
+
+}  // namespace ferry::engine

@@ -1,0 +1,31 @@
+// The KV cache format for a model: the element type, and for int8 the keys' per-channel
+// scales. Those are measured once per model instance (each Engine, Generator or draft cache
+// built with int8 keys): the model runs with an f32 cache over a short built-in text, and
+// each channel's scale is its largest |key| times a headroom factor, over 127. Keys beyond
+// that are clipped (KvStore::k_clipped counts them).
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/loaded_model.h"
+#include "kv/kv_store.h"
+
+namespace ferry::engine {
+
+// The headroom over the calibration text's largest |key| per channel: positions and texts
+// the calibration did not see reach further, and clipping an outlier channel costs more than
+// a coarser step.
+constexpr float kKeyScaleHeadroom = 1.5f;
+
+// The format for `t` (pool: for the calibration run; nullptr makes one).
+kv::KvFormat kv_format_for(const LoadedModel& m, kv::KvDType t, ThreadPool* pool = nullptr);
+
+// Per-(layer, channel) int8 key scales from running `tokens` (n_layer x kv_dim floats). The
+// two channels RoPE rotates into each other share the larger scale, so the scale does not
+// depend on the positions the text happened to put them at.
+std::vector<float> calibrate_key_scales(const model::LlamaModel& m, std::span<const int32_t> tokens,
+                                        ThreadPool& pool, float headroom = kKeyScaleHeadroom);
+
+}  // namespace ferry::engine
