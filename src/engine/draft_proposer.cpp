@@ -53,6 +53,31 @@ void DraftProposer::release(uint64_t seq) {
     states_.erase(it);
 }
 
+void DraftProposer::prefill(uint64_t seq, std::span<const int32_t> tokens, ThreadPool& pool) {
+    // Everything but the last token, which propose() always recomputes for its logits.
+    if (tokens.size() < 2) return;
+    State& st = states_[seq];
+    const size_t valid = static_cast<size_t>(
+        std::mismatch(st.fed.begin(), st.fed.end(), tokens.begin(), tokens.end()).first -
+        st.fed.begin());
+    const size_t upto = tokens.size() - 1;
+    if (valid >= upto) return;
+    st.fed.resize(valid);
+    if (!reserve(st, static_cast<int64_t>(upto))) {
+        release(seq);
+        return;
+    }
+    model::LlamaModel::BatchSeq b;
+    b.start_pos = static_cast<int64_t>(valid);
+    b.n_tokens = static_cast<int>(upto - valid);
+    b.kv = {st.blocks.data(), static_cast<int64_t>(st.blocks.size())};
+    b.n_logits = 1;  // forward always wants a row; it is not used
+    std::vector<float> logits(static_cast<size_t>(model_.config().n_vocab));
+    model_.forward(tokens.subspan(valid, upto - valid), {&b, 1}, store_, logits.data(), pool);
+    st.fed.insert(st.fed.end(), tokens.begin() + static_cast<std::ptrdiff_t>(valid),
+                  tokens.begin() + static_cast<std::ptrdiff_t>(upto));
+}
+
 void DraftProposer::propose(std::span<ProposalJob> jobs, ThreadPool& pool) {
     const int n_vocab = model_.config().n_vocab;
     struct Active {

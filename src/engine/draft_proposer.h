@@ -27,6 +27,7 @@ class DraftProposer final : public Proposer {
 
     void propose(std::span<ProposalJob> jobs, ThreadPool& pool) override;
     void release(uint64_t seq) override;
+    void prefill(uint64_t seq, std::span<const int32_t> tokens, ThreadPool& pool) override;
 
     int64_t blocks_in_use() const { return blocks_.num_used(); }
 

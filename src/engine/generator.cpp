@@ -53,6 +53,7 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
 
     auto t0 = std::chrono::steady_clock::now();
     feed(prompt, 1, logits.data());
+    if (spec.proposer) spec.proposer->prefill(0, history_, pool_);
     st.prefill_ms = ms_since(t0);
 
     st.finish_reason = "length";

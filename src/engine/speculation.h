@@ -67,6 +67,9 @@ class Proposer {
     virtual ~Proposer() = default;
     virtual void propose(std::span<ProposalJob> jobs, ThreadPool& pool) = 0;
     virtual void release(uint64_t /*seq*/) {}  // the sequence ended or was preempted
+    // Lets a stateful proposer take in a prompt during prefill (the draft model's own
+    // prefill belongs to time-to-first-token, not to decoding). Optional: propose catches up.
+    virtual void prefill(uint64_t /*seq*/, std::span<const int32_t> /*tokens*/, ThreadPool&) {}
 };
 
 // Prompt lookup: the longest suffix of the context (ngram_max down to ngram_min tokens) that
