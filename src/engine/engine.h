@@ -41,8 +41,8 @@ struct EngineConfig {
     int batch_wait_ms = 50;  // static batching: how long the oldest request waits for company
     enum class KvLayout { Paged, Contiguous } kv_layout = KvLayout::Paged;
     kv::KvDType kv_dtype = kv::KvDType::F32;  // what the KV cache stores (kv/kv_dtype.h)
-    int max_waiting = 4096;  // requests queued beyond this are refused
-    SpecConfig spec;         // speculative decoding for requests that do not choose
+    int max_waiting = 4096;                   // requests queued beyond this are refused
+    SpecConfig spec;  // speculative decoding for requests that do not choose
     const LoadedModel* draft_model = nullptr;  // for SpecMethod::Draft
 };
 

@@ -4,6 +4,7 @@
 // change the rounding of `d * q + m`); the default x86-64 / ISO C++ flags do not contract.
 #include "quant/dequantize.h"
 
+#include <bit>
 #include <cstring>
 
 #include "quant/block_formats.h"
@@ -11,18 +12,6 @@
 
 namespace ferry::quant {
 namespace {
-
-uint32_t float_bits(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, sizeof(u));
-    return u;
-}
-
-float bits_float(uint32_t u) {
-    float f;
-    std::memcpy(&f, &u, sizeof(f));
-    return f;
-}
 
 // Blocks are read by memcpy: the source (a mapped file) carries no alignment guarantee.
 template <class Block>
@@ -188,20 +177,20 @@ float fp16_to_fp32(uint16_t h) {
     const uint32_t exp = (h >> 10) & 0x1F;
     uint32_t mant = h & 0x3FF;
     if (exp == 0x1F)  // inf, or NaN made quiet with its payload kept (as F16C hardware does)
-        return bits_float(sign | 0x7F800000 | (mant << 13) | (mant ? 0x00400000 : 0));
-    if (exp != 0) return bits_float(sign | ((exp + 112) << 23) | (mant << 13));
-    if (mant == 0) return bits_float(sign);
+        return std::bit_cast<float>(sign | 0x7F800000 | (mant << 13) | (mant ? 0x00400000 : 0));
+    if (exp != 0) return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
+    if (mant == 0) return std::bit_cast<float>(sign);
     // Subnormal: shift the mantissa up until its leading 1 becomes the implicit bit.
     int e = 113;
     while ((mant & 0x400) == 0) {
         mant <<= 1;
         --e;
     }
-    return bits_float(sign | (static_cast<uint32_t>(e) << 23) | ((mant & 0x3FF) << 13));
+    return std::bit_cast<float>(sign | (static_cast<uint32_t>(e) << 23) | ((mant & 0x3FF) << 13));
 }
 
 uint16_t fp32_to_fp16(float f) {
-    const uint32_t u = float_bits(f);
+    const uint32_t u = std::bit_cast<uint32_t>(f);
     const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000);
     const uint32_t abs = u & 0x7FFFFFFF;
     if (abs > 0x7F800000)  // NaN: keep the top payload bits, force quiet
@@ -227,11 +216,11 @@ uint16_t fp32_to_fp16(float f) {
 }
 
 float bf16_to_fp32(uint16_t h) {
-    return bits_float(static_cast<uint32_t>(h) << 16);
+    return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
 }
 
 uint16_t fp32_to_bf16(float f) {
-    const uint32_t u = float_bits(f);
+    const uint32_t u = std::bit_cast<uint32_t>(f);
     if ((u & 0x7FFFFFFF) > 0x7F800000) return static_cast<uint16_t>((u >> 16) | 64);  // quiet NaN
     return static_cast<uint16_t>((u + (0x7FFF + ((u >> 16) & 1))) >> 16);
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,18 +12,6 @@
 
 namespace ferry::quant {
 namespace {
-
-uint32_t float_bits(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, sizeof(u));
-    return u;
-}
-
-float bits_float(uint32_t u) {
-    float f;
-    std::memcpy(&f, &u, sizeof(f));
-    return f;
-}
 
 float fp8_decode(uint8_t e) {
     const int exp = (e >> 3) & 0xF, man = e & 7;
@@ -111,14 +100,14 @@ float fp8_e4m3_to_fp32(uint8_t e) {
 }
 
 uint8_t fp32_to_fp8_e4m3(float f) {
-    const uint32_t u = float_bits(f);
+    const uint32_t u = std::bit_cast<uint32_t>(f);
     const auto sign = static_cast<uint8_t>((u >> 24) & 0x80);
     const uint32_t a = u & 0x7FFFFFFF;
     if (a > 0x7F800000) return sign | kFp8NaN;
-    if (a >= float_bits(kFp8Max)) return sign | 0x7E;  // saturate (infinity included)
-    if (a < 0x3C800000) {                              // below 2^-6: the subnormal grid m * 2^-9
+    if (a >= std::bit_cast<uint32_t>(kFp8Max)) return sign | 0x7E;  // saturate (infinity included)
+    if (a < 0x3C800000) {  // below 2^-6: the subnormal grid m * 2^-9
         // Exact scaling, then round half to even; m == 8 is code 8, the smallest normal.
-        const auto m = static_cast<uint8_t>(std::nearbyint(bits_float(a) * 512.0f));
+        const auto m = static_cast<uint8_t>(std::nearbyint(std::bit_cast<float>(a) * 512.0f));
         return sign | m;
     }
     // Round the 20 mantissa bits E4M3 drops to nearest even; a carry bumps the exponent. Then

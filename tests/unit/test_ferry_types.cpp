@@ -519,7 +519,7 @@ TEST(FerryTypes, DefaultModelRunsQuantized) {
     EXPECT_EQ(int4.file->tensor("blk.0.ffn_down.weight")->type, DType::INT4_G128);
     EXPECT_EQ(int4.file->tensor("blk.0.ffn_up.weight")->type, DType::INT4_G64);
 
-    const engine::EvalOptions opt{192, 96, 2};
+    const engine::EvalOptions opt{192, 96, 2, {}};
     auto r8 = engine::evaluate(*int8.model, f32.model.get(), tokens, opt);
     ASSERT_TRUE(r8.ok()) << r8.error().message;
     // Measured on this slice (AVX-512): top-1 94.5 %, KL 0.0045, PPL -1.3 %. The issue asks for

@@ -142,8 +142,9 @@ TEST(GoldenModel, GreedyContinuationsMatchLlamaCpp) {
         // With float activations ferry computes what the exact reference computes: its greedy
         // text must be the reference's to the token (its smallest top-2 gap is ~100x the
         // float32 rounding error).
-        if (!ferry::kernels::activation_quantization_enabled() && c.contains("numpy_ids"))
+        if (!ferry::kernels::activation_quantization_enabled() && c.contains("numpy_ids")) {
             EXPECT_EQ(got, c["numpy_ids"].get<std::vector<int32_t>>()) << name << " vs exact";
+        }
         size_t k = 0;
         while (k < want.size() && k < got.size() && got[k] == want[k]) ++k;
         ++total;

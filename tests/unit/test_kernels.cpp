@@ -275,9 +275,10 @@ TEST(Kernels, MatmulZeroActivationsAndNonFinite) {
                     << dtype_name(type) << " " << kernels::cpu_level_name(level);
                 const float want =
                     kernels::ref::vec_dot(m.w.type, m.w.row(r), x.data() + cols, cols);
-                if (!std::isfinite(want))
+                if (!std::isfinite(want)) {
                     EXPECT_FALSE(std::isfinite(y[5 + r]))
                         << dtype_name(type) << " " << kernels::cpu_level_name(level);
+                }
             }
         }
     }

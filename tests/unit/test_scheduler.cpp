@@ -88,8 +88,9 @@ void run_random(EngineConfig cfg, uint32_t seed, int vocab_span) {
                       s.seq->num_computed + s.num_tokens);
             // A block written this step is held by this sequence alone (copy-on-write done).
             const int64_t first = s.seq->num_computed / cfg.block_size;
-            if (first < static_cast<int64_t>(s.seq->blocks.size()))
+            if (first < static_cast<int64_t>(s.seq->blocks.size())) {
                 ASSERT_EQ(sch.pool().ref(s.seq->blocks[first]), 1);
+            }
         }
         for (const auto& s : out.seqs) sch.on_computed(s.seq, s.num_tokens);
         for (const auto& s : out.seqs) {

@@ -235,8 +235,9 @@ TEST(Speculation, EngineGreedyOutputIsIdenticalInABatch) {
         const auto mt = spec.metrics();
         EXPECT_GT(mt.spec_draft_tokens, 0u);
         EXPECT_GT(mt.spec_accepted_tokens, 0u);
-        if (m == SpecMethod::Draft)  // the target as its own draft: every proposal is right
+        if (m == SpecMethod::Draft) {  // the target as its own draft: every proposal is right
             EXPECT_LT(mt.steps, plain.metrics().steps) << "speculation should need fewer steps";
+        }
         expect_all_free(spec);
     }
 }
