@@ -18,6 +18,7 @@
 #include "engine/evaluator.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
+#include "kernel_levels.h"
 #include "kernels/cpu/reference.h"
 #include "kernels/kernels.h"
 #include "quant/dequantize.h"
@@ -297,16 +298,9 @@ TEST(FerryTypes, GgufSizesIncludeTheRowHeader) {
 using kernels::CpuLevel;
 
 std::vector<CpuLevel> all_levels() {
-    std::vector<CpuLevel> out = {CpuLevel::Scalar};
-    for (CpuLevel l : {CpuLevel::AVX2, CpuLevel::AVX512})
-        if (l <= kernels::detected_cpu_level()) out.push_back(l);
-    return out;
+    return ferry::testing::simd_levels(true);
 }
-
-struct LevelGuard {
-    CpuLevel saved = kernels::cpu_level();
-    ~LevelGuard() { kernels::set_cpu_level(saved); }
-};
+using ferry::testing::LevelGuard;
 
 struct Matrix {
     kernels::Weight w;

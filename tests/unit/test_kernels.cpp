@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernel_levels.h"
 #include "kernels/cpu/quantize_activations.h"
 #include "kernels/cpu/reference.h"
 #include "kernels/kernels.h"
@@ -20,18 +21,8 @@ namespace {
 using namespace ferry;
 using kernels::CpuLevel;
 
-std::vector<CpuLevel> simd_levels() {
-    std::vector<CpuLevel> out;
-    for (CpuLevel l : {CpuLevel::AVX2, CpuLevel::AVX512})
-        if (l <= kernels::detected_cpu_level()) out.push_back(l);
-    return out;
-}
-
-// Restores the level a test started with.
-struct LevelGuard {
-    CpuLevel saved = kernels::cpu_level();
-    ~LevelGuard() { kernels::set_cpu_level(saved); }
-};
+using ferry::testing::LevelGuard;
+using ferry::testing::simd_levels;
 
 enum class Scales { Normal, Zero, Huge, Tiny };
 

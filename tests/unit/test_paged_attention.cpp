@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernel_levels.h"
 #include "kernels/kernels.h"
 #include "kernels/paged_attention.h"
 #include "kv/kv_dtype.h"
@@ -20,17 +21,8 @@ namespace {
 using namespace ferry;
 using kernels::CpuLevel;
 
-std::vector<CpuLevel> simd_levels() {
-    std::vector<CpuLevel> out;
-    for (CpuLevel l : {CpuLevel::AVX2, CpuLevel::AVX512})
-        if (l <= kernels::detected_cpu_level()) out.push_back(l);
-    return out;
-}
-
-struct LevelGuard {
-    CpuLevel saved = kernels::cpu_level();
-    ~LevelGuard() { kernels::set_cpu_level(saved); }
-};
+using ferry::testing::LevelGuard;
+using ferry::testing::simd_levels;
 
 using kv::KvDType;
 constexpr KvDType kAllTypes[] = {KvDType::F32, KvDType::F16, KvDType::Int8, KvDType::FP8};

@@ -1,0 +1,26 @@
+// Dispatch levels for kernel tests: which SIMD levels this machine can run, and a guard that
+// restores the level a test started with.
+#pragma once
+
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace ferry::testing {
+
+// AVX2 and AVX-512 where the CPU has them; with_scalar puts the scalar level first.
+inline std::vector<kernels::CpuLevel> simd_levels(bool with_scalar = false) {
+    using kernels::CpuLevel;
+    std::vector<CpuLevel> out;
+    if (with_scalar) out.push_back(CpuLevel::Scalar);
+    for (CpuLevel l : {CpuLevel::AVX2, CpuLevel::AVX512})
+        if (l <= kernels::detected_cpu_level()) out.push_back(l);
+    return out;
+}
+
+struct LevelGuard {
+    kernels::CpuLevel saved = kernels::cpu_level();
+    ~LevelGuard() { kernels::set_cpu_level(saved); }
+};
+
+}  // namespace ferry::testing
