@@ -8,9 +8,9 @@
 #   scripts/quality-table.sh [--types "q8_0 int8 ..."] [--model M] [--work DIR] [--ferry BIN]
 #                            [--threads N] [--keep-files] [--write-doc] [--doc PATH]
 #
-# Types: q8_0 q6_k q4_k q4_1 q4_0 int8 fp8 int4_g32 int4_g64 int4_g128, and METHOD:TYPE for a
-# calibrated quantizer (gptq:int4_g128, awq:int4_g128), included by default only when
-# `ferry quantize --help` lists --method. --write-doc replaces what lies between
+# Types: q8_0 q6_k q4_k q4_1 q4_0 int8 fp8 int4_g32 int4_g64 int4_g128 w8a8, and METHOD:TYPE for
+# a calibrated quantizer (gptq:int4_g128, awq:int4_g128, smooth:w8a8 = SmoothQuant at alpha
+# 0.5), included by default only when `ferry quantize --help` lists --method / --smooth-alpha. --write-doc replaces what lies between
 # <!-- quality-table:begin --> and <!-- quality-table:end --> in docs/quantization.md (or
 # --doc PATH), and refuses when the markers are missing.
 # A full run takes tens of minutes on 2 cores; try `--types "q8_0 int8"` first.
@@ -50,6 +50,9 @@ if [[ -z $TYPES ]]; then
   TYPES="q8_0 q6_k q4_k q4_1 q4_0 int8 fp8 int4_g32 int4_g128"
   if "$FERRY" quantize --help 2>/dev/null | grep -q -- '--method'; then
     TYPES="$TYPES gptq:int4_g128 awq:int4_g128"
+  fi
+  if "$FERRY" quantize --help 2>/dev/null | grep -q -- '--smooth-alpha'; then
+    TYPES="$TYPES w8a8 smooth:w8a8"
   fi
 fi
 TARGS=()
@@ -103,7 +106,11 @@ for spec in $TYPES; do
   case $t in
     int4_g*) qargs=(--type int4 --group-size "${t#int4_g}") ;;
   esac
-  [[ $method != rtn ]] && qargs+=(--method "$method")
+  case $method in
+    rtn) ;;
+    smooth) qargs+=(--smooth-alpha 0.5) ;;  # SmoothQuant at the paper's alpha (w8a8)
+    *) qargs+=(--method "$method") ;;
+  esac
   out=$WORK/$method-$t.gguf
   log "$spec: quantize"
   if ! "$FERRY" quantize "$REF" "$out" "${qargs[@]}" -q "${TARGS[@]}" >&2; then

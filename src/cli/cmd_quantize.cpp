@@ -47,8 +47,10 @@ struct QuantizeOptions {
     std::string method = "rtn";  // rtn, gptq, awq
     std::string calib;           // calibration text; empty: data/calib/default.txt
     int64_t calib_tokens = 4096;
-    bool act_order = false;  // gptq
-    double damp = 0.01;      // gptq
+    bool act_order = false;    // gptq
+    double damp = 0.01;        // gptq
+    double smooth_alpha = -1;  // w8a8: SmoothQuant's migration strength; < 0: none
+    bool smoothing() const { return smooth_alpha >= 0; }
 };
 
 // The calibration text shipped in the repository: from the working directory (the
@@ -135,7 +137,7 @@ DType target_type(const QuantizeOptions& o) {
     if (!t || !quant::can_quantize(*t))
         throw ExitError(
             fmt::format("--type {}: not a type ferry writes (q8_0, q4_0, q4_1, q4_k, "
-                        "q6_k, f16, bf16, f32; ferry's own: int8, int4, fp8)",
+                        "q6_k, f16, bf16, f32; ferry's own: int8, int4, fp8, w8a8)",
                         o.type));
     return *t;
 }
@@ -146,6 +148,10 @@ std::optional<DType> planned_type(const QuantizeOptions& o, DType target, const 
     if (matches_any(name, o.keep)) return std::nullopt;
     if (n_dims == 1) return DType::F32;  // norms and biases: tiny, and the model reads them as F32
     if (matches_any(name, o.keep_f16)) return DType::F16;
+    // w8a8 is for the layers' linear maps. The token embedding is read a row at a time, and
+    // the output head's logits decide every token: both get int8 weights with float
+    // activations (W8A16), as SmoothQuant keeps its head in 16 bits.
+    if (target == DType::W8A8 && name.rfind("blk.", 0) != 0) return DType::INT8;
     return fallback_for(target, row);
 }
 
@@ -158,13 +164,15 @@ quant::TensorOverrides calibrated_overrides(const QuantizeOptions& o, DType targ
     if (static_cast<int64_t>(tokens.size()) > o.calib_tokens)
         tokens.resize(static_cast<size_t>(o.calib_tokens));
     if (tokens.size() < 2) throw ExitError(path + ": the calibration text is (nearly) empty");
+    const std::string what = o.smoothing() ? "smoothquant" : o.method;
     if (!o.quiet)
-        std::fprintf(stderr, "ferry quantize: %s calibration on %zu tokens of %s\n",
-                     o.method.c_str(), tokens.size(), path.c_str());
+        std::fprintf(stderr, "ferry quantize: %s calibration on %zu tokens of %s\n", what.c_str(),
+                     tokens.size(), path.c_str());
 
     quant::CalibrationOptions copt;
     copt.hessian = o.method == "gptq";
     copt.abs_mean = o.method == "awq";
+    copt.abs_max = o.smoothing();
     copt.n_samples = o.method == "awq" ? kAwqSamples : 0;
     quant::CalibrationStats stats;
     {
@@ -179,10 +187,12 @@ quant::TensorOverrides calibrated_overrides(const QuantizeOptions& o, DType targ
         const gguf::TensorInfo* t = lm.file->tensor(name);
         return planned_type(o, target, name, t ? t->shape.size() : 2, row);
     };
-    Progress bar(o.method, c.n_layer, !o.quiet);
+    Progress bar(what, c.n_layer, !o.quiet);
     auto on_layer = [&](int done, int) { bar.update(done); };
     quant::TensorOverrides ov;
-    if (o.method == "gptq") {
+    if (o.smoothing()) {
+        ov = take(quant::run_smoothquant(*lm.file, c, stats, type_of, o.smooth_alpha, on_layer));
+    } else if (o.method == "gptq") {
         quant::GptqOptions g;
         g.damp = o.damp;
         g.act_order = o.act_order;
@@ -205,7 +215,7 @@ void quantize_file(const QuantizeOptions& o) {
             o.method, o.type));
     std::shared_ptr<gguf::File> in;
     std::optional<engine::LoadedModel> lm;
-    if (o.method == "rtn") {
+    if (o.method == "rtn" && !o.smoothing()) {
         in = take(gguf::File::open(o.in));
     } else {
         lm.emplace(take(engine::LoadedModel::load(o.in, false)));
@@ -235,6 +245,7 @@ void quantize_file(const QuantizeOptions& o) {
     for (const auto& t : in->tensors()) total_elems += t.n_elements;
     // (row length, type written) -> example names: one line per kind of fallback, not 180.
     std::map<std::pair<int64_t, DType>, std::string> fallbacks;
+    std::string w8a16_names;  // w8a8: embedding and head, written int8 with float activations
     auto done = std::make_shared<int64_t>(0);
     auto bar = std::make_shared<Progress>("quantize " + type_name, total_elems, !o.quiet);
 
@@ -248,6 +259,9 @@ void quantize_file(const QuantizeOptions& o) {
         } else if (t.shape.size() == 1) {
         } else if (matches_any(t.name, o.keep_f16)) {
             ++n_f16;
+        } else if (target == DType::W8A8 && out_type == DType::INT8 &&
+                   t.name.rfind("blk.", 0) != 0) {
+            w8a16_names += (w8a16_names.empty() ? "" : ", ") + t.name;
         } else {
             if (out_type != target) {
                 ++n_fallback;
@@ -316,6 +330,11 @@ void quantize_file(const QuantizeOptions& o) {
                      static_cast<long long>(key.first), type_name.c_str(),
                      dtype_info(target).block_size, std::string(dtype_name(key.second)).c_str(),
                      names.c_str());
+    if (!w8a16_names.empty() && !o.quiet)
+        std::fprintf(stderr,
+                     "ferry quantize: %s written as int8 with float activations (w8a8 is for "
+                     "the layers' linear maps)\n",
+                     w8a16_names.c_str());
     if (Status s = w.write(o.out); !s) throw ExitError(s.error().message);
     bar->finish();
 
@@ -333,13 +352,14 @@ void quantize_file(const QuantizeOptions& o) {
 
 void add_quantize_command(CLI::App& app) {
     auto o = std::make_shared<QuantizeOptions>();
-    auto* cmd =
-        app.add_subcommand("quantize", "Re-quantize a GGUF model (round to nearest, GPTQ or AWQ)");
+    auto* cmd = app.add_subcommand(
+        "quantize", "Re-quantize a GGUF model (round to nearest, GPTQ, AWQ or SmoothQuant)");
     cmd->add_option("input", o->in, "Input GGUF file (any type ferry reads)")->required();
     cmd->add_option("output", o->out, "Output GGUF file")->required();
     cmd->add_option("--type", o->type,
                     "q8_0, q4_0, q4_1, q4_k, q6_k, f16, bf16, f32, or ferry's own (only ferry "
-                    "reads them): int8 (per-row scale), int4 (groups), fp8 (E4M3, per-row scale)")
+                    "reads them): int8 (per-row scale), int4 (groups), fp8 (E4M3, per-row scale), "
+                    "w8a8 (int8 weights, activations quantized to int8 per token)")
         ->required();
     auto* group = cmd->add_option("--group-size", o->group_size, "int4 group size: 32, 64 or 128")
                       ->capture_default_str();
@@ -367,14 +387,26 @@ void add_quantize_command(CLI::App& app) {
                                  "of its mean")
                      ->check(CLI::Range(0.0, 10.0))
                      ->capture_default_str();
+    auto* smooth =
+        cmd->add_option("--smooth-alpha", o->smooth_alpha,
+                        "w8a8: SmoothQuant, migrating activation outliers into the weights with "
+                        "this strength (0..1; 0.5 is the paper's default), calibrated on --calib")
+            ->check(CLI::Range(0.0, 1.0));
     cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)");
     cmd->add_flag("-q,--quiet", o->quiet, "No progress bar");
-    cmd->callback([o, group, calib, calib_tokens, act_order, damp] {
+    cmd->callback([o, group, calib, calib_tokens, act_order, damp, smooth] {
         if (o->in == o->out) throw ExitError("input and output must be different files");
         if (group->count() && o->type != "int4")
             throw ExitError("--group-size applies to --type int4 only");
-        if (o->method == "rtn" && (calib->count() || calib_tokens->count()))
-            throw ExitError("--calib and --calib-tokens apply to --method gptq or awq");
+        if (smooth->count() && o->type != "w8a8")
+            throw ExitError(
+                "--smooth-alpha applies to --type w8a8 only (it serves 8-bit activations)");
+        if (smooth->count() && o->method != "rtn")
+            throw ExitError(
+                "--smooth-alpha and --method gptq/awq do not combine (w8a8 rounds to nearest)");
+        if (o->method == "rtn" && !smooth->count() && (calib->count() || calib_tokens->count()))
+            throw ExitError(
+                "--calib and --calib-tokens apply to --method gptq or awq, or --smooth-alpha");
         if (o->method != "gptq" && (act_order->count() || damp->count()))
             throw ExitError("--act-order and --damp apply to --method gptq only");
         quantize_file(*o);

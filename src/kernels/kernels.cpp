@@ -81,6 +81,28 @@ const BlockQ8A* quantize_activations(const LevelKernels* lk, const float* x, int
     return out;
 }
 
+// w8a8's activations, one scale per token, in the calling thread's buffer (rows padded to 64
+// bytes so each token's values start aligned for the vector loads).
+TokenQ8 quantize_tokens(const LevelKernels* lk, const float* x, int64_t cols, int64_t n_tokens,
+                        ThreadPool& pool) {
+    thread_local std::vector<int8_t> q;
+    thread_local std::vector<float> d;
+    const int64_t stride = (cols + 63) / 64 * 64;
+    if (static_cast<int64_t>(q.size()) < stride * n_tokens) q.resize(stride * n_tokens);
+    if (static_cast<int64_t>(d.size()) < n_tokens) d.resize(n_tokens);
+    int8_t* qp = q.data();
+    float* dp = d.data();
+    auto run = [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t)
+            lk->quantize_token_q8(x + t * cols, cols, qp + t * stride, dp + t);
+    };
+    if (n_tokens < 8)
+        run(0, n_tokens);
+    else
+        pool.parallel_for(n_tokens, run);
+    return TokenQ8{qp, dp, stride};
+}
+
 // Rows handed to a thread come in multiples of this, so SIMD row tiles are never split.
 constexpr int64_t kRowGrain = 4;
 
@@ -155,6 +177,12 @@ void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_toke
     for (const auto& o : outs) need_q |= uses_q8_activations(o.w.type);
     if (lk && need_q && activation_quantization_enabled() && cols % 32 == 0)
         xq = quantize_activations(lk, x, cols, n_tokens, pool);
+    // w8a8 always quantizes its activations: that is what the type means.
+    TokenQ8 xt;
+    bool need_t = false;
+    for (const auto& o : outs) need_t |= o.w.type == DType::W8A8;
+    if (lk && need_t && lk->quantize_token_q8 && lk->matmul_w8a8)
+        xt = quantize_tokens(lk, x, cols, n_tokens, pool);
 
     // The outputs' rows are one index space split evenly over the threads: one wake-up and
     // one barrier for q, k and v together instead of three.
@@ -168,6 +196,10 @@ void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_toke
             const int64_t r1 = std::min<int64_t>(e - base, o.w.rows);
             base += o.w.rows;
             if (r0 >= r1) continue;
+            if (o.w.type == DType::W8A8 && xt.q) {
+                lk->matmul_w8a8(o.w, xt, n_tokens, o.y, o.w.rows, r0, r1);
+                continue;
+            }
             const BlockQ8A* q = uses_q8_activations(o.w.type) ? xq : nullptr;
             if (!lk || !lk->matmul_rows(o.w, x, q, n_tokens, o.y, o.w.rows, r0, r1))
                 reference_rows(o.w, x, n_tokens, o.y, o.w.rows, r0, r1);

@@ -7,6 +7,7 @@
 
 #include "quant/dequantize.h"
 #include "quant/group_grid.h"
+#include "quant/smoothquant.h"
 
 namespace ferry::quant {
 namespace {
@@ -39,6 +40,24 @@ auto layer_matrices(Layer& l) {
                                                      {&l.w_up, "ffn_up"},
                                                      {&l.w_down, "ffn_down"}}};
 }
+
+// Every matrix of a rescaled layer changes, so a layer with one left byte for byte as it was
+// (--keep) cannot be rescaled: its norms would no longer match.
+bool layer_has_kept_tensors(const gguf::File& f, const model::LlamaConfig& c, int li,
+                            const TypeForTensor& type_of) {
+    for (const Consumers& group : kConsumers)
+        for (const char* what : group.tensors) {
+            const std::string name = layer_name(li, what);
+            const gguf::TensorInfo* t = f.tensor(name);
+            if (!t || !type_of(name, t->shape[0])) return true;
+        }
+    for (const char* norm : {"attn_norm", "ffn_norm"})
+        if (!type_of(layer_name(li, norm), c.n_embd)) return true;
+    return false;
+}
+
+// The four inputs in model::LinearInput order, as the notes name them.
+const char* const kInputNames[] = {"q/k/v", "attn_output", "gate/up", "ffn_down"};
 
 }  // namespace
 
@@ -128,18 +147,7 @@ Expected<TensorOverrides> run_awq(const gguf::File& f, const model::LlamaConfig&
     std::array<double, 4> alpha_sum{}, err_rtn{}, err_awq{};
     int n_done = 0;
     for (int li = 0; li < c.n_layer; ++li) {
-        // Every matrix of the layer is rescaled, so a layer with one left byte for byte as
-        // it was (--keep) cannot be: its norms would no longer match.
-        bool kept = false;
-        for (const Consumers& group : kConsumers)
-            for (const char* what : group.tensors) {
-                const std::string name = layer_name(li, what);
-                const gguf::TensorInfo* t = f.tensor(name);
-                if (!t || !type_of(name, t->shape[0])) kept = true;
-            }
-        for (const char* norm : {"attn_norm", "ffn_norm"})
-            if (!type_of(layer_name(li, norm), c.n_embd)) kept = true;
-        if (kept) {
+        if (layer_has_kept_tensors(f, c, li, type_of)) {
             out.notes.push_back(
                 fmt::format("layer {}: some of its tensors are kept (--keep); no AWQ scaling", li));
             if (progress) progress(li + 1, c.n_layer);
@@ -161,11 +169,43 @@ Expected<TensorOverrides> run_awq(const gguf::File& f, const model::LlamaConfig&
         store_awq_layer(*l, li, out);
         if (progress) progress(li + 1, c.n_layer);
     }
-    const char* names[] = {"q/k/v", "attn_output", "gate/up", "ffn_down"};
     for (size_t k = 0; k < 4 && n_done > 0; ++k)
         out.notes.push_back(fmt::format(
-            "awq {}: mean alpha {:.2f}, calibration output error {:.1f} % of RTN's", names[k],
+            "awq {}: mean alpha {:.2f}, calibration output error {:.1f} % of RTN's", kInputNames[k],
             alpha_sum[k] / n_done, err_rtn[k] > 0 ? 100.0 * err_awq[k] / err_rtn[k] : 100.0));
+    return out;
+}
+
+Expected<TensorOverrides> run_smoothquant(const gguf::File& f, const model::LlamaConfig& c,
+                                          const CalibrationStats& stats,
+                                          const TypeForTensor& type_of, double alpha,
+                                          const LayerProgress& progress) {
+    TensorOverrides out;
+    std::array<double, 4> before{}, after{};
+    int n_done = 0;
+    for (int li = 0; li < c.n_layer; ++li) {
+        if (layer_has_kept_tensors(f, c, li, type_of)) {
+            out.notes.push_back(
+                fmt::format("layer {}: some of its tensors are kept (--keep); no smoothing", li));
+        } else {
+            auto l = read_awq_layer(f, c, li);
+            if (!l) return l.error();
+            const SmoothResult r = smoothquant_layer(*l, stats.layers[static_cast<size_t>(li)],
+                                                     alpha, c.n_head, c.n_head_kv, c.head_dim);
+            for (size_t k = 0; k < 4; ++k) {
+                before[k] += r.spread_before[k];
+                after[k] += r.spread_after[k];
+            }
+            ++n_done;
+            store_awq_layer(*l, li, out);
+        }
+        if (progress) progress(li + 1, c.n_layer);
+    }
+    for (size_t k = 0; k < 4 && n_done > 0; ++k)
+        out.notes.push_back(fmt::format(
+            "smoothquant {} input (alpha {}): largest channel max / median {:.1f}x -> {:.1f}x "
+            "(mean over layers)",
+            kInputNames[k], alpha, before[k] / n_done, after[k] / n_done));
     return out;
 }
 

@@ -1,4 +1,4 @@
-// The model-level side of GPTQ and AWQ for `ferry quantize`: which tensors share which
+// The model-level side of GPTQ, AWQ and SmoothQuant for `ferry quantize`: which tensors share which
 // calibrated input, reading them as floats, and what to write instead of plain RTN. Only the
 // per-layer linear maps are touched; the token embedding (also the output head when tied)
 // and output.weight stay with RTN.
@@ -42,6 +42,13 @@ Expected<TensorOverrides> run_gptq(const gguf::File& f, const model::LlamaConfig
 Expected<TensorOverrides> run_awq(const gguf::File& f, const model::LlamaConfig& c,
                                   const CalibrationStats& stats, const TypeForTensor& type_of,
                                   ThreadPool& pool, const LayerProgress& progress = nullptr);
+
+// SmoothQuant (quant/smoothquant.h) on every layer whose tensors are all written: the rescaled
+// matrices and norms go into `floats`, to be rounded to w8a8 as usual.
+Expected<TensorOverrides> run_smoothquant(const gguf::File& f, const model::LlamaConfig& c,
+                                          const CalibrationStats& stats,
+                                          const TypeForTensor& type_of, double alpha,
+                                          const LayerProgress& progress = nullptr);
 
 // One layer's tensors as floats, and back into `out.floats` under their names.
 Expected<AwqLayer> read_awq_layer(const gguf::File& f, const model::LlamaConfig& c, int layer);

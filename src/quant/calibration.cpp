@@ -31,11 +31,17 @@ class Collector final : public model::ActivationObserver {
             st.dim = dim;
             if (opt_.hessian) st.hessian.assign(static_cast<size_t>(dim * dim), 0.0);
             if (opt_.abs_mean) st.abs_mean.assign(static_cast<size_t>(dim), 0.0);
+            if (opt_.abs_max) st.abs_max.assign(static_cast<size_t>(dim), 0.0);
         }
         st.n_tokens += n;
         if (opt_.abs_mean) {
             for (int64_t t = 0; t < n; ++t)
                 for (int64_t i = 0; i < dim; ++i) st.abs_mean[i] += std::fabs(x[t * dim + i]);
+        }
+        if (opt_.abs_max) {
+            for (int64_t t = 0; t < n; ++t)
+                for (int64_t i = 0; i < dim; ++i)
+                    st.abs_max[i] = std::max<double>(st.abs_max[i], std::fabs(x[t * dim + i]));
         }
         for (int64_t t = 0; t < n; ++t)
             if (sampled_[static_cast<size_t>(offset_ + t)]) {

@@ -1,5 +1,5 @@
-// Calibration statistics for GPTQ and AWQ: the model is run over a calibration text and the
-// inputs of every linear map are summarised per layer (model::LinearInput says which: q/k/v
+// Calibration statistics for GPTQ, AWQ and SmoothQuant: the model is run over a calibration text
+// and the inputs of every linear map are summarised per layer (model::LinearInput says which: q/k/v
 // share one input, gate/up another). All layers see the activations of the model as given,
 // not of the partly quantized one that sequential GPTQ would use: one forward pass serves
 // every layer, at some cost in how well later layers' errors are compensated.
@@ -20,6 +20,7 @@ namespace ferry::quant {
 struct CalibrationOptions {
     bool hessian = false;   // GPTQ: H = 2/N X^T X
     bool abs_mean = false;  // AWQ: per-channel mean |x|
+    bool abs_max = false;   // SmoothQuant: per-channel max |x|
     int64_t n_samples = 0;  // AWQ: keep this many token rows, spread evenly over the text
     int window = 512;       // tokens per forward pass, each from an empty cache
 };
@@ -29,6 +30,7 @@ struct InputStats {
     int64_t n_tokens = 0;
     std::vector<double> hessian;   // dim x dim, 2/N X^T X
     std::vector<double> abs_mean;  // dim
+    std::vector<double> abs_max;   // dim
     std::vector<float> samples;    // n_samples x dim, rows of X
     int64_t n_samples = 0;
 };

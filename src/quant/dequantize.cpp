@@ -147,6 +147,12 @@ void dequant_int8(const void* src, float* dst, int64_t n) {
     for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(q[i]) * s;
 }
 
+void dequant_w8a8(const void* src, float* dst, int64_t n) {
+    const float s = row_scale(src);
+    const auto* q = static_cast<const int8_t*>(src) + kW8A8HeaderBytes;
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(q[i]) * s;
+}
+
 void dequant_fp8(const void* src, float* dst, int64_t n) {
     const float s = row_scale(src);
     const auto* q = static_cast<const uint8_t*>(src) + kRowScaleBytes;
@@ -260,6 +266,9 @@ Status dequantize_row(DType type, const void* src, float* dst, int64_t n) {
             break;
         case DType::FP8:
             dequant_fp8(src, dst, n);
+            break;
+        case DType::W8A8:
+            dequant_w8a8(src, dst, n);
             break;
         case DType::INT4_G32:
             dequant_int4<32>(src, dst, n);

@@ -129,6 +129,18 @@ void quantize_row_int8(const float* x, void* dst, int64_t n) {
     }
 }
 
+void quantize_row_w8a8(const float* x, void* dst, int64_t n) {
+    // The int8 row, moved 4 bytes on to make room for the sum.
+    auto* p = static_cast<uint8_t*>(dst);
+    quantize_row_int8(x, p + (kW8A8HeaderBytes - kRowScaleBytes), n);
+    std::memmove(p, p + (kW8A8HeaderBytes - kRowScaleBytes), kRowScaleBytes);
+    const auto* q = reinterpret_cast<const int8_t*>(p + kW8A8HeaderBytes);
+    int64_t sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += q[i];
+    const auto s32 = static_cast<int32_t>(sum);  // |sum| <= 127 n: fits for any real row
+    std::memcpy(p + kRowScaleBytes, &s32, sizeof(s32));
+}
+
 void quantize_row_fp8(const float* x, void* dst, int64_t n) {
     const float amax = row_amax(x, n);
     float s = amax / kFp8Max;

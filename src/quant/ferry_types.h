@@ -5,6 +5,12 @@
 //   int8        row = [f32 scale s][cols x int8 q]            x = s * q, |q| <= 127
 //   fp8         row = [f32 scale s][cols x E4M3 byte e]        x = s * e4m3(e), |e4m3| <= 448
 //   int4_gG     row = cols/G x BlockInt4<G>                    x = d * (q - z), 0 <= q, z <= 15
+//   w8a8        row = [f32 scale s][i32 sum of q][cols x int8 q]   x = s * q, |q| <= 127
+//
+// w8a8 stores its weights as int8 does; what differs is the product: activations are
+// quantized per token to int8 as well (dynamic, SmoothQuant's W8A8), so a row's dot product is
+// one integer sum times two scales. The sum of q lets a kernel feed activations as unsigned
+// bytes (q + 128) to u8 x s8 instructions (VNNI) and subtract 128 * sum(q) afterwards.
 //
 // The per-row scale sits in a 4-byte row header (DTypeInfo::row_header), so a matrix is still
 // rows x row_bytes and every row-wise consumer (Weight::row, get_row, the GGUF size check)
@@ -17,9 +23,10 @@
 
 namespace ferry::quant {
 
-constexpr int kRowScaleBytes = 4;  // the f32 scale heading an int8 / fp8 row
-constexpr float kFp8Max = 448.0f;  // largest finite E4M3 value (OCP FP8; no infinities)
-constexpr uint8_t kFp8NaN = 0x7F;  // S.1111.111, the only NaN pattern (with either sign)
+constexpr int kRowScaleBytes = 4;    // the f32 scale heading an int8 / fp8 row
+constexpr int kW8A8HeaderBytes = 8;  // w8a8: the f32 scale, then the i32 sum of the row's q
+constexpr float kFp8Max = 448.0f;    // largest finite E4M3 value (OCP FP8; no infinities)
+constexpr uint8_t kFp8NaN = 0x7F;    // S.1111.111, the only NaN pattern (with either sign)
 
 #pragma pack(push, 1)
 // One group of G weights. Nibbles go as in Q4_0, per 32 elements: byte j of a 32-element
@@ -42,7 +49,7 @@ constexpr bool is_int4(DType t) {
     return t == DType::INT4_G32 || t == DType::INT4_G64 || t == DType::INT4_G128;
 }
 constexpr bool is_ferry_type(DType t) {
-    return t == DType::INT8 || t == DType::FP8 || is_int4(t);
+    return t == DType::INT8 || t == DType::FP8 || t == DType::W8A8 || is_int4(t);
 }
 
 // OCP E4M3: bias 7, subnormals, no infinities. Decoding is exact; encoding rounds to nearest
@@ -55,6 +62,7 @@ uint8_t fp32_to_fp8_e4m3(float f);
 // ratios per group for the smallest squared error.
 void quantize_row_int8(const float* x, void* dst, int64_t n);
 void quantize_row_fp8(const float* x, void* dst, int64_t n);
+void quantize_row_w8a8(const float* x, void* dst, int64_t n);
 void quantize_row_int4(DType type, const float* x, void* dst, int64_t n);
 
 }  // namespace ferry::quant

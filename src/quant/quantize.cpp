@@ -351,6 +351,7 @@ bool can_quantize(DType type) {
         case DType::Q6_K:
         case DType::INT8:
         case DType::FP8:
+        case DType::W8A8:
         case DType::INT4_G32:
         case DType::INT4_G64:
         case DType::INT4_G128:
@@ -396,6 +397,9 @@ Status quantize_row(DType type, const float* src, void* dst, int64_t n) {
             break;
         case DType::FP8:
             quantize_row_fp8(src, dst, n);
+            break;
+        case DType::W8A8:
+            quantize_row_w8a8(src, dst, n);
             break;
         case DType::INT4_G32:
         case DType::INT4_G64:

@@ -1,4 +1,4 @@
-// ferry's own weight types (int8, fp8, int4 in groups of 32/64/128): the E4M3 conversions,
+// ferry's own weight types (int8, fp8, int4 in groups of 32/64/128, w8a8): the E4M3 conversions,
 // round-trip error bounds, the byte layout docs/quantization.md promises, GGUF size checks,
 // every SIMD level's matmul against the scalar reference, and the default model run with them.
 #include <gtest/gtest.h>
@@ -29,8 +29,8 @@
 namespace ferry::quant {
 namespace {
 
-const DType kTypes[] = {DType::INT8, DType::FP8, DType::INT4_G32, DType::INT4_G64,
-                        DType::INT4_G128};
+const DType kTypes[] = {DType::INT8,     DType::FP8,       DType::INT4_G32,
+                        DType::INT4_G64, DType::INT4_G128, DType::W8A8};
 
 std::string name(DType t) {
     return std::string(dtype_name(t));
@@ -70,7 +70,7 @@ std::vector<float> element_bounds(DType t, const std::vector<float>& x) {
     std::vector<float> b(x.size());
     float amax = 0;
     for (float v : x) amax = std::max(amax, std::fabs(v));
-    if (t == DType::INT8) {
+    if (t == DType::INT8 || t == DType::W8A8) {
         std::fill(b.begin(), b.end(), amax / 254.0f * 1.0001f);
     } else if (t == DType::FP8) {
         const float s = amax / kFp8Max;
@@ -93,6 +93,7 @@ std::vector<float> element_bounds(DType t, const std::vector<float>& x) {
 double rms_bound(DType t) {
     switch (t) {
         case DType::INT8:
+        case DType::W8A8:
             return 0.014;
         case DType::FP8:
             return 0.04;
@@ -158,7 +159,7 @@ TEST(FerryTypes, Fp8RoundsToNearestEvenAndSaturates) {
 TEST(FerryTypes, RoundTripGaussianWithinBounds) {
     for (DType t : kTypes) check_round_trip(t, gaussian(4096, 1, 0.02f), "gaussian");
     // Rows that are not a multiple of anything: int8 and fp8 take any length.
-    for (DType t : {DType::INT8, DType::FP8}) {
+    for (DType t : {DType::INT8, DType::FP8, DType::W8A8}) {
         check_round_trip(t, gaussian(577, 2, 0.02f), "gaussian");
         check_round_trip(t, gaussian(1, 3, 0.02f), "gaussian");
     }
@@ -243,6 +244,18 @@ TEST(FerryTypes, ByteLayoutIsTheDocumentedOne) {
     EXPECT_EQ((*f8)[5], 0xF0);  // -134.4 rounds to -128 (the grid is 16 apart there)
     EXPECT_EQ((*f8)[6], 0x6E);  // 112
 
+    // w8a8: int8's scale and values, with the sum of the values between them.
+    auto w8 = quantize(DType::W8A8, x.data(), 3);
+    ASSERT_TRUE(w8.ok());
+    ASSERT_EQ(w8->size(), 8u + 3u);
+    std::memcpy(&s, w8->data(), 4);
+    EXPECT_EQ(s, 1.0f / 127);
+    int32_t sum;
+    std::memcpy(&sum, w8->data() + 4, 4);
+    EXPECT_EQ(sum, 127 - 38 + 32);
+    EXPECT_EQ(std::vector<uint8_t>(w8->begin() + 8, w8->end()),
+              std::vector<uint8_t>(q8->begin() + 4, q8->end()));
+
     // x_j = 0.5 * (k_j - 3) with k_j = j mod 16: an exact fit with d = 0.5 and z = 3.
     std::vector<float> g(32);
     for (int j = 0; j < 32; ++j) g[j] = 0.5f * static_cast<float>(j % 16 - 3);
@@ -285,7 +298,8 @@ TEST(FerryTypes, GgufSizesIncludeTheRowHeader) {
     ASSERT_EQ(t->n_bytes, 3u * 9);
     EXPECT_EQ(std::vector<uint8_t>(t->data, t->data + t->n_bytes), int8_bytes);
     EXPECT_EQ(dtype_info(1026)->type, DType::INT4_G32);
-    EXPECT_FALSE(dtype_info(1029).has_value());
+    EXPECT_EQ(dtype_info(1029)->type, DType::W8A8);
+    EXPECT_FALSE(dtype_info(1030).has_value());
 
     // One byte short of the last row header's row: the reader must refuse, not read past.
     const size_t end = (*f)->data_offset() + t->offset + t->n_bytes;
@@ -382,6 +396,9 @@ TEST(FerryTypes, EveryLevelDequantizesExactlyAsTheReference) {
     for (CpuLevel level : all_levels()) {
         kernels::set_cpu_level(level);
         for (DType t : kTypes) {
+            // w8a8 quantizes the one-hot activations too (1 -> 127 * 1/127); its own test is
+            // below.
+            if (t == DType::W8A8) continue;
             const int64_t cols = dtype_info(t).block_size == 1 ? 45 : 128;
             const Matrix m = make_matrix(t, 5, cols, 99);
             std::vector<float> eye(static_cast<size_t>(cols * cols), 0.0f);
@@ -427,6 +444,68 @@ TEST(FerryTypes, MatmulZeroActivationsAndNaN) {
         kernels::matmul(m.w, x.data(), 1, &y, pool);
         EXPECT_TRUE(std::isnan(y)) << kernels::cpu_level_name(level);
     }
+}
+
+// w8a8's products are integer sums times two scales, so every level must give the reference's
+// result to the bit: the same per-token activation codes and scale, the same integer. Row
+// lengths cover the vector loops' tails (64 and 32 bytes); one row holds -128, which the
+// quantizer never writes but a file may.
+TEST(FerryTypes, W8A8EveryLevelEqualsTheReferenceExactly) {
+    LevelGuard guard;
+    ThreadPool pool(2);
+    uint32_t seed = 500;
+    for (CpuLevel level : all_levels()) {
+        kernels::set_cpu_level(level);
+        for (int64_t cols : {1, 31, 64, 100, 576, 1536}) {
+            Matrix m = make_matrix(DType::W8A8, 9, cols, ++seed);
+            m.bytes[row_bytes(DType::W8A8, cols) * 3 + kW8A8HeaderBytes] = 0x80;  // -128
+            int32_t sum = 0;  // keep row 3's header sum true to its values
+            for (int64_t i = 0; i < cols; ++i)
+                sum += static_cast<int8_t>(m.bytes[row_bytes(DType::W8A8, cols) * 3 + 8 + i]);
+            std::memcpy(&m.bytes[row_bytes(DType::W8A8, cols) * 3 + 4], &sum, 4);
+            for (int64_t nt : {1, 3, 4, 13, 70}) {
+                std::vector<float> x = heavy_tailed(static_cast<size_t>(nt * cols), ++seed);
+                for (size_t i = 0; i < x.size(); i += 7) x[i] *= 1000.0f;  // outlier channels
+                std::vector<float> y(static_cast<size_t>(nt * 9));
+                kernels::matmul(m.w, x.data(), nt, y.data(), pool);
+                for (int64_t r = 0; r < 9; ++r)
+                    for (int64_t t = 0; t < nt; ++t)
+                        ASSERT_EQ(y[t * 9 + r], kernels::ref::vec_dot(DType::W8A8, m.w.row(r),
+                                                                      x.data() + t * cols, cols))
+                            << kernels::cpu_level_name(level) << " cols " << cols << " row " << r
+                            << " token " << t;
+            }
+        }
+    }
+}
+
+// What w8a8 changes against int8 is only the activations' rounding: each token's values move
+// by at most half its step amax/127, so the product moves by at most sum|w| * step / 2.
+TEST(FerryTypes, W8A8DiffersFromInt8ByTheActivationStepOnly) {
+    ThreadPool pool(2);
+    const int64_t rows = 16, cols = 576, nt = 5;
+    const Matrix w8 = make_matrix(DType::W8A8, rows, cols, 41);
+    const Matrix i8 = make_matrix(DType::INT8, rows, cols, 41);
+    std::vector<float> x = gaussian(static_cast<size_t>(nt * cols), 42, 1.0f);
+    x[17] = 300.0f;  // an outlier channel in token 0 coarsens its step 100-fold
+    std::vector<float> y8(rows * nt), yi(rows * nt), deq(cols);
+    kernels::matmul(w8.w, x.data(), nt, y8.data(), pool);
+    kernels::matmul(i8.w, x.data(), nt, yi.data(), pool);
+    double err0 = 0, err1 = 0;
+    for (int64_t t = 0; t < nt; ++t) {
+        float amax = 0;
+        for (int64_t i = 0; i < cols; ++i) amax = std::max(amax, std::fabs(x[t * cols + i]));
+        for (int64_t r = 0; r < rows; ++r) {
+            ASSERT_TRUE(dequantize_row(DType::INT8, i8.w.row(r), deq.data(), cols).ok());
+            double wabs = 0;
+            for (float v : deq) wabs += std::fabs(v);
+            const double diff = std::fabs(y8[t * rows + r] - yi[t * rows + r]);
+            EXPECT_LE(diff, wabs * amax / 127.0 / 2.0 * 1.001 + 1e-6) << r << " " << t;
+            (t == 0 ? err0 : err1) += diff;
+        }
+    }
+    EXPECT_GT(err0, 0.0);
+    EXPECT_GT(err0 / rows, 5.0 * err1 / (rows * (nt - 1)));  // the outlier's token suffers most
 }
 
 // ---- the default model --------------------------------------------------------------------

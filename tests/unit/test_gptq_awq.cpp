@@ -1,7 +1,8 @@
 // GPTQ and AWQ (src/quant/gptq.*, awq.*, calibration.*, calibrated.*): the group grids agree
 // with RTN byte for byte, GPTQ lowers a layer's output error against RTN when its inputs are
 // correlated, AWQ never raises it on its samples, and folding AWQ's scales into the real
-// model leaves its logits unchanged.
+// model leaves its logits unchanged; SmoothQuant's scales follow the paper's formula, keep the
+// float model's logits and cut w8a8's error.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,6 +23,7 @@
 #include "quant/gptq.h"
 #include "quant/group_grid.h"
 #include "quant/quantize.h"
+#include "quant/smoothquant.h"
 #include "test_util.h"
 
 namespace ferry::quant {
@@ -230,7 +232,9 @@ TEST(Awq, SearchNeverWorseThanRtnAndAlphaZeroIsRtn) {
 
 // The default model cut to its first two layers, with those layers' tensors as f32 from
 // `floats` (the embedding keeps its bytes): small enough to build in memory.
-std::vector<uint8_t> two_layer_model(const gguf::File& f, const TensorOverrides& floats) {
+// Matrices among `floats` are written as `type` (1-D tensors stay f32).
+std::vector<uint8_t> two_layer_model(const gguf::File& f, const TensorOverrides& floats,
+                                     DType type = DType::F32) {
     gguf::Writer w;
     w.copy_metadata(f);
     const std::string arch = *f.find("general.architecture")->as_string();
@@ -243,10 +247,14 @@ std::vector<uint8_t> two_layer_model(const gguf::File& f, const TensorOverrides&
         if (it == floats.floats.end()) {
             EXPECT_TRUE(w.add_tensor(t.name, t.shape, t.type,
                                      std::vector<uint8_t>(t.data, t.data + t.n_bytes)));
-        } else {
+        } else if (type == DType::F32 || t.shape.size() == 1) {
             std::vector<uint8_t> bytes(it->second.size() * sizeof(float));
             std::memcpy(bytes.data(), it->second.data(), bytes.size());
             EXPECT_TRUE(w.add_tensor(t.name, t.shape, DType::F32, std::move(bytes)));
+        } else {
+            const int64_t cols = t.shape[0], rows = t.n_elements / cols;
+            EXPECT_TRUE(
+                w.add_tensor(t.name, t.shape, type, rtn_matrix(type, it->second, rows, cols)));
         }
     }
     auto mem = w.write_to_memory();
@@ -266,6 +274,32 @@ std::vector<float> logits_of(const model::LlamaModel& m, std::span<const int32_t
     std::vector<float> logits(tokens.size() * static_cast<size_t>(c.n_vocab));
     m.forward(tokens, {&seq, 1}, store, logits.data(), pool);
     return logits;
+}
+
+// The first two layers as they are, as floats and as a loaded model.
+struct TwoLayers {
+    TensorOverrides floats;
+    std::vector<uint8_t> bytes;
+    std::shared_ptr<gguf::File> file;
+    std::unique_ptr<model::LlamaModel> model;
+};
+TwoLayers plain_two_layers(const gguf::File& f, const model::LlamaConfig& c) {
+    TwoLayers t;
+    for (int li = 0; li < 2; ++li) {
+        auto layer = read_awq_layer(f, c, li);
+        EXPECT_TRUE(layer.ok());
+        if (!layer.ok()) return t;
+        store_awq_layer(*layer, li, t.floats);
+    }
+    t.bytes = two_layer_model(f, t.floats);
+    auto file = gguf::File::parse(t.bytes);
+    EXPECT_TRUE(file.ok());
+    if (!file.ok()) return t;
+    t.file = *file;
+    auto m = model::LlamaModel::load(t.file);
+    EXPECT_TRUE(m.ok());
+    if (m.ok()) t.model = std::move(m).value();
+    return t;
 }
 
 std::string calib_text() {
@@ -329,17 +363,10 @@ TEST(Awq, RealLayersNeverWorseThanRtn) {
     const auto& lm = ferry::testing::default_model();
     const gguf::File& f = *lm.file;
     const auto& c = lm.model->config();
-    TensorOverrides plain;
-    for (int li = 0; li < 2; ++li) {
-        auto layer = read_awq_layer(f, c, li);
-        ASSERT_TRUE(layer.ok());
-        store_awq_layer(*layer, li, plain);
-    }
-    const auto bytes = two_layer_model(f, plain);
-    auto file = gguf::File::parse(bytes);
-    ASSERT_TRUE(file.ok());
-    auto m = model::LlamaModel::load(*file);
-    ASSERT_TRUE(m.ok());
+    TwoLayers two = plain_two_layers(f, c);
+    ASSERT_TRUE(two.model);
+    const auto& file = two.file;
+    const auto& m = two.model;
     auto tokens = lm.tokenizer->encode(calib_text(), true);
     tokens.resize(256);
     ThreadPool pool(2);
@@ -348,12 +375,12 @@ TEST(Awq, RealLayersNeverWorseThanRtn) {
     opt.hessian = true;
     opt.n_samples = 64;
     opt.window = 128;
-    auto stats = calibrate(**m, tokens, opt, pool);
+    auto stats = calibrate(*m, tokens, opt, pool);
     ASSERT_TRUE(stats.ok()) << stats.error().message;
     EXPECT_EQ(stats->at(1, model::LinearInput::FfnDown).n_tokens, 256);
     EXPECT_EQ(stats->at(1, model::LinearInput::FfnDown).n_samples, 64);
     EXPECT_EQ(stats->at(0, model::LinearInput::AttnOut).dim, c.q_dim());
-    auto layer = read_awq_layer(**file, c, 1);
+    auto layer = read_awq_layer(*file, c, 1);
     ASSERT_TRUE(layer.ok());
     for (FloatMatrix* mat : {&layer->wq, &layer->wk, &layer->wv, &layer->wo, &layer->w_gate,
                              &layer->w_up, &layer->w_down})
@@ -375,6 +402,96 @@ TEST(Awq, RealLayersNeverWorseThanRtn) {
             EXPECT_NEAR(st.hessian[i * st.dim + j], st.hessian[j * st.dim + i],
                         1e-5 * (1 + std::fabs(st.hessian[i * st.dim + j])));
     }
+}
+
+// ---- SmoothQuant ---------------------------------------------------------------------------
+
+// At alpha 0.5 a channel's smoothed activation max and smoothed weight max meet:
+// max|X_j| / s_j = max|X_j|^0.5 max|W_j|^0.5 = max|W_j| s_j. alpha 0 leaves activations alone
+// up to the weights' scale, alpha 1 makes every activation channel's max 1.
+TEST(SmoothQuant, ScalesFollowTheFormula) {
+    const int64_t cols = 6;
+    FloatMatrix a{2, cols, {0.5f, -1, 0.1f, 2, 0, 0.3f, -0.25f, 0.5f, 0.4f, -1, 0, 0.3f}};
+    FloatMatrix b{1, cols, {1, 0.2f, -0.8f, 0.5f, 0, 0.1f}};
+    const FloatMatrix* mats[] = {&a, &b};
+    const std::vector<double> act = {10, 0.5, 300, 1, 4, 0};  // an outlier and a dead channel
+    const double wmax[] = {1, 1, 0.8, 2, 0, 0.3};
+    const auto s = smooth_scales(act, mats, 0.5);
+    for (int64_t j = 0; j < 4; ++j) {
+        EXPECT_NEAR(s[j], std::sqrt(act[j] / wmax[j]), 1e-6 * s[j]) << j;
+        EXPECT_NEAR(act[j] / s[j], wmax[j] * s[j], 1e-5 * act[j] / s[j]) << j;
+    }
+    for (float v : s) EXPECT_TRUE(std::isfinite(v) && v > 0);
+    EXPECT_NEAR(s[4], std::sqrt(4 / 1e-5), 1);  // all-zero column: clamped, not infinite
+    const auto s1 = smooth_scales(act, mats, 1.0);
+    for (int64_t j = 0; j < 4; ++j) EXPECT_NEAR(act[j] / s1[j], 1.0, 1e-6) << j;
+    EXPECT_DOUBLE_EQ(channel_spread(act), 300.0 / 4);  // max over the median (upper middle)
+    std::vector<double> after(act.size());
+    for (size_t j = 0; j < act.size(); ++j) after[j] = act[j] / s[j];
+    EXPECT_LT(channel_spread(after), channel_spread(act) / 3);
+}
+
+// On the default model's first two layers: smoothing with calibrated maxima leaves the float
+// model's logits where they were, and rounding the smoothed layers to w8a8 lands closer to the
+// float logits than rounding the plain ones (the outlier channels no longer set each token's
+// activation grid).
+TEST(SmoothQuant, RealLayersKeepLogitsAndCutW8A8Error) {
+    const std::string path = ferry::testing::default_model_path();
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << "no default model";
+    const auto& lm = ferry::testing::default_model();
+    const gguf::File& f = *lm.file;
+    const auto& c = lm.model->config();
+    TwoLayers two = plain_two_layers(f, c);
+    ASSERT_TRUE(two.model);
+    const TensorOverrides& plain = two.floats;
+    const auto& plain_file = two.file;
+    const auto& plain_model = two.model;
+    auto tokens = lm.tokenizer->encode(calib_text(), true);
+    tokens.resize(256);
+    ThreadPool pool(2);
+    CalibrationOptions opt;
+    opt.abs_max = true;
+    opt.window = 128;
+    auto stats = calibrate(*plain_model, tokens, opt, pool);
+    ASSERT_TRUE(stats.ok()) << stats.error().message;
+    for (const InputStats& st : stats->layers[0]) ASSERT_EQ(st.abs_max.size(), size_t(st.dim));
+    TensorOverrides smooth;
+    for (int li = 0; li < 2; ++li) {
+        auto layer = read_awq_layer(*plain_file, c, li);
+        ASSERT_TRUE(layer.ok());
+        const SmoothResult r = smoothquant_layer(*layer, stats->layers[static_cast<size_t>(li)],
+                                                 0.5, c.n_head, c.n_head_kv, c.head_dim);
+        for (int k = 0; k < model::kLinearInputs; ++k)
+            EXPECT_LE(r.spread_after[k], r.spread_before[k] * 1.0001) << li << " " << k;
+        store_awq_layer(*layer, li, smooth);
+    }
+    auto logits = [&](const TensorOverrides& o, DType type) {
+        const auto bytes = two_layer_model(f, o, type);
+        auto file = gguf::File::parse(bytes);
+        EXPECT_TRUE(file.ok());
+        auto m = model::LlamaModel::load(*file);
+        EXPECT_TRUE(m.ok());
+        const std::vector<int32_t> probe(tokens.begin() + 100, tokens.begin() + 164);
+        return logits_of(**m, probe);
+    };
+    const auto ref = logits(plain, DType::F32);
+    auto distance = [&](const std::vector<float>& l) {
+        double d = 0;
+        for (size_t i = 0; i < l.size(); ++i) d += std::fabs(l[i] - ref[i]);
+        return d / static_cast<double>(l.size());
+    };
+    float max_logit = 0;
+    for (float v : ref) max_logit = std::max(max_logit, std::fabs(v));
+    const auto smooth_f32 = logits(smooth, DType::F32);
+    float max_diff = 0;
+    for (size_t i = 0; i < ref.size(); ++i)
+        max_diff = std::max(max_diff, std::fabs(smooth_f32[i] - ref[i]));
+    EXPECT_LT(max_diff, 1e-4f * max_logit);
+    const double err_plain = distance(logits(plain, DType::W8A8));
+    const double err_smooth = distance(logits(smooth, DType::W8A8));
+    std::printf("w8a8 mean |logit error|: plain %.4f, smoothed %.4f\n", err_plain, err_smooth);
+    EXPECT_GT(err_plain, 0.0);
+    EXPECT_LT(err_smooth, 0.8 * err_plain);
 }
 
 }  // namespace

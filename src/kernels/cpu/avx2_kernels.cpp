@@ -16,7 +16,8 @@
 namespace ferry::kernels::avx2 {
 #include "kernels/cpu/x86_kernels.inc"
 
-const LevelKernels kTable = {quantize_q8a, matmul_rows, rmsnorm, silu_mul, softmax, attend};
+const LevelKernels kTable = {quantize_q8a, matmul_rows, rmsnorm,           silu_mul,
+                             softmax,      attend,      quantize_token_q8, matmul_w8a8};
 }  // namespace ferry::kernels::avx2
 
 #undef FERRY_AVX512

@@ -1,6 +1,7 @@
 #include "kernels/cpu/quantize_activations.h"
 
 #include <cmath>
+#include <limits>
 
 namespace ferry::kernels::ref {
 
@@ -20,6 +21,20 @@ void quantize_q8a(const float* x, BlockQ8A* out, int64_t n) {
         out[b].d = d;
         out[b].s = d * static_cast<float>(sum);
     }
+}
+
+float quantize_token_q8(const float* x, int64_t n, int8_t* q) {
+    float amax = 0;
+    bool nan = false;
+    for (int64_t i = 0; i < n; ++i) {
+        amax = std::fmax(amax, std::fabs(x[i]));
+        nan |= std::isnan(x[i]);
+    }
+    const float d = amax / 127.0f;
+    const float id = d > 0 ? 1.0f / d : 0.0f;
+    for (int64_t i = 0; i < n; ++i)
+        q[i] = std::isnan(x[i]) ? int8_t{0} : static_cast<int8_t>(std::nearbyint(x[i] * id));
+    return nan ? std::numeric_limits<float>::quiet_NaN() : d;
 }
 
 }  // namespace ferry::kernels::ref

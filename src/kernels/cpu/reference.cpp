@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/quantize_activations.h"
 #include "quant/block_formats.h"
 #include "quant/dequantize.h"
 #include "quant/ferry_types.h"
@@ -80,6 +81,16 @@ float dot_fp8(const uint8_t* row, const float* x, int64_t n) {
     return row_scale(row) * acc;
 }
 
+// w8a8: the activations are quantized per token as the SIMD paths do, then one integer sum.
+float dot_w8a8(const uint8_t* row, const float* x, int64_t n) {
+    std::vector<int8_t> xq(static_cast<size_t>(n));
+    const float dx = quantize_token_q8(x, n, xq.data());
+    const auto* q = reinterpret_cast<const int8_t*>(row + kW8A8HeaderBytes);
+    int64_t acc = 0;
+    for (int64_t i = 0; i < n; ++i) acc += int64_t{q[i]} * xq[static_cast<size_t>(i)];
+    return static_cast<float>(acc) * (row_scale(row) * dx);
+}
+
 template <int G>
 float dot_int4(const uint8_t* row, const float* x, int64_t n) {
     float sum = 0;
@@ -129,6 +140,8 @@ float vec_dot(DType type, const uint8_t* row, const float* x, int64_t n) {
             return dot_int8(row, x, n);
         case DType::FP8:
             return dot_fp8(row, x, n);
+        case DType::W8A8:
+            return dot_w8a8(row, x, n);
         case DType::INT4_G32:
             return dot_int4<32>(row, x, n);
         case DType::INT4_G64:

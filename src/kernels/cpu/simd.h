@@ -27,6 +27,12 @@ struct LevelKernels {
     // false for a head_dim the level does not handle (the caller uses the reference)
     bool (*attend)(const float* q, const float* k, const float* v, size_t stride, int64_t n_kv,
                    int head_dim, float scale, float* out);
+    // w8a8 weights (nullptr where a level has none: the reference computes them). One token's
+    // n values quantized as ref::quantize_token_q8 does (same q, same d), and the product with
+    // activations so quantized.
+    void (*quantize_token_q8)(const float* x, int64_t n, int8_t* q, float* d);
+    void (*matmul_w8a8)(const Weight& w, const TokenQ8& x, int64_t n_tokens, float* y, int64_t ldy,
+                        int64_t r0, int64_t r1);
 };
 
 const LevelKernels* avx2_kernels();    // nullptr where not compiled (non-x86)
