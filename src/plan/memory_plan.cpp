@@ -64,6 +64,8 @@ Expected<Precision> parse_weight_precision(std::string_view name) {
     const std::string s = ascii_lower(name);
     if (auto p = parse_float_or_int8(s)) return *p;
     if (s == "int4" || s == "i4") return Precision{"int4", 4, ComputeClass::FP16};
+    // ferry's w8a8: int8 weights and int8 activations, so prefill runs on the INT8 units.
+    if (s == "w8a8") return Precision{"w8a8", 8, ComputeClass::INT8};
     if (auto t = dtype_from_name(s)) {
         const DTypeInfo& info = dtype_info(*t);
         return Precision{std::string(info.name), 8.0 * info.block_bytes / info.block_size,

@@ -188,6 +188,10 @@ TEST(PlanMemory, WeightFormatsAndErrors) {
     EXPECT_DOUBLE_EQ(q4k->bits, 4.5);
     EXPECT_DOUBLE_EQ(parse_weight_precision("q4_1")->bits, 5.0);
     EXPECT_DOUBLE_EQ(parse_weight_precision("q8_0")->bits, 8.5);
+    // w8a8: 8 bits (the per-row header is below the planner's resolution), INT8 compute.
+    EXPECT_DOUBLE_EQ(parse_weight_precision("w8a8")->bits, 8.0);
+    EXPECT_EQ(parse_weight_precision("w8a8")->compute, ComputeClass::INT8);
+    EXPECT_EQ(parse_weight_precision("int4")->compute, ComputeClass::FP16);
     EXPECT_FALSE(parse_weight_precision("int3").ok());
     EXPECT_FALSE(parse_kv_precision("q4_0").ok());
     PlanOptions o;
