@@ -9,10 +9,9 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
-CACHE="${FERRY_CACHE:-$HOME/.cache/ferry}"
-VENV="${FERRY_BENCH_VENV:-$CACHE/bench-venv}"
-# Same pin as the golden files so both compare against one llama.cpp.
-LLAMA_CPP_PYTHON_VERSION="0.3.36"
+# CACHE, VENV, the llama-cpp-python pin and install_llama.
+# shellcheck source=bench/llamacpp-venv.sh
+source "$HERE/llamacpp-venv.sh"
 
 MODEL="$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 PROMPT=512
@@ -41,21 +40,6 @@ while [[ $# -gt 0 ]]; do
 done
 
 log() { echo "$@" >&2; }
-
-install_llama() {
-    if [[ -x "$VENV/bin/python" ]] &&
-        "$VENV/bin/python" -c "import llama_cpp,sys; sys.exit(llama_cpp.__version__!='$LLAMA_CPP_PYTHON_VERSION')" 2>/dev/null; then
-        return
-    fi
-    log "building llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION with native CPU flags into $VENV (10+ minutes on 2 cores)"
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install --disable-pip-version-check -q "gguf" "numpy"
-    # Native flags so llama.cpp gets the same AVX-512/VNNI paths ferry picks at run time; the
-    # multimodal and tool targets are irrelevant here and double the build time.
-    CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF" \
-        "$VENV/bin/pip" install --disable-pip-version-check --no-binary llama-cpp-python \
-        "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
-}
 
 install_llama
 [[ $INSTALL_ONLY == 1 ]] && exit 0
