@@ -25,18 +25,27 @@ CpuLevel detect() {
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
         __builtin_cpu_supports("f16c"))
         return CpuLevel::AVX2;
+#elif defined(__aarch64__)
+    return CpuLevel::NEON;  // Advanced SIMD is part of the aarch64 baseline
 #endif
     return CpuLevel::Scalar;
 }
 
+// The level that runs when `want` is asked for on a CPU whose best is `have`: capped at `have`
+// within one architecture; a level of the other architecture cannot run, so scalar.
+CpuLevel clamp_level(CpuLevel want, CpuLevel have) {
+    if (want == CpuLevel::Scalar || have == CpuLevel::Scalar) return CpuLevel::Scalar;
+    if ((want == CpuLevel::NEON) != (have == CpuLevel::NEON)) return CpuLevel::Scalar;
+    return want < have ? want : have;
+}
+
 CpuLevel initial_level() {
-    CpuLevel level = detect();
+    const CpuLevel level = detect();
     if (const char* env = std::getenv("FERRY_CPU_LEVEL")) {
-        CpuLevel want = level;
-        if (!std::strcmp(env, "scalar")) want = CpuLevel::Scalar;
-        if (!std::strcmp(env, "avx2")) want = CpuLevel::AVX2;
-        if (!std::strcmp(env, "avx512")) want = CpuLevel::AVX512;
-        if (want < level) level = want;
+        if (!std::strcmp(env, "scalar")) return CpuLevel::Scalar;
+        if (!std::strcmp(env, "neon")) return clamp_level(CpuLevel::NEON, level);
+        if (!std::strcmp(env, "avx2")) return clamp_level(CpuLevel::AVX2, level);
+        if (!std::strcmp(env, "avx512")) return clamp_level(CpuLevel::AVX512, level);
     }
     return level;
 }
@@ -49,6 +58,8 @@ const LevelKernels* table() {
             return avx512_kernels();
         case CpuLevel::AVX2:
             return avx2_kernels();
+        case CpuLevel::NEON:
+            return neon_kernels();
         default:
             return nullptr;
     }
@@ -148,7 +159,7 @@ CpuLevel cpu_level() {
     return g_level;
 }
 void set_cpu_level(CpuLevel l) {
-    g_level = l < detected_cpu_level() ? l : detected_cpu_level();
+    g_level = clamp_level(l, detected_cpu_level());
 }
 
 const char* cpu_level_name(CpuLevel l) {
@@ -157,6 +168,8 @@ const char* cpu_level_name(CpuLevel l) {
             return "avx512";
         case CpuLevel::AVX2:
             return "avx2";
+        case CpuLevel::NEON:
+            return "neon";
         default:
             return "scalar";
     }

@@ -1,7 +1,8 @@
 // The kernel interface: the few operations a transformer forward pass is made of. Model code
 // calls only these; each has a scalar reference (kernels/cpu/reference.cpp) that tests
-// compare the SIMD paths against. The SIMD level is picked once from CPUID and can be forced
-// with FERRY_CPU_LEVEL=scalar|avx2|avx512 for tests and comparisons.
+// compare the SIMD paths against. The SIMD level is picked once from CPUID (x86) or is NEON
+// (aarch64, where it is mandatory), and can be lowered with FERRY_CPU_LEVEL=scalar|avx2|avx512|neon
+// for tests and comparisons.
 #pragma once
 
 #include <cstddef>
@@ -13,11 +14,14 @@
 
 namespace ferry::kernels {
 
-enum class CpuLevel { Scalar = 0, AVX2 = 1, AVX512 = 2 };
+// Levels are ordered within one architecture, and Scalar is below every SIMD level. NEON sits
+// below the x86 levels, so a `level > detected_cpu_level()` check skips AVX2 and AVX-512 on ARM.
+enum class CpuLevel { Scalar = 0, NEON = 1, AVX2 = 2, AVX512 = 3 };
 
-CpuLevel detected_cpu_level();   // what this CPU supports
-CpuLevel cpu_level();            // what is used (FERRY_CPU_LEVEL may lower it)
-void set_cpu_level(CpuLevel l);  // for tests; clamped to what the CPU supports
+CpuLevel detected_cpu_level();  // what this CPU supports
+CpuLevel cpu_level();           // what is used (FERRY_CPU_LEVEL may lower it)
+// For tests; clamped to what the CPU supports (a level of another architecture: scalar).
+void set_cpu_level(CpuLevel l);
 const char* cpu_level_name(CpuLevel l);
 
 // Whether Q4_0/Q4_1/Q8_0/Q4_K products quantize activations to 8 bits and use integer dot

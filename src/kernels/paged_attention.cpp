@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/attention_neon.h"
 #include "kernels/cpu/attention_x86.h"
 #include "kernels/kernels.h"
 
@@ -56,6 +57,8 @@ AttendRowsFn level_kernel() {
             return avx512_attend_rows();
         case CpuLevel::AVX2:
             return avx2_attend_rows();
+        case CpuLevel::NEON:
+            return neon_attend_rows();
         default:
             return nullptr;
     }

@@ -8,12 +8,18 @@
 
 namespace ferry::testing {
 
-// AVX2 and AVX-512 where the CPU has them; with_scalar puts the scalar level first.
+// The SIMD levels of the target's architecture that the CPU has: AVX2 and AVX-512 on x86, NEON
+// on aarch64; with_scalar puts the scalar level first.
 inline std::vector<kernels::CpuLevel> simd_levels(bool with_scalar = false) {
     using kernels::CpuLevel;
     std::vector<CpuLevel> out;
     if (with_scalar) out.push_back(CpuLevel::Scalar);
-    for (CpuLevel l : {CpuLevel::AVX2, CpuLevel::AVX512})
+#if defined(__aarch64__)
+    const CpuLevel levels[] = {CpuLevel::NEON};
+#else
+    const CpuLevel levels[] = {CpuLevel::AVX2, CpuLevel::AVX512};
+#endif
+    for (CpuLevel l : levels)
         if (l <= kernels::detected_cpu_level()) out.push_back(l);
     return out;
 }

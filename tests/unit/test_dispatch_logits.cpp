@@ -12,6 +12,7 @@
 
 #include "engine/generator.h"
 #include "engine/loaded_model.h"
+#include "kernel_levels.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/kernels.h"
 #include "test_util.h"
@@ -91,8 +92,7 @@ TEST_P(DispatchLogits, EveryLevelMatchesScalar) {
     const CpuLevel saved = kernels::cpu_level();
     const Outputs ref = run_level(*m, CpuLevel::Scalar, prompts);
     std::vector<Outputs> simd;
-    for (CpuLevel level : {CpuLevel::AVX2, CpuLevel::AVX512}) {
-        if (level > kernels::detected_cpu_level()) continue;
+    for (CpuLevel level : ferry::testing::simd_levels()) {
         const Outputs got = run_level(*m, level, prompts);
         simd.push_back(got);
         for (size_t i = 0; i < prompts.size(); ++i) {

@@ -153,8 +153,7 @@ TEST(PagedAttention, EveryLevelMatchesReference) {
             for (KvDType t : kAllTypes) {
                 const Paged p = make_paged(k, v, n_kv, stride, 16, t, hd);
                 const auto want = run_ref(q.data(), p, hd, n_kv, hd, scale);
-                for (CpuLevel l : {CpuLevel::Scalar, CpuLevel::AVX2, CpuLevel::AVX512}) {
-                    if (l > kernels::detected_cpu_level()) continue;
+                for (CpuLevel l : simd_levels(true)) {
                     kernels::set_cpu_level(l);
                     const auto got = run_one(q.data(), p, hd, n_kv, hd, scale);
                     expect_near_all(got, want, 2e-5f,
@@ -207,8 +206,7 @@ TEST(PagedAttention, RowsTogetherEqualRowsAlone) {
     const auto k = random_vec(n_kv * stride, rng);
     const auto v = random_vec(n_kv * stride, rng);
     for (KvDType t : kAllTypes)
-        for (CpuLevel l : {CpuLevel::Scalar, CpuLevel::AVX2, CpuLevel::AVX512}) {
-            if (l > kernels::detected_cpu_level()) continue;
+        for (CpuLevel l : simd_levels(true)) {
             kernels::set_cpu_level(l);
             SCOPED_TRACE(kv::kv_dtype_name(t));
             const Paged p = make_paged(k, v, n_kv, stride, 16, t, hd);
@@ -238,8 +236,7 @@ TEST(PagedAttention, ExtremeAndEqualScores) {
     const int hd = 64;
     const int64_t n_kv = 255;
     const size_t stride = hd;
-    for (CpuLevel l : {CpuLevel::Scalar, CpuLevel::AVX2, CpuLevel::AVX512}) {
-        if (l > kernels::detected_cpu_level()) continue;
+    for (CpuLevel l : simd_levels(true)) {
         kernels::set_cpu_level(l);
         // Large scores: q.k around +-1e4 after scaling; position 100 wins by a wide margin.
         {
@@ -284,8 +281,7 @@ TEST(PagedAttention, NanReachesTheOutput) {
     std::mt19937 rng(19);
     const int hd = 64;
     const int64_t n_kv = 40;
-    for (CpuLevel l : {CpuLevel::Scalar, CpuLevel::AVX2, CpuLevel::AVX512}) {
-        if (l > kernels::detected_cpu_level()) continue;
+    for (CpuLevel l : simd_levels(true)) {
         kernels::set_cpu_level(l);
         auto k = random_vec(n_kv * hd, rng);
         const auto v = random_vec(n_kv * hd, rng);
@@ -328,8 +324,7 @@ void run_batch_checks(const std::vector<Paged>& paged, const std::vector<kernels
         kernels::attend_batch(b, pool);
         return out;
     };
-    for (CpuLevel l : {CpuLevel::Scalar, CpuLevel::AVX2, CpuLevel::AVX512}) {
-        if (l > kernels::detected_cpu_level()) continue;
+    for (CpuLevel l : simd_levels(true)) {
         kernels::set_cpu_level(l);
         const auto one = run_batch(1, 0, n);
         EXPECT_TRUE(same_bits(run_batch(2, 0, n), one)) << kernels::cpu_level_name(l);

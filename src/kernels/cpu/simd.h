@@ -1,6 +1,7 @@
 // The per-level kernel tables the dispatcher in kernels.cpp chooses between. Each x86 level is
 // one translation unit compiled with its own target pragma (avx2_kernels.cpp,
-// avx512_kernels.cpp) from the shared body x86_kernels.inc, so the binary stays portable.
+// avx512_kernels.cpp) from the shared body x86_kernels.inc, so the binary stays portable. NEON
+// (neon_kernels.cpp) is the aarch64 baseline and needs no pragma.
 #pragma once
 
 #include <cstddef>
@@ -37,6 +38,7 @@ struct LevelKernels {
 
 const LevelKernels* avx2_kernels();    // nullptr where not compiled (non-x86)
 const LevelKernels* avx512_kernels();  // needs AVX-512 F/BW/VL + VNNI
+const LevelKernels* neon_kernels();    // nullptr where not compiled (non-aarch64)
 
 // A per-thread scratch buffer of at least n floats, 64-byte aligned; reused across calls.
 float* scratch_floats(size_t n);
