@@ -354,7 +354,9 @@ void add_quantize_command(CLI::App& app) {
     auto o = std::make_shared<QuantizeOptions>();
     auto* cmd = app.add_subcommand(
         "quantize", "Re-quantize a GGUF model (round to nearest, GPTQ, AWQ or SmoothQuant)");
-    cmd->add_option("input", o->in, "Input GGUF file (any type ferry reads)")->required();
+    cmd->add_option("input", o->in,
+                    "Input GGUF file (any type ferry reads), or `default` for the default model")
+        ->required();
     cmd->add_option("output", o->out, "Output GGUF file")->required();
     cmd->add_option("--type", o->type,
                     "q8_0, q4_0, q4_1, q4_k, q6_k, f16, bf16, f32, or ferry's own (only ferry "
@@ -395,6 +397,8 @@ void add_quantize_command(CLI::App& app) {
     cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)");
     cmd->add_flag("-q,--quiet", o->quiet, "No progress bar");
     cmd->callback([o, group, calib, calib_tokens, act_order, damp, smooth] {
+        // `default` names the cached default model, as -m does elsewhere.
+        o->in = take(resolve_model_path(o->in));
         if (o->in == o->out) throw ExitError("input and output must be different files");
         if (group->count() && o->type != "int4")
             throw ExitError("--group-size applies to --type int4 only");

@@ -106,3 +106,12 @@ def test_smooth_alpha_is_checked(model_path, tmp_path):
     r = run_ferry("quantize", model_path, out, "--type", "w8a8", "--calib-tokens", "64")
     assert r.returncode != 0 and "--smooth-alpha" in r.stderr
     assert not out.exists()
+
+
+def test_quantize_takes_default_as_its_input(tmp_path):
+    out = tmp_path / "d.gguf"
+    r = run_ferry("quantize", "default", out, "--type", "q8_0", "-q")
+    assert r.returncode == 0, r.stderr
+    assert set(tensor_types(out)) == {"q8_0", "f32"}
+    r = run_ferry("quantize", tmp_path / "missing.gguf", out, "--type", "q8_0")
+    assert r.returncode != 0 and "missing.gguf" in r.stderr
