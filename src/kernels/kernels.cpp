@@ -275,10 +275,12 @@ void rope(float* x, int n_heads, int head_dim, int rope_dim, int64_t pos, float 
 }
 
 void silu_mul(float* gate, const float* up, int64_t n) {
+    if (const LevelKernels* lk = table()) return lk->silu_mul(gate, up, n);
     ref::silu_mul(gate, up, n);
 }
 
 void softmax(float* x, int64_t n) {
+    if (const LevelKernels* lk = table()) return lk->softmax(x, n);
     ref::softmax(x, n);
 }
 

@@ -194,7 +194,16 @@ void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const BatchS
         if (observer_) observer_->observe(li, LinearInput::Ffn, xn.data(), n, c.n_embd);
         const kernels::MatmulOut gate_up[] = {{L.w_gate, gate.data()}, {L.w_up, up.data()}};
         kernels::matmul_many(gate_up, xn.data(), n, pool);
-        kernels::silu_mul(gate.data(), up.data(), n * c.n_ff);
+        // Row by row, so whether an element lands in the vector body or the scalar tail (two
+        // exp roundings) never depends on the batch; prompt-sized batches use the pool.
+        auto silu_rows = [&](int64_t t0, int64_t t1) {
+            for (int64_t t = t0; t < t1; ++t)
+                kernels::silu_mul(&gate[t * c.n_ff], &up[t * c.n_ff], c.n_ff);
+        };
+        if (n >= 8)
+            pool.parallel_for(n, silu_rows);
+        else
+            silu_rows(0, n);
         if (observer_) observer_->observe(li, LinearInput::FfnDown, gate.data(), n, c.n_ff);
         kernels::matmul(L.w_down, gate.data(), n, ffn_out.data(), pool);
         for (int64_t i = 0; i < n * c.n_embd; ++i) x[i] += ffn_out[i];
