@@ -38,9 +38,9 @@ Context make_context(int64_t n_kv, kv::KvDType t = kv::KvDType::F32) {
     const int64_t nb = (n_kv + kBlock - 1) / kBlock;
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-    kv::KvFormat f{t, kHeadDim, {}};
+    kv::KvFormat f{t, {}};
     if (t == kv::KvDType::Int8) f.k_scales.assign(kv_dim, 1.5f / kv::kInt8Max);
-    c.store = std::make_unique<kv::KvStore>(1, 2 * nb, kBlock, kv_dim, std::move(f));
+    c.store = std::make_unique<kv::KvStore>(1, 2 * nb, kBlock, kv_dim, kHeadDim, std::move(f));
     std::vector<float> k(kv_dim), v(kv_dim);
     for (int64_t b = 0; b < nb; ++b) {
         const int64_t at = (b * 7919) % (2 * nb);
@@ -79,7 +79,7 @@ void BM_DecodeAttention(benchmark::State& st) {
                                     kHeadKv,    kHeadDim,
                                     0.125f,     &c.seq,
                                     &c.pos,     c.seqs,
-                                    kBlock,     kHeadKv * kHeadDim,
+                                    kBlock,     c.store->layout(),
                                     t,          c.store->k_channel_scales(0)};
     for (auto _ : st) {
         kernels::attend_batch(b, pool);
@@ -100,14 +100,17 @@ void BM_DecodeAttentionReference(benchmark::State& st) {
     Context c = make_context(n_kv);
     for (auto _ : st) {
         for (int h = 0; h < kHead; ++h) {
-            const kernels::PagedKvView view{c.kb.data(),
-                                            c.vb.data(),
-                                            kBlock,
-                                            kHeadKv * kHeadDim,
-                                            static_cast<size_t>(h / (kHead / kHeadKv)) * kHeadDim,
-                                            kv::KvDType::F32,
-                                            kHeadKv,
-                                            h / (kHead / kHeadKv)};
+            const kv::KvBlockLayout l = c.store->layout();
+            const kernels::PagedKvView view{
+                c.kb.data(),
+                c.vb.data(),
+                kBlock,
+                l.pos_stride,
+                static_cast<size_t>(h / (kHead / kHeadKv)) * l.head_stride,
+                l.scale_offset,
+                kv::KvDType::F32,
+                kHeadKv,
+                h / (kHead / kHeadKv)};
             kernels::attend_paged_reference(&c.q[h * kHeadDim], view, n_kv, kHeadDim, 0.125f,
                                             &c.out[h * kHeadDim]);
         }

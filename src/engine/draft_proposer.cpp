@@ -32,8 +32,8 @@ Expected<std::unique_ptr<DraftProposer>> DraftProposer::create(const LoadedModel
 DraftProposer::DraftProposer(const model::LlamaModel& draft, int64_t n_blocks, kv::KvFormat kv)
     : model_(draft),
       blocks_(n_blocks, kBlockSize, false),
-      store_(draft.config().n_layer, n_blocks, kBlockSize, draft.config().kv_dim(), std::move(kv)) {
-}
+      store_(draft.config().n_layer, n_blocks, kBlockSize, draft.config().kv_dim(),
+             draft.config().head_dim, std::move(kv)) {}
 
 bool DraftProposer::reserve(State& st, int64_t positions) {
     const size_t need = static_cast<size_t>((positions + kBlockSize - 1) / kBlockSize);

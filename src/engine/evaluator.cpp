@@ -19,7 +19,7 @@ class WindowRunner {
         : m_(m),
           pool_(pool),
           store_(m.config().n_layer, (ctx + kBlock - 1) / kBlock, kBlock, m.config().kv_dim(),
-                 format),
+                 m.config().head_dim, format),
           blocks_(static_cast<size_t>(store_.n_blocks())) {
         for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i] = static_cast<int32_t>(i);
     }

@@ -16,7 +16,7 @@ Generator::Generator(const model::LlamaModel& model, int n_threads, int64_t n_ct
       pool_(n_threads),
       n_ctx_(n_ctx),
       store_(model.config().n_layer, (n_ctx + kBlock - 1) / kBlock, kBlock, model.config().kv_dim(),
-             std::move(kv)),
+             model.config().head_dim, std::move(kv)),
       blocks_(store_.n_blocks()) {
     for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i] = static_cast<int32_t>(i);
 }

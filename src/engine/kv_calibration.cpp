@@ -26,7 +26,7 @@ std::vector<float> calibrate_key_scales(const model::LlamaModel& m, std::span<co
     const int kv_dim = c.kv_dim(), n = static_cast<int>(tokens.size());
     std::vector<float> amax(static_cast<size_t>(c.n_layer) * kv_dim, 0.0f);
     if (n > 0) {
-        kv::KvStore store(c.n_layer, 1, n, kv_dim);
+        kv::KvStore store(c.n_layer, 1, n, kv_dim, c.head_dim);
         const int32_t block = 0;
         const model::LlamaModel::BatchSeq seq{0, n, {&block, 1}, 1};
         std::vector<float> logits(c.n_vocab);
@@ -58,7 +58,6 @@ std::vector<float> calibrate_key_scales(const model::LlamaModel& m, std::span<co
 kv::KvFormat kv_format_for(const LoadedModel& m, kv::KvDType t, ThreadPool* pool) {
     kv::KvFormat f;
     f.dtype = t;
-    f.head_dim = m.model->config().head_dim;
     if (t != kv::KvDType::Int8) return f;
     const auto tokens = m.tokenizer->encode(kCalibrationText, true, false);
     std::unique_ptr<ThreadPool> own;

@@ -6,8 +6,8 @@ ModelRunner::ModelRunner(const model::LlamaModel& model, int n_threads, int64_t 
                          int block_size, kv::KvFormat kv)
     : model_(model),
       pool_(n_threads),
-      store_(model.config().n_layer, n_blocks, block_size, model.config().kv_dim(), std::move(kv)) {
-}
+      store_(model.config().n_layer, n_blocks, block_size, model.config().kv_dim(),
+             model.config().head_dim, std::move(kv)) {}
 
 const std::vector<float>& ModelRunner::execute(const SchedulerOutput& out) {
     for (auto [src, dst] : out.copies) store_.copy_block(src, dst);

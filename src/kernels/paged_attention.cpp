@@ -14,7 +14,7 @@ namespace ferry::kernels {
 void attend_paged_reference(const float* q, const PagedKvView& kv, int64_t n_kv, int head_dim,
                             float scale, float* out) {
     const size_t eb = kv::kv_elem_bytes(kv.dtype);
-    const size_t scale_off = kv::kv_scale_offset(kv.dtype, kv.block_size, kv.stride);
+    const size_t scale_off = kv.scale_offset;
     const bool k_scaled = kv::kv_token_scales(kv.dtype, true);
     const bool v_scaled = kv::kv_token_scales(kv.dtype, false);
     std::vector<float> kp(head_dim), vp(head_dim);
@@ -151,8 +151,9 @@ void attend_batch(const AttentionBatch& b, ThreadPool& pool) {
                 b.seqs[seq].k,
                 b.seqs[seq].v,
                 b.block_size,
-                b.stride,
-                static_cast<size_t>(g) * hd,
+                b.layout.pos_stride,
+                static_cast<size_t>(g) * b.layout.head_stride,
+                b.layout.scale_offset,
                 b.dtype,
                 b.n_head_kv,
                 g,

@@ -20,11 +20,12 @@ namespace ferry::kernels {
 // where a block's per-token scales sit); the kernels convert them in registers, so a narrower
 // type reads fewer bytes and writes no float copy anywhere.
 struct PagedKvView {
-    const void* const* k_blocks;  // per block: block_size positions, `stride` elements apart,
-    const void* const* v_blocks;  // then the block's per-token scales (when the type has them)
+    const void* const* k_blocks;  // per block: this head's rows of block_size positions, and
+    const void* const* v_blocks;  // the block's per-token scales (when the type has them)
     int block_size;
-    size_t stride;       // elements between consecutive positions (kv_dim)
-    size_t head_offset;  // elements from a position's start to this KV head's slice
+    size_t stride;        // elements between consecutive positions' rows of this head
+    size_t head_offset;   // elements from a block's start to this head's row of its slot 0
+    size_t scale_offset;  // bytes from a block's start to its per-token scales
     kv::KvDType dtype = kv::KvDType::F32;
     int scales_per_pos = 1;                  // per-token scales per position (KV heads)
     int scale_index = 0;                     // this KV head's among them
@@ -75,7 +76,7 @@ struct AttentionBatch {
     const int64_t* tok_pos;
     std::span<const SeqBlocks> seqs;
     int block_size;
-    size_t stride;  // elements between consecutive positions (n_head_kv * head_dim)
+    kv::KvBlockLayout layout;  // the blocks' (KvStore::layout())
     kv::KvDType dtype = kv::KvDType::F32;
     const float* k_channel_scales = nullptr;  // int8 keys: n_head_kv * head_dim, this layer's
 };

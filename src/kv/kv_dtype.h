@@ -40,6 +40,15 @@ inline bool kv_token_scales(KvDType t, bool key) {
 inline size_t kv_scale_offset(KvDType t, int block_size, size_t stride) {
     return (static_cast<size_t>(block_size) * stride * kv_elem_bytes(t) + 63) / 64 * 64;
 }
+// Where one KV head's rows lie in a (layer, block) region: head h's row of the block's slot p
+// starts at element h * head_stride + p * pos_stride; the per-token scales (when the type has
+// them) at scale_offset bytes from the region's start.
+struct KvBlockLayout {
+    size_t pos_stride;
+    size_t head_stride;
+    size_t scale_offset;
+};
+
 // Bytes of one (layer, block) region of keys (key) or values.
 inline size_t kv_region_bytes(KvDType t, bool key, int block_size, size_t stride,
                               int scales_per_pos) {

@@ -28,14 +28,16 @@ size_t KvStore::bytes_per_block(int n_layer, int block_size, int kv_dim, int hea
             kv_region_bytes(t, false, block_size, kv_dim, kv_dim / hd));
 }
 
-KvStore::KvStore(int n_layer, int64_t n_blocks, int block_size, int kv_dim, KvFormat format)
+KvStore::KvStore(int n_layer, int64_t n_blocks, int block_size, int kv_dim, int head_dim,
+                 KvFormat format)
     : n_layer_(n_layer),
       n_blocks_(n_blocks),
       block_size_(block_size),
       kv_dim_(kv_dim),
-      head_dim_(format.head_dim > 0 ? format.head_dim : kv_dim),
+      head_dim_(head_dim),
       fmt_(std::move(format)) {
-    if (kv_dim_ % head_dim_ != 0) throw std::invalid_argument("KvStore: kv_dim % head_dim != 0");
+    if (head_dim_ <= 0 || kv_dim_ % head_dim_ != 0)
+        throw std::invalid_argument("KvStore: kv_dim must be a multiple of head_dim");
     if (fmt_.dtype != KvDType::Int8) fmt_.k_scales.clear();
     if (fmt_.dtype == KvDType::Int8 && fmt_.k_scales.size() != size_t(n_layer) * kv_dim)
         throw std::invalid_argument("KvStore: int8 keys need n_layer x kv_dim channel scales");
@@ -55,7 +57,7 @@ void KvStore::write(int layer, int64_t block, int slot, const float* k, const fl
         const float* x = key ? k : v;
         auto* scales = reinterpret_cast<float*>(base + scale_off) + size_t(slot) * n_heads;
         for (int h = 0; h < n_heads; ++h) {
-            const size_t at = static_cast<size_t>(slot) * kv_dim_ + size_t(h) * head_dim_;
+            const size_t at = (size_t(h) * block_size_ + slot) * head_dim_;
             float s = 0;
             const int64_t clipped =
                 quantize_kv_row(t, x + size_t(h) * head_dim_, head_dim_, base + at * eb, &s,
@@ -77,7 +79,7 @@ void KvStore::read(int layer, int64_t block, int slot, float* k, float* v) const
         const auto* scales =
             reinterpret_cast<const float*>(base + scale_off) + size_t(slot) * n_heads;
         for (int h = 0; h < n_heads; ++h) {
-            const size_t at = static_cast<size_t>(slot) * kv_dim_ + size_t(h) * head_dim_;
+            const size_t at = (size_t(h) * block_size_ + slot) * head_dim_;
             dequantize_kv_row(t, base + at * eb, head_dim_,
                               kv_token_scales(t, key) ? scales[h] : 0.0f,
                               key && cs ? cs + size_t(h) * head_dim_ : nullptr,

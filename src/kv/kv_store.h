@@ -1,8 +1,9 @@
 // The memory the KV cache lives in: n_blocks blocks of block_size token slots, for every layer,
-// keys and values apart. Layout [layer][block] of regions, each [slot][kv_dim] elements of the
-// store's KvDType followed by the block's per-token scales (kv_dtype.h), so one block of one
-// layer is a contiguous run the attention kernel streams through. Which block belongs to whom
-// is the BlockPool's business, not this class's.
+// keys and values apart. Layout [layer][block] of regions, each [KV head][slot][head_dim]
+// elements of the store's KvDType followed by the block's per-token scales (kv_dtype.h), so
+// one KV head's keys (or values) of one block are a contiguous run the attention kernel
+// streams through: a head's attention reads whole cache lines and nothing of the other heads. Which
+// block belongs to whom is the BlockPool's business, not this class's.
 #pragma once
 
 #include <cstddef>
@@ -19,13 +20,15 @@ namespace ferry::kv {
 // (n_layer x kv_dim floats; calibrated by engine::kv_format_for).
 struct KvFormat {
     KvDType dtype = KvDType::F32;
-    int head_dim = 0;  // scales are per (token, KV head); 0: kv_dim (one head)
     std::vector<float> k_scales;
 };
 
 class KvStore {
   public:
-    KvStore(int n_layer, int64_t n_blocks, int block_size, int kv_dim, KvFormat format = {});
+    // kv_dim = KV heads x head_dim: the model's, since the layout and the per-token scales go
+    // by KV head.
+    KvStore(int n_layer, int64_t n_blocks, int block_size, int kv_dim, int head_dim,
+            KvFormat format = {});
 
     // Bytes of one block over every layer, keys and values, scales included.
     static size_t bytes_per_block(int n_layer, int block_size, int kv_dim, int head_dim, KvDType t);
@@ -36,6 +39,11 @@ class KvStore {
     }
     const std::byte* v(int layer, int64_t block) const {
         return v_.get() + offset(layer, block, false);
+    }
+    // Where a head's rows sit in a region (attention kernels walk it).
+    KvBlockLayout layout() const {
+        return {static_cast<size_t>(head_dim_), static_cast<size_t>(block_size_) * head_dim_,
+                kv_scale_offset(fmt_.dtype, block_size_, kv_dim_)};
     }
     // int8 keys' per-channel scales of a layer (kv_dim floats), else nullptr.
     const float* k_channel_scales(int layer) const {

@@ -179,11 +179,10 @@ void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const BatchS
             seq_blocks[s] = {k_blocks[s].data(), v_blocks[s].data()};
         }
         // Token t sees positions [0, pos]: causal masking is just the length of the scan.
-        kernels::attend_batch(
-            {q.data(), attn.data(), n, c.n_head, c.n_head_kv, hd, scale, tok_seq.data(),
-             tok_pos.data(), seq_blocks, bs, static_cast<size_t>(c.kv_dim()), store.dtype(),
-             store.k_channel_scales(li)},
-            pool);
+        kernels::attend_batch({q.data(), attn.data(), n, c.n_head, c.n_head_kv, hd, scale,
+                               tok_seq.data(), tok_pos.data(), seq_blocks, bs, store.layout(),
+                               store.dtype(), store.k_channel_scales(li)},
+                              pool);
         if (observer_) observer_->observe(li, LinearInput::AttnOut, attn.data(), n, c.q_dim());
         kernels::matmul(L.wo, attn.data(), n, ffn_out.data(), pool);
         for (int64_t i = 0; i < n * c.n_embd; ++i) x[i] += ffn_out[i];

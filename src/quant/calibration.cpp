@@ -89,7 +89,8 @@ Expected<CalibrationStats> calibrate(model::LlamaModel& model, std::span<const i
     stats.layers.resize(static_cast<size_t>(c.n_layer));
 
     const int window = static_cast<int>(std::min<int64_t>(opt.window, n));
-    kv::KvStore store(c.n_layer, (window + kKvBlock - 1) / kKvBlock, kKvBlock, c.kv_dim());
+    kv::KvStore store(c.n_layer, (window + kKvBlock - 1) / kKvBlock, kKvBlock, c.kv_dim(),
+                      c.head_dim);
     std::vector<int32_t> blocks(static_cast<size_t>(store.n_blocks()));
     for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<int32_t>(i);
 

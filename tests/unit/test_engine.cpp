@@ -195,7 +195,7 @@ TEST(Engine, ForwardIsBatchInvariant) {
     const auto& m = *model().model;
     const auto& tok = *model().tokenizer;
     ferry::ThreadPool pool(2);
-    ferry::kv::KvStore store(m.config().n_layer, 32, 16, m.config().kv_dim());
+    ferry::kv::KvStore store(m.config().n_layer, 32, 16, m.config().kv_dim(), m.config().head_dim);
     const auto a = tok.encode("The capital of France is", false, false);
     const auto b = tok.encode("Once upon a time there was a little", false, false);
     const int n_vocab = m.config().n_vocab;

@@ -265,7 +265,7 @@ std::vector<uint8_t> two_layer_model(const gguf::File& f, const TensorOverrides&
 std::vector<float> logits_of(const model::LlamaModel& m, std::span<const int32_t> tokens) {
     ThreadPool pool(2);
     const auto& c = m.config();
-    kv::KvStore store(c.n_layer, 1, 256, c.kv_dim());
+    kv::KvStore store(c.n_layer, 1, 256, c.kv_dim(), c.head_dim);
     int32_t block = 0;
     model::LlamaModel::BatchSeq seq;
     seq.n_tokens = static_cast<int>(tokens.size());

@@ -120,10 +120,9 @@ TEST(KvQuant, RowRoundTripBounds) {
     }
 }
 
-kv::KvFormat format_for(KvDType t, int n_layer, int kv_dim, int head_dim, float key_range) {
+kv::KvFormat format_for(KvDType t, int n_layer, int kv_dim, float key_range) {
     kv::KvFormat f;
     f.dtype = t;
-    f.head_dim = head_dim;
     if (t == KvDType::Int8)
         f.k_scales.assign(static_cast<size_t>(n_layer) * kv_dim, key_range / kv::kInt8Max);
     return f;
@@ -143,7 +142,7 @@ TEST(KvQuant, StoreBytesAndCopyOnWriteCopiesScales) {
     std::mt19937 rng(5);
     std::uniform_real_distribution<float> d(-2.0f, 2.0f);
     for (KvDType t : {KvDType::F32, KvDType::F16, KvDType::Int8, KvDType::FP8}) {
-        kv::KvStore store(n_layer, 3, bs, kv_dim, format_for(t, n_layer, kv_dim, hd, 2.0f));
+        kv::KvStore store(n_layer, 3, bs, kv_dim, hd, format_for(t, n_layer, kv_dim, 2.0f));
         std::vector<float> k(kv_dim), v(kv_dim), k2(kv_dim), v2(kv_dim), k3(kv_dim), v3(kv_dim);
         for (int l = 0; l < n_layer; ++l)
             for (int s = 0; s < bs; ++s) {
@@ -188,10 +187,10 @@ TEST(KvQuant, AttentionWithinToleranceOfF32) {
     for (int64_t b = 0; b < nb; ++b) table[b] = static_cast<int32_t>(nb - 1 - b);  // scattered
     ThreadPool pool(2);
     auto attend = [&](KvDType t) {
-        kv::KvFormat f = format_for(t, 1, kv_dim, hd, 1.0f);
+        kv::KvFormat f = format_for(t, 1, kv_dim, 1.0f);
         if (t == KvDType::Int8)
             for (int c = 0; c < kv_dim; ++c) f.k_scales[c] = amax[c] * 1.5f / kv::kInt8Max;
-        kv::KvStore store(1, nb, bs, kv_dim, std::move(f));
+        kv::KvStore store(1, nb, bs, kv_dim, hd, std::move(f));
         for (int64_t p = 0; p < n_kv; ++p)
             store.write(0, table[p / bs], static_cast<int>(p % bs), &k[p * kv_dim], &v[p * kv_dim]);
         std::vector<const void*> kb(nb), vb(nb);
@@ -211,7 +210,7 @@ TEST(KvQuant, AttentionWithinToleranceOfF32) {
                                &tok_pos,
                                {&seq, 1},
                                bs,
-                               static_cast<size_t>(kv_dim),
+                               store.layout(),
                                t,
                                store.k_channel_scales(0)},
                               pool);
@@ -253,7 +252,8 @@ EvalRun evaluate(const engine::LoadedModel& lm, const std::vector<int32_t>& toke
     const int bs = 16, chunk = 128;
     const int64_t n = static_cast<int64_t>(tokens.size());
     const int64_t nb = (n + bs - 1) / bs;
-    kv::KvStore store(c.n_layer, nb, bs, c.kv_dim(), engine::kv_format_for(lm, t, &pool));
+    kv::KvStore store(c.n_layer, nb, bs, c.kv_dim(), c.head_dim,
+                      engine::kv_format_for(lm, t, &pool));
     std::vector<int32_t> table(nb);
     for (int64_t b = 0; b < nb; ++b) table[b] = static_cast<int32_t>(b);
     EvalRun r;

@@ -41,6 +41,7 @@ struct Paged {
                 block_size,
                 stride,
                 head_offset,
+                kv::kv_scale_offset(dtype, block_size, stride),
                 dtype,
                 static_cast<int>(stride / hd),
                 static_cast<int>(head_offset / hd),
@@ -307,20 +308,22 @@ void run_batch_checks(const std::vector<Paged>& paged, const std::vector<kernels
     auto run_batch = [&](int threads, int64_t t0, int64_t t1) {
         std::vector<float> out((t1 - t0) * n_head * hd);
         ThreadPool pool(threads);
-        const kernels::AttentionBatch b{&q[t0 * n_head * hd],
-                                        out.data(),
-                                        t1 - t0,
-                                        n_head,
-                                        n_head_kv,
-                                        hd,
-                                        0.125f,
-                                        &tok_seq[t0],
-                                        &tok_pos[t0],
-                                        seqs,
-                                        bs,
-                                        stride,
-                                        paged[0].dtype,
-                                        cs};
+        const kernels::AttentionBatch b{
+            &q[t0 * n_head * hd],
+            out.data(),
+            t1 - t0,
+            n_head,
+            n_head_kv,
+            hd,
+            0.125f,
+            &tok_seq[t0],
+            &tok_pos[t0],
+            seqs,
+            bs,
+            // make_paged's layout: positions interleaved
+            {stride, static_cast<size_t>(hd), kv::kv_scale_offset(paged[0].dtype, bs, stride)},
+            paged[0].dtype,
+            cs};
         kernels::attend_batch(b, pool);
         return out;
     };

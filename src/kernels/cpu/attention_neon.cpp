@@ -143,7 +143,7 @@ void attend_rows(const AttnRow* rows, int nr, const PagedKvView& kv, int hd, flo
     const bool k_scaled = kv::kv_token_scales(t, true);
     const bool v_scaled = kv::kv_token_scales(t, false);
     const float unit = t == KvDType::FP8 ? kFp8Unit : 1.0f;
-    const size_t scale_off = kv::kv_scale_offset(t, kv.block_size, kv.stride);
+    const size_t scale_off = kv.scale_offset;
     const float* cs = kv.k_channel_scale;
     const int hdp = (hd + 15) / 16 * 16;
     int64_t nmax = 0;
