@@ -5,14 +5,16 @@
 #
 #   scripts/check-neon.sh            build, then run the kernel suites (Kernels, PagedAttention,
 #                                    FerryTypes, KvQuant; a few minutes) as:
-#       neon                 at the neon level (the default on ARM)
+#       neon                 at the neon level (the default on ARM); the kernel tests run every
+#                            activation mode (f32, int16, int8) themselves
 #       scalar               with FERRY_CPU_LEVEL=scalar (tests that pick their levels still
 #                            run NEON too; the others run the scalar reference)
-#       neon-act-q8          with 8-bit activations (FERRY_ACT_QUANT=1): the integer block dots
-#       neon-dotprod-act-q8  the same with neon_kernels.cpp built for armv8.2-a+dotprod (SDOT)
+#       neon-dotprod         neon_kernels.cpp built for armv8.2-a+dotprod (SDOT in the
+#                            integer products)
 #   scripts/check-neon.sh --model    also the suites that run the default model (GoldenModel,
-#                                    DispatchLogits, KvQuantModel, FerryTypes.DefaultModel*) at
-#                                    the neon and scalar levels: an hour or more under qemu
+#                                    GoldenGreedy, DispatchLogits, KvQuantModel,
+#                                    FerryTypes.DefaultModel*) at the neon and scalar levels: an
+#                                    hour or more under qemu
 #   scripts/check-neon.sh [--model] -- ARGS   ARGS (e.g. --gtest_filter=...) go to every run
 #
 # Installs what it needs on Debian (the cross compiler, qemu-user, the :arm64 -dev packages, and
@@ -102,7 +104,8 @@ cmake --build "$build" -j "$jobs" --target neon_tests neon_tests_dotprod
 qemu=(qemu-aarch64)
 export FERRY_SOURCE_DIR="$root"
 kernel_suites='Kernels.*:PagedAttention.*:FerryTypes.*:KvQuant.*-FerryTypes.DefaultModel*'
-model_suites='GoldenModel.*:DispatchLogits.*:KvQuantModel.*:FerryTypes.DefaultModel*'
+# Parameterized suites carry their instantiation's prefix (Activations/GoldenModel.X/int16).
+model_suites='*GoldenModel.*:*GoldenGreedy.*:*DispatchLogits.*:KvQuantModel.*:FerryTypes.DefaultModel*'
 failed=0
 summary=()
 # run NAME BINARY [VAR=VALUE ...] [-- GTEST_ARGS...]: one test run under qemu, counted for the
@@ -138,8 +141,7 @@ run() {
 k=--gtest_filter="$kernel_suites"
 run neon neon_tests FERRY_CPU_LEVEL=neon -- "$k"
 run scalar neon_tests FERRY_CPU_LEVEL=scalar -- "$k"
-run neon-act-q8 neon_tests FERRY_CPU_LEVEL=neon FERRY_ACT_QUANT=1 -- "$k"
-run neon-dotprod-act-q8 neon_tests_dotprod FERRY_CPU_LEVEL=neon FERRY_ACT_QUANT=1 -- "$k"
+run neon-dotprod neon_tests_dotprod FERRY_CPU_LEVEL=neon -- "$k"
 if [ "$model" = 1 ]; then
     m=--gtest_filter="$model_suites"
     run neon-model neon_tests FERRY_CPU_LEVEL=neon -- "$m"

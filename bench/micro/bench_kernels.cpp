@@ -1,6 +1,7 @@
 // Kernel micro-benchmarks: matmul per weight type at decode (1 token) and prefill (64 tokens)
 // shapes of the default model, the pool's wake-up + barrier, and attention. Counters: GB/s of
-// weights read, GFLOP/s of multiply-adds (2 flops each). FERRY_CPU_LEVEL picks the level.
+// weights read, GFLOP/s of multiply-adds (2 flops each). FERRY_CPU_LEVEL picks the level,
+// FERRY_ACTIVATIONS the activations Q4_0/Q4_1/Q8_0 meet (int16 by default).
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -9,6 +10,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/kernels.h"
+#include "kernels/packed_weights.h"
 #include "quant/dequantize.h"
 
 namespace {
@@ -17,6 +19,7 @@ using namespace ferry;
 struct Mat {
     std::vector<uint8_t> bytes;
     kernels::Weight w;
+    kernels::PackedWeight packed;  // what the model packs (Q4_0/Q4_1/Q8_0), for the integer path
 };
 
 Mat make(DType type, int64_t rows, int64_t cols) {
@@ -36,6 +39,10 @@ Mat make(DType type, int64_t rows, int64_t cols) {
             if ((h[i] & 0x7C00) == 0x7C00 || (h[i] & 0x7F80) == 0x7F80) h[i] = 0x3000;  // 0.125
     }
     m.w = kernels::Weight{type, m.bytes.data(), rows, cols, stride};
+    if (kernels::packable(type)) {
+        m.packed = kernels::PackedWeight(m.w);
+        m.w.packed = m.packed.data();
+    }
     return m;
 }
 
@@ -57,7 +64,10 @@ void BM_Matmul(benchmark::State& st, DType type, int64_t rows, int64_t cols) {
                            benchmark::Counter::kIs1000);
     st.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate,
                                              benchmark::Counter::kIs1000);
-    st.SetLabel(std::string(kernels::cpu_level_name(kernels::cpu_level())));
+    std::string label = kernels::cpu_level_name(kernels::cpu_level());
+    if (kernels::packable(type))
+        label += std::string(" ") + kernels::activations_name(kernels::activations());
+    st.SetLabel(label);
 }
 
 // Decode and prefill shapes: ffn_down-like 576 x 1536, ffn_up-like 1536 x 576, and the tied
@@ -69,6 +79,7 @@ void BM_Matmul(benchmark::State& st, DType type, int64_t rows, int64_t cols) {
         ->UseRealTime()
 FERRY_MATMUL(q4_1_1536x576, DType::Q4_1, 1536, 576);
 FERRY_MATMUL(q4_1_576x1536, DType::Q4_1, 576, 1536);
+FERRY_MATMUL(q4_1_65536x1536, DType::Q4_1, 65536, 1536);  // 60 MB: from memory, not cache
 FERRY_MATMUL(q4_0_1536x576, DType::Q4_0, 1536, 576);
 FERRY_MATMUL(q8_0_49152x576, DType::Q8_0, 49152, 576);
 FERRY_MATMUL(q8_0_1536x576, DType::Q8_0, 1536, 576);

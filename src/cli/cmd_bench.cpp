@@ -148,6 +148,7 @@ void bench_decode(const DecodeBenchOptions& o) {
         {"weight_type", dominant_weight_type(*lm.file)},
         {"threads", threads},
         {"cpu_level", kernels::cpu_level_name(kernels::cpu_level())},
+        {"activations", kernels::activations_name(kernels::activations())},
         {"prompt_tokens", prompt.size()},
         {"gen_tokens", o.gen_tokens},
         {"repeats", o.repeats},
@@ -198,9 +199,10 @@ void bench_decode(const DecodeBenchOptions& o) {
         std::printf("%s\n", j.dump(2).c_str());
         return;
     }
-    std::printf("model      %s (%s), %d threads, %s kernels\n", lm.file->path().c_str(),
-                j["weight_type"].get<std::string>().c_str(), threads,
-                kernels::cpu_level_name(kernels::cpu_level()));
+    std::printf("model      %s (%s), %d threads, %s kernels, %s activations\n",
+                lm.file->path().c_str(), j["weight_type"].get<std::string>().c_str(), threads,
+                kernels::cpu_level_name(kernels::cpu_level()),
+                kernels::activations_name(kernels::activations()));
     std::printf("workload   %zu prompt tokens, %d generated, median of %d runs [min .. max]\n",
                 prompt.size(), o.gen_tokens, o.repeats);
     std::printf("prefill    %8.1f tok/s  [%.1f .. %.1f]   ttft %.1f ms\n", pf.median, pf.min,

@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/kv_options.h"
+#include "cli/model_options.h"
 #include "core/paths.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
@@ -28,7 +29,8 @@ struct EvalCmdOptions {
     int threads = 0;
     int64_t max_tokens = 0;
     bool json = false;
-    KvDTypeOption kv_dtype;  // of the model under test; --ref keeps f32
+    KvDTypeOption kv_dtype;         // of the model under test; --ref keeps f32
+    ActivationsOption activations;  // for both models (a float --ref is not affected)
 };
 
 std::string resolve_tasks_path(const std::string& spec) {
@@ -71,6 +73,7 @@ void eval(const EvalCmdOptions& o) {
         tf->path = resolve_tasks_path(o.tasks);
         tf->tasks = take(engine::load_tasks(tf->path));
     }
+    o.activations.apply();
     auto lm = take(engine::LoadedModel::load(take(resolve_model_path(o.model)), false));
     std::optional<engine::LoadedModel> ref;
     if (!o.ref.empty())
@@ -153,6 +156,7 @@ void add_eval_command(CLI::App& app) {
                   "With --json, list every task's output under tasks.items");
     cmd->add_option("--ctx", o->ctx, "Window length in tokens")->check(CLI::Range(2, 1 << 20));
     o->kv_dtype.add_to(*cmd);
+    o->activations.add_to(*cmd);
     cmd->add_option("--stride", o->stride, "Window advance in tokens (default: ctx / 2)");
     cmd->add_option("--max-tokens", o->max_tokens, "Score only the first N tokens of the text");
     cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)");

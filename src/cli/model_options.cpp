@@ -5,8 +5,21 @@
 #include "cli/commands.h"
 #include "core/paths.h"
 #include "core/thread_pool.h"
+#include "kernels/kernels.h"
 
 namespace ferry::cli {
+
+void ActivationsOption::add_to(CLI::App& cmd) {
+    cmd.add_option("--activations", name,
+                   "what Q4_0/Q4_1/Q8_0 weights meet: int16 (default; integer products, logits "
+                   "within ~0.01 of exact), int8 (fastest, coarse) or f32 (exact float math)")
+        ->check(CLI::IsMember({"f32", "int16", "int8"}));
+}
+
+void ActivationsOption::apply() const {
+    kernels::Activations a;
+    if (!name.empty() && kernels::parse_activations(name.c_str(), &a)) kernels::set_activations(a);
+}
 
 void ModelOptions::add_to(CLI::App& cmd) {
     cmd.add_option("-m,--model", model,
@@ -16,6 +29,7 @@ void ModelOptions::add_to(CLI::App& cmd) {
         ->check(CLI::Range(0, 1024));
     cmd.add_option("-c,--ctx", ctx, "context length in tokens (default: min(trained, 4096))")
         ->check(CLI::Range(0, 1 << 24));
+    activations.add_to(cmd);
 }
 
 int ModelOptions::resolved_threads() const {
@@ -29,6 +43,7 @@ int ModelOptions::resolved_ctx(const engine::LoadedModel& lm) const {
 }
 
 engine::LoadedModel ModelOptions::load(bool progress) const {
+    activations.apply();
     return take(engine::LoadedModel::load(take(resolve_model_path(model)), progress));
 }
 

@@ -11,15 +11,26 @@
 
 namespace ferry::cli {
 
+// --activations f32|int16|int8: what Q4_0/Q4_1/Q8_0 weights meet their activations as
+// (kernels::Activations); unset keeps the default (int16, or FERRY_ACTIVATIONS).
+struct ActivationsOption {
+    std::string name;
+
+    void add_to(CLI::App& cmd);
+    void apply() const;
+};
+
 struct ModelOptions {
     std::string model = "default";
     int threads = 0;  // 0: physical cores
     int ctx = 0;      // 0: min(training context, 4096)
+    ActivationsOption activations;
 
     void add_to(CLI::App& cmd);
     int resolved_threads() const;
     int resolved_ctx(const engine::LoadedModel& lm) const;
-    engine::LoadedModel load(bool progress) const;  // exits with a message on failure
+    // Applies --activations, then loads; exits with a message on failure.
+    engine::LoadedModel load(bool progress) const;
 };
 
 struct SamplingOptions {

@@ -284,6 +284,16 @@ Expected<std::shared_ptr<File>> File::open(const std::string& path) {
     return f;
 }
 
+void File::release(const void* p, size_t n) const {
+    if (!map_ || n == 0) return;
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const auto lo = reinterpret_cast<uintptr_t>(p), hi = lo + n;
+    const auto base = reinterpret_cast<uintptr_t>(map_);
+    if (lo < base || hi > base + map_len_) return;
+    const uintptr_t first = (lo + page - 1) / page * page, last = hi / page * page;
+    if (first < last) (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 Expected<std::shared_ptr<File>> File::parse(std::span<const uint8_t> bytes, std::string name) {
     std::shared_ptr<File> f(new File());
     f->path_ = std::move(name);

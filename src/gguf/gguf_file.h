@@ -98,6 +98,11 @@ class File {
     const std::vector<TensorInfo>& tensors() const { return tensors_; }
     const TensorInfo* tensor(std::string_view name) const;
 
+    // Says the mapped bytes [p, p + n) are not needed for now (a copy in another layout serves
+    // the hot path): the whole pages inside leave the resident set and are read back from the
+    // file if touched again, so the data stays valid. No-op for a File parsed from memory.
+    void release(const void* p, size_t n) const;
+
   private:
     File() = default;
     Status parse_all();

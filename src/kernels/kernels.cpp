@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/reference.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/packed_weights.h"
 #include "quant/dequantize.h"
 
 namespace ferry::kernels {
@@ -76,20 +77,31 @@ void reference_rows(const Weight& w, const float* x, int64_t n_tokens, float* y,
 
 // Quantizes n_tokens rows of cols floats into the calling thread's buffer; prompt-sized
 // batches are split over the pool.
-const BlockQ8A* quantize_activations(const LevelKernels* lk, const float* x, int64_t cols,
-                                     int64_t n_tokens, ThreadPool& pool) {
-    thread_local std::vector<BlockQ8A> buf;
+const ActBlock* quantize_act_rows(const LevelKernels* lk, const float* x, int64_t cols,
+                                  int64_t n_tokens, Activations a, ThreadPool& pool) {
+    thread_local std::vector<ActBlock> buf;
     const int64_t nb = cols / 32;
     if (static_cast<int64_t>(buf.size()) < nb * n_tokens) buf.resize(nb * n_tokens);
-    BlockQ8A* out = buf.data();
-    if (n_tokens < 8) {
-        lk->quantize_q8a(x, out, cols * n_tokens);
-    } else {
-        pool.parallel_for(n_tokens, [&](int64_t t0, int64_t t1) {
-            lk->quantize_q8a(x + t0 * cols, out + t0 * nb, cols * (t1 - t0));
-        });
-    }
+    ActBlock* out = buf.data();
+    auto run = [&](int64_t t0, int64_t t1) {
+        if (lk && lk->quantize_act)
+            lk->quantize_act(x + t0 * cols, out + t0 * nb, cols * (t1 - t0), a);
+        else
+            ref::quantize_act(x + t0 * cols, out + t0 * nb, cols * (t1 - t0), a);
+    };
+    if (n_tokens < 8)
+        run(0, n_tokens);
+    else
+        pool.parallel_for(n_tokens, run);
     return out;
+}
+
+void reference_act_rows(const Weight& w, const ActBlock* x, Activations a, int64_t n_tokens,
+                        float* y, int64_t ldy, int64_t r0, int64_t r1) {
+    const int64_t nb = w.cols / 32;
+    for (int64_t r = r0; r < r1; ++r)
+        for (int64_t t = 0; t < n_tokens; ++t)
+            y[t * ldy + r] = ref::dot_act(w.type, w.row(r), x + t * nb, nb, a);
 }
 
 // w8a8's activations, one scale per token, in the calling thread's buffer (rows padded to 64
@@ -114,31 +126,42 @@ TokenQ8 quantize_tokens(const LevelKernels* lk, const float* x, int64_t cols, in
     return TokenQ8{qp, dp, stride};
 }
 
-// Rows handed to a thread come in multiples of this, so SIMD row tiles are never split.
-constexpr int64_t kRowGrain = 4;
+// Rows handed to a thread come in multiples of this, so neither a float tile nor a packed
+// group of rows is ever split.
+constexpr int64_t kRowGrain = kPackRows;
+
+Activations initial_activations() {
+    Activations a = Activations::Int16;
+    if (const char* e = std::getenv("FERRY_ACTIVATIONS")) (void)parse_activations(e, &a);
+    return a;
+}
+std::atomic<Activations> g_act{initial_activations()};
 
 }  // namespace
 
-bool uses_q8_activations(DType t) {
-    return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || t == DType::Q4_K;
+Activations activations() {
+    return g_act.load(std::memory_order_relaxed);
 }
-
-namespace {
-// Off by default: SmolLM2's residual stream carries outliers of ~20,000, and an 8-bit block
-// holding one loses the rest of its values. Measured on the golden prompts, 8-bit activations
-// move logits by up to 1.5 from the exact reference (llama.cpp, which does the same, by 1.15)
-// and turn "What is the capital of France?" into nonsense; float activations stay within
-// 1e-4 of exact. FERRY_ACT_QUANT=1 turns the faster integer path on (docs/performance.md).
-std::atomic<bool> g_act_quant{[] {
-    const char* e = std::getenv("FERRY_ACT_QUANT");
-    return e && !std::strcmp(e, "1");
-}()};
-}  // namespace
-bool activation_quantization_enabled() {
-    return g_act_quant.load(std::memory_order_relaxed);
+void set_activations(Activations a) {
+    g_act.store(a);
 }
-void set_activation_quantization(bool on) {
-    g_act_quant.store(on);
+const char* activations_name(Activations a) {
+    switch (a) {
+        case Activations::F32:
+            return "f32";
+        case Activations::Int8:
+            return "int8";
+        default:
+            return "int16";
+    }
+}
+bool parse_activations(const char* name, Activations* out) {
+    for (Activations a : {Activations::F32, Activations::Int16, Activations::Int8})
+        if (!std::strcmp(name, activations_name(a))) {
+            *out = a;
+            return true;
+        }
+    return false;
 }
 
 float* scratch_floats(size_t n) {
@@ -185,11 +208,14 @@ void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_toke
     if (outs.empty() || n_tokens <= 0) return;
     const LevelKernels* lk = table();
     const int64_t cols = outs[0].w.cols;
-    const BlockQ8A* xq = nullptr;
-    bool need_q = false;
-    for (const auto& o : outs) need_q |= uses_q8_activations(o.w.type);
-    if (lk && need_q && activation_quantization_enabled() && cols % 32 == 0)
-        xq = quantize_activations(lk, x, cols, n_tokens, pool);
+    // Q4_0/Q4_1/Q8_0 meet integer activations unless they are set to F32; quantized once for
+    // every output of the group.
+    const Activations act = activations();
+    const ActBlock* xa = nullptr;
+    bool need_a = false;
+    for (const auto& o : outs) need_a |= packable(o.w.type);
+    if (need_a && act != Activations::F32 && cols % 32 == 0)
+        xa = quantize_act_rows(lk, x, cols, n_tokens, act, pool);
     // w8a8 always quantizes its activations: that is what the type means.
     TokenQ8 xt;
     bool need_t = false;
@@ -213,8 +239,13 @@ void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_toke
                 lk->matmul_w8a8(o.w, xt, n_tokens, o.y, o.w.rows, r0, r1);
                 continue;
             }
-            const BlockQ8A* q = uses_q8_activations(o.w.type) ? xq : nullptr;
-            if (!lk || !lk->matmul_rows(o.w, x, q, n_tokens, o.y, o.w.rows, r0, r1))
+            if (xa && packable(o.w.type)) {
+                if (!lk || !lk->matmul_packed || !o.w.packed ||
+                    !lk->matmul_packed(o.w, xa, act, n_tokens, o.y, o.w.rows, r0, r1))
+                    reference_act_rows(o.w, xa, act, n_tokens, o.y, o.w.rows, r0, r1);
+                continue;
+            }
+            if (!lk || !lk->matmul_rows(o.w, x, n_tokens, o.y, o.w.rows, r0, r1))
                 reference_rows(o.w, x, n_tokens, o.y, o.w.rows, r0, r1);
         }
     };

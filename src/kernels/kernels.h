@@ -24,11 +24,20 @@ CpuLevel cpu_level();           // what is used (FERRY_CPU_LEVEL may lower it)
 void set_cpu_level(CpuLevel l);
 const char* cpu_level_name(CpuLevel l);
 
-// Whether Q4_0/Q4_1/Q8_0/Q4_K products quantize activations to 8 bits and use integer dot
-// products (FERRY_ACT_QUANT=1) or take the float path (the default; docs/performance.md says
-// why).
-bool activation_quantization_enabled();
-void set_activation_quantization(bool on);  // for tests
+// What Q4_0 / Q4_1 / Q8_0 weights meet their activations as (docs/performance.md says why the
+// default is Int16):
+//  - F32: float activations against weights widened to floats (exact float32 math);
+//  - Int16: each block of 32 activations rounded to a 16-bit grid (amax / 16256 steps), in
+//    integer dot products (VNNI vpdpbusd / maddubs / sdot) over interleaved weights;
+//  - Int8: the same with an 8-bit grid (amax / 127, llama.cpp's Q8 activations): fastest, and
+//    coarse enough to move this model's logits by ~1.
+// Other weight types ignore it. FERRY_ACTIVATIONS=f32|int16|int8 sets the initial mode.
+enum class Activations { F32, Int16, Int8 };
+Activations activations();
+void set_activations(Activations a);
+const char* activations_name(Activations a);
+// "f32", "int16" or "int8"; false for anything else.
+bool parse_activations(const char* name, Activations* out);
 
 // A weight matrix of `rows` output channels, each a row of `cols` elements stored in `type`
 // (quantized formats: cols is a multiple of the block size).
@@ -38,6 +47,10 @@ struct Weight {
     int64_t rows = 0;
     int64_t cols = 0;
     size_t row_stride = 0;  // bytes between rows
+    // The same matrix in kernels/packed_weights.h's interleaved layout (Q4_0/Q4_1/Q8_0), which
+    // the integer kernels read; null where nobody packed it (the reference then computes the
+    // integer product from `data`, slowly but with the same result).
+    const uint8_t* packed = nullptr;
     const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_stride; }
 };
 

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include "core/progress.h"
+#include "kernels/packed_weights.h"
 #include "kernels/paged_attention.h"
 
 namespace ferry::model {
@@ -55,7 +57,8 @@ class Binder {
 
 }  // namespace
 
-Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<gguf::File> file) {
+Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<gguf::File> file,
+                                                       bool progress) {
     auto cfg = read_llama_config(*file);
     if (!cfg) return cfg.error();
     std::unique_ptr<LlamaModel> m(new LlamaModel());
@@ -94,7 +97,37 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<gguf::Fil
             if (!s) return s.error();
         }
     }
+    m->make_resident(progress);
     return m;
+}
+
+void LlamaModel::make_resident(bool progress) {
+    std::vector<Weight*> all = {&output_};
+    for (LayerWeights& l : layers_)
+        for (Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+            all.push_back(w);
+    auto bytes = [](const Weight& w) { return w.row_stride * static_cast<size_t>(w.rows); };
+    int64_t total = 0;
+    for (const Weight* w : all) total += static_cast<int64_t>(bytes(*w));
+    Progress bar("loading weights", total, progress);
+    int64_t done = 0;
+    volatile uint8_t sink = 0;
+    for (Weight* w : all) {
+        if (kernels::packable(w->type) && w->cols % 32 == 0) {
+            packed_.emplace_back(*w);
+            w->packed = packed_.back().data();
+            // The packed copy serves every integer product; the original pages are read again
+            // only by float activations, tools that read the file and (tied) embedding lookups,
+            // which touch just their rows.
+            file_->release(w->data, bytes(*w));
+        } else if (progress) {
+            // Resident before the first token (one byte per page).
+            for (size_t off = 0; off < bytes(*w); off += 4096) sink = sink + w->data[off];
+        }
+        done += static_cast<int64_t>(bytes(*w));
+        bar.update(done);
+    }
+    bar.finish();
 }
 
 size_t LlamaModel::weight_bytes_per_token() const {

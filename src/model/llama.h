@@ -12,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "gguf/gguf_file.h"
 #include "kernels/kernels.h"
+#include "kernels/packed_weights.h"
 #include "kv/kv_store.h"
 #include "model/llama_config.h"
 
@@ -43,7 +44,10 @@ struct LayerWeights {
 class LlamaModel {
   public:
     // Binds every tensor by name and checks its shape and type; fails with the tensor's name.
-    static Expected<std::unique_ptr<LlamaModel>> load(std::shared_ptr<gguf::File> file);
+    // Then packs the Q4_0/Q4_1/Q8_0 matrices for the integer kernels (and, with progress, makes
+    // the other matrices resident), under a progress bar.
+    static Expected<std::unique_ptr<LlamaModel>> load(std::shared_ptr<gguf::File> file,
+                                                      bool progress = false);
 
     const LlamaConfig& config() const { return cfg_; }
     const gguf::File& file() const { return *file_; }
@@ -72,12 +76,16 @@ class LlamaModel {
 
   private:
     LlamaModel() = default;
+    // Interleaved copies of the Q4_0/Q4_1/Q8_0 matrices for the integer kernels, whose file
+    // pages are then released; the other matrices are touched when `progress` (the CLI).
+    void make_resident(bool progress);
     std::shared_ptr<gguf::File> file_;
     LlamaConfig cfg_;
     kernels::Weight tok_embd_;
     kernels::Weight output_;
     const float* output_norm_ = nullptr;
     std::vector<LayerWeights> layers_;
+    std::vector<kernels::PackedWeight> packed_;
     ActivationObserver* observer_ = nullptr;
 };
 

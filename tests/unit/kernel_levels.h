@@ -1,5 +1,5 @@
-// Dispatch levels for kernel tests: which SIMD levels this machine can run, and a guard that
-// restores the level a test started with.
+// Dispatch levels for kernel tests: which SIMD levels this machine can run, and guards that
+// restore the level and activation mode a test started with.
 #pragma once
 
 #include <vector>
@@ -28,5 +28,15 @@ struct LevelGuard {
     kernels::CpuLevel saved = kernels::cpu_level();
     ~LevelGuard() { kernels::set_cpu_level(saved); }
 };
+
+// Sets the activation mode for a scope and restores the one before.
+struct ActivationsGuard {
+    kernels::Activations saved = kernels::activations();
+    explicit ActivationsGuard(kernels::Activations a) { kernels::set_activations(a); }
+    ~ActivationsGuard() { kernels::set_activations(saved); }
+};
+
+constexpr kernels::Activations kAllActivations[] = {
+    kernels::Activations::F32, kernels::Activations::Int16, kernels::Activations::Int8};
 
 }  // namespace ferry::testing

@@ -1,6 +1,7 @@
 // Every SIMD kernel level against the scalar reference: random inputs, odd sizes (rows and
-// tokens that do not fill a tile, token counts across the cache block), zero and extreme
-// scales, NaN/Inf where the result is defined.
+// tokens that do not fill a tile or a packed group, token counts across the cache block), zero
+// and extreme scales, NaN/Inf where the result is defined, under every activation mode. The
+// integer paths must give the reference's bits; float paths its value to float rounding.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,7 +14,9 @@
 #include "kernel_levels.h"
 #include "kernels/cpu/quantize_activations.h"
 #include "kernels/cpu/reference.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/kernels.h"
+#include "kernels/packed_weights.h"
 #include "quant/block_formats.h"
 #include "quant/dequantize.h"
 
@@ -21,8 +24,11 @@ namespace {
 using namespace ferry;
 using kernels::CpuLevel;
 
+using ferry::testing::ActivationsGuard;
+using ferry::testing::kAllActivations;
 using ferry::testing::LevelGuard;
 using ferry::testing::simd_levels;
+using kernels::Activations;
 
 enum class Scales { Normal, Zero, Huge, Tiny };
 
@@ -88,6 +94,7 @@ std::vector<uint8_t> random_row(DType type, int64_t cols, std::mt19937& rng, Sca
 struct Matrix {
     kernels::Weight w;
     std::vector<uint8_t> bytes;
+    kernels::PackedWeight packed;  // as the model packs it, for Q4_0 / Q4_1 / Q8_0
 };
 
 Matrix random_matrix(DType type, int64_t rows, int64_t cols, std::mt19937& rng,
@@ -99,6 +106,10 @@ Matrix random_matrix(DType type, int64_t rows, int64_t cols, std::mt19937& rng,
         m.bytes.insert(m.bytes.end(), row.begin(), row.end());
     }
     m.w = kernels::Weight{type, m.bytes.data(), rows, cols, stride};
+    if (kernels::packable(type)) {
+        m.packed = kernels::PackedWeight(m.w);
+        m.w.packed = m.packed.data();
+    }
     return m;
 }
 
@@ -109,38 +120,65 @@ std::vector<float> random_floats(int64_t n, std::mt19937& rng, float scale = 1.0
     return v;
 }
 
-bool quantized_activations(DType t) {
-    return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || t == DType::Q4_K;
+// Every SIMD level under every activation mode (the caller sets them for the loop body).
+std::vector<std::pair<CpuLevel, Activations>> levels_and_modes() {
+    std::vector<std::pair<CpuLevel, Activations>> out;
+    for (CpuLevel l : simd_levels())
+        for (Activations a : kAllActivations) out.emplace_back(l, a);
+    return out;
 }
 
-// Checks one level's matmul against the float reference. Where activations are quantized, the
-// allowed error is the exact bound that rounding each activation to its block's grid implies
-// (|x - x_q| <= amax/254 per element), plus float rounding; elsewhere float rounding only.
+// Whether matmul takes the integer path for this type in the current activation mode.
+bool integer_path(DType t) {
+    return kernels::packable(t) && kernels::activations() != Activations::F32;
+}
+
+bool same_float(float a, float b) {
+    return (std::isnan(a) && std::isnan(b)) || a == b;
+}
+
+// The reference's integer product of every row and token: what the integer paths must give.
+std::vector<float> reference_integer(const kernels::Weight& w, const std::vector<float>& x,
+                                     int64_t nt) {
+    const int64_t nb = w.cols / 32;
+    std::vector<kernels::ActBlock> xa(nb * nt);
+    kernels::ref::quantize_act(x.data(), xa.data(), nt * w.cols, kernels::activations());
+    std::vector<float> y(nt * w.rows);
+    for (int64_t r = 0; r < w.rows; ++r)
+        for (int64_t t = 0; t < nt; ++t)
+            y[t * w.rows + r] = kernels::ref::dot_act(w.type, w.row(r), xa.data() + t * nb, nb,
+                                                      kernels::activations());
+    return y;
+}
+
+// Checks one level's matmul against the reference: the integer paths bit for bit against
+// ref::dot_act, the float paths against ref::vec_dot within float rounding.
 void check_matmul(const Matrix& m, const std::vector<float>& x, int64_t nt, ThreadPool& pool,
                   const std::string& what) {
     const auto& w = m.w;
     std::vector<float> y(nt * w.rows, -1.0f);
     kernels::matmul(w, x.data(), nt, y.data(), pool);
-    std::vector<float> deq(w.cols);
+    const std::string mode =
+        std::string(" act ") + kernels::activations_name(kernels::activations());
+    if (integer_path(w.type)) {
+        const auto want = reference_integer(w, x, nt);
+        for (int64_t i = 0; i < nt * w.rows; ++i)
+            ASSERT_TRUE(same_float(y[i], want[i]))
+                << what << mode << " row " << i % w.rows << " token " << i / w.rows << ": " << y[i]
+                << " vs " << want[i];
+        return;
+    }
     for (int64_t r = 0; r < w.rows; ++r) {
-        ASSERT_TRUE(quant::dequantize_row(w.type, w.row(r), deq.data(), w.cols));
         for (int64_t t = 0; t < nt; ++t) {
             const float* xt = x.data() + t * w.cols;
             const float want = kernels::ref::vec_dot(w.type, w.row(r), xt, w.cols);
-            double mag = 0, qbound = 0;
-            for (int64_t b = 0; b < w.cols; b += 32) {
-                float amax = 0;
-                for (int j = 0; j < 32 && b + j < w.cols; ++j)
-                    amax = std::fmax(amax, std::fabs(xt[b + j]));
-                for (int j = 0; j < 32 && b + j < w.cols; ++j) {
-                    mag += std::fabs(deq[b + j] * xt[b + j]);
-                    qbound += std::fabs(deq[b + j]) * amax / 254.0;
-                }
-            }
-            double tol = 1e-5 * mag + 1e-30;
-            if (quantized_activations(w.type)) tol += qbound * 1.01;
+            std::vector<float> deq(w.cols);
+            ASSERT_TRUE(quant::dequantize_row(w.type, w.row(r), deq.data(), w.cols));
+            double mag = 0;
+            for (int64_t j = 0; j < w.cols; ++j) mag += std::fabs(deq[j] * xt[j]);
             const float got = y[t * w.rows + r];
-            ASSERT_NEAR(got, want, tol) << what << " row " << r << " token " << t;
+            ASSERT_NEAR(got, want, 1e-5 * mag + 1e-30)
+                << what << mode << " row " << r << " token " << t;
         }
     }
 }
@@ -152,13 +190,15 @@ TEST(Kernels, MatmulMatchesReferenceOnOddShapes) {
     LevelGuard guard;
     std::mt19937 rng(1);
     ThreadPool pool1(1), pool2(2);
-    for (CpuLevel level : simd_levels()) {
+    for (const auto& [level, act] : levels_and_modes()) {
         kernels::set_cpu_level(level);
+        ActivationsGuard ag(act);
         for (DType type : kAllTypes) {
             const bool k = dtype_info(type).block_size == 256;
             for (int64_t cols :
                  k ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 576}) {
-                for (int64_t rows : {1, 3, 6, 17}) {
+                // Under, at and over a packed group of 16 rows, and a group and a bit.
+                for (int64_t rows : {1, 3, 6, 16, 17, 35}) {
                     const Matrix m = random_matrix(type, rows, cols, rng);
                     for (int64_t nt : {1, 2, 5, 7, 9}) {
                         const auto x = random_floats(nt * cols, rng);
@@ -180,9 +220,10 @@ TEST(Kernels, MatmulPrefillAcrossTokenBlocks) {
     LevelGuard guard;
     std::mt19937 rng(2);
     ThreadPool pool(2);
-    for (CpuLevel level : simd_levels()) {
+    for (const auto& [level, act] : levels_and_modes()) {
         kernels::set_cpu_level(level);
-        for (DType type : {DType::Q4_1, DType::Q8_0, DType::F16, DType::Q4_K}) {
+        ActivationsGuard ag(act);
+        for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::Q4_K}) {
             const int64_t cols = type == DType::Q4_K ? 256 : 160;
             const Matrix m = random_matrix(type, 37, cols, rng);
             const auto x = random_floats(70 * cols, rng);
@@ -194,14 +235,15 @@ TEST(Kernels, MatmulPrefillAcrossTokenBlocks) {
 }
 
 TEST(Kernels, MatmulResultOfATokenDoesNotDependOnTheBatch) {
-    // Short batches and long ones take different loops (in-register unpacking vs a buffer);
-    // a token's output must be bit-identical either way, or speculative verification and
-    // batching would change greedy outputs.
+    // Short batches and long ones take different loops (in-register unpacking vs a buffer,
+    // token tiles of different widths); a token's output must be bit-identical either way, or
+    // speculative verification and batching would change greedy outputs.
     LevelGuard guard;
     std::mt19937 rng(5);
     ThreadPool pool(2);
-    for (CpuLevel level : simd_levels()) {
+    for (const auto& [level, act] : levels_and_modes()) {
         kernels::set_cpu_level(level);
+        ActivationsGuard ag(act);
         for (DType type : kAllTypes) {
             const int64_t cols = dtype_info(type).block_size == 256 ? 512 : 576;
             const Matrix m = random_matrix(type, 43, cols, rng);
@@ -228,8 +270,9 @@ TEST(Kernels, MatmulZeroAndExtremeScales) {
     LevelGuard guard;
     std::mt19937 rng(3);
     ThreadPool pool(2);
-    for (CpuLevel level : simd_levels()) {
+    for (const auto& [level, act] : levels_and_modes()) {
         kernels::set_cpu_level(level);
+        ActivationsGuard ag(act);
         for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
             const int64_t cols = dtype_info(type).block_size == 256 ? 256 : 64;
             for (Scales sc : {Scales::Zero, Scales::Huge, Scales::Tiny}) {
@@ -248,8 +291,9 @@ TEST(Kernels, MatmulZeroActivationsAndNonFinite) {
     LevelGuard guard;
     std::mt19937 rng(4);
     ThreadPool pool(2);
-    for (CpuLevel level : simd_levels()) {
+    for (const auto& [level, act] : levels_and_modes()) {
         kernels::set_cpu_level(level);
+        ActivationsGuard ag(act);
         for (DType type : kAllTypes) {
             const int64_t cols = dtype_info(type).block_size == 256 ? 256 : 64;
             const Matrix m = random_matrix(type, 5, cols, rng);
@@ -282,17 +326,21 @@ TEST(Kernels, MatmulManyEqualsSeparateMatmuls) {
     const Matrix a = random_matrix(DType::Q4_1, 21, 128, rng);
     const Matrix b = random_matrix(DType::Q8_0, 7, 128, rng);
     const Matrix c = random_matrix(DType::F16, 13, 128, rng);
-    for (int64_t nt : {1, 6}) {
-        const auto x = random_floats(nt * 128, rng);
-        std::vector<float> ya(nt * 21), yb(nt * 7), yc(nt * 13), za(ya), zb(yb), zc(yc);
-        kernels::matmul(a.w, x.data(), nt, ya.data(), pool);
-        kernels::matmul(b.w, x.data(), nt, yb.data(), pool);
-        kernels::matmul(c.w, x.data(), nt, yc.data(), pool);
-        const kernels::MatmulOut outs[] = {{a.w, za.data()}, {b.w, zb.data()}, {c.w, zc.data()}};
-        kernels::matmul_many(outs, x.data(), nt, pool);
-        EXPECT_EQ(ya, za);
-        EXPECT_EQ(yb, zb);
-        EXPECT_EQ(yc, zc);
+    for (Activations act : kAllActivations) {
+        ActivationsGuard ag(act);
+        for (int64_t nt : {1, 6}) {
+            const auto x = random_floats(nt * 128, rng);
+            std::vector<float> ya(nt * 21), yb(nt * 7), yc(nt * 13), za(ya), zb(yb), zc(yc);
+            kernels::matmul(a.w, x.data(), nt, ya.data(), pool);
+            kernels::matmul(b.w, x.data(), nt, yb.data(), pool);
+            kernels::matmul(c.w, x.data(), nt, yc.data(), pool);
+            const kernels::MatmulOut outs[] = {
+                {a.w, za.data()}, {b.w, zb.data()}, {c.w, zc.data()}};
+            kernels::matmul_many(outs, x.data(), nt, pool);
+            EXPECT_EQ(ya, za);
+            EXPECT_EQ(yb, zb);
+            EXPECT_EQ(yc, zc);
+        }
     }
 }
 
@@ -356,54 +404,200 @@ TEST(Kernels, AttendMatchesReference) {
     }
 }
 
-TEST(Kernels, QuantizeActivationsMatchesReference) {
-    LevelGuard guard;
+// The levels' tables, for the ops the public interface only reaches through matmul.
+std::vector<std::pair<CpuLevel, const kernels::LevelKernels*>> level_tables() {
+    std::vector<std::pair<CpuLevel, const kernels::LevelKernels*>> out;
+    for (CpuLevel level : simd_levels()) {
+        const kernels::LevelKernels* t = level == CpuLevel::AVX512 ? kernels::avx512_kernels()
+                                         : level == CpuLevel::AVX2 ? kernels::avx2_kernels()
+                                                                   : kernels::neon_kernels();
+        if (t) out.emplace_back(level, t);
+    }
+    return out;
+}
+
+TEST(Kernels, QuantizeActivationsFollowsTheGrid) {
     std::mt19937 rng(8);
-    ThreadPool pool(1);
-    // Through the public matmul on a Q8_0 identity-like row: compare the level's quantization
-    // with the reference quantizer by the dot products they produce against unit blocks.
-    auto x = random_floats(128, rng, 3.0f);
+    auto x = random_floats(32 * 7, rng, 3.0f);
     x[5] = 0;
-    std::vector<kernels::BlockQ8A> ref(4);
-    kernels::ref::quantize_q8a(x.data(), ref.data(), 128);
-    for (int b = 0; b < 4; ++b) {
-        float amax = 0;
-        for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[32 * b + j]));
-        EXPECT_FLOAT_EQ(ref[b].d, amax / 127.0f);
-        int sum = 0;
-        for (int j = 0; j < 32; ++j) {
-            EXPECT_LE(std::fabs(ref[b].qs[j] * ref[b].d - x[32 * b + j]), ref[b].d * 0.5001f);
-            sum += ref[b].qs[j];
+    x[40] = 2000.0f;                                                  // an outlier in block 1
+    for (int j = 64; j < 96; ++j) x[j] = 0;                           // an all-zero block
+    for (int j = 96; j < 128; ++j) x[j] = 1e-30f * (j % 2 ? 1 : -1);  // tiny values
+    x[130] = std::numeric_limits<float>::quiet_NaN();                 // block 4 poisoned
+    x[170] = -std::numeric_limits<float>::infinity();                 // block 5 too
+    for (int j = 192; j < 224; ++j) x[j] = 1e-36f * (j % 3);  // a step whose inverse overflows
+    for (Activations act : {Activations::Int16, Activations::Int8}) {
+        const bool wide = act == Activations::Int16;
+        const float vmax = wide ? kernels::kActMax16 : kernels::kActMax8;
+        std::vector<kernels::ActBlock> q(7);
+        kernels::ref::quantize_act(x.data(), q.data(), 32 * 7, act);
+        for (int b = 0; b < 4; ++b) {
+            float amax = 0;
+            for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[32 * b + j]));
+            EXPECT_EQ(q[b].d, amax / vmax) << b;
+            int32_t sum = 0;
+            for (int j = 0; j < 32; ++j) {
+                const int v = wide ? 128 * q[b].hi[j] + q[b].lo[j] : q[b].hi[j];
+                EXPECT_GE(q[b].hi[j], -127);
+                EXPECT_LE(q[b].hi[j], 127);
+                EXPECT_GE(q[b].lo[j], wide ? -64 : 0);
+                EXPECT_LE(q[b].lo[j], wide ? 63 : 0);
+                EXPECT_LE(std::abs(v), wide ? kernels::kActMax16 : kernels::kActMax8);
+                EXPECT_LE(std::fabs(v * q[b].d - x[32 * b + j]), q[b].d * 0.5001f + 1e-37f)
+                    << b << " " << j;
+                sum += v;
+            }
+            EXPECT_EQ(q[b].s, sum);
+            EXPECT_EQ(q[b].sx, q[b].d * static_cast<float>(sum));
         }
-        EXPECT_FLOAT_EQ(ref[b].s, ref[b].d * sum);
+        EXPECT_EQ(q[2].d, 0.0f);
+        EXPECT_TRUE(std::isnan(q[4].d));
+        EXPECT_TRUE(std::isnan(q[5].d));
+        EXPECT_EQ(q[4].s, 0);
+        if (wide) {  // 2e-36 / 16256 is denormal: the block rounds to zero, not to garbage
+            for (int j = 0; j < 32; ++j) EXPECT_EQ(q[6].hi[j], 0);
+        }
+
+        // Every level's quantizer writes the reference's bytes.
+        for (auto [level, table] : level_tables()) {
+            std::vector<kernels::ActBlock> got(7);
+            table->quantize_act(x.data(), got.data(), 32 * 7, act);
+            for (int b = 0; b < 7; ++b) {
+                EXPECT_EQ(0, std::memcmp(got[b].hi, q[b].hi, 64))
+                    << kernels::cpu_level_name(level) << " " << b;
+                EXPECT_TRUE(same_float(got[b].d, q[b].d))
+                    << kernels::cpu_level_name(level) << " " << b;
+                EXPECT_TRUE(same_float(got[b].sx, q[b].sx))
+                    << kernels::cpu_level_name(level) << " " << b;
+                EXPECT_EQ(got[b].s, q[b].s) << kernels::cpu_level_name(level) << " " << b;
+            }
+        }
+    }
+}
+
+// The integer product is the float product up to the activations' rounding: each value moves
+// by at most half a step (amax / 2 kActMax), so |error| <= sum |w| * step / 2. A reference
+// that was self-consistent but wrong (a nibble order, a sign, a missing offset) fails here.
+TEST(Kernels, IntegerProductIsWithinTheActivationGrid) {
+    std::mt19937 rng(10);
+    ThreadPool pool(2);
+    for (Activations act : {Activations::Int16, Activations::Int8}) {
+        ActivationsGuard ag(act);
+        const double vmax = act == Activations::Int16 ? kernels::kActMax16 : kernels::kActMax8;
+        for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+            const Matrix m = random_matrix(type, 33, 576, rng);
+            auto x = random_floats(3 * 576, rng);
+            for (size_t i = 0; i < x.size(); i += 97) x[i] *= 300.0f;  // outliers
+            std::vector<float> y(3 * 33);
+            kernels::matmul(m.w, x.data(), 3, y.data(), pool);
+            std::vector<float> deq(576);
+            for (int64_t r = 0; r < 33; ++r) {
+                ASSERT_TRUE(quant::dequantize_row(type, m.w.row(r), deq.data(), 576));
+                for (int64_t t = 0; t < 3; ++t) {
+                    const float* xt = x.data() + t * 576;
+                    double bound = 0, mag = 0;
+                    for (int64_t b = 0; b < 576; b += 32) {
+                        double amax = 0;
+                        for (int j = 0; j < 32; ++j)
+                            amax = std::max<double>(amax, std::fabs(xt[b + j]));
+                        for (int j = 0; j < 32; ++j) {
+                            bound += std::fabs(deq[b + j]) * amax / (2 * vmax);
+                            mag += std::fabs(deq[b + j] * xt[b + j]);
+                        }
+                    }
+                    const float want = kernels::ref::vec_dot(type, m.w.row(r), xt, 576);
+                    EXPECT_NEAR(y[t * 33 + r], want, bound * 1.01 + 1e-5 * mag)
+                        << dtype_name(type) << " " << kernels::activations_name(act);
+                }
+            }
+        }
+    }
+}
+
+// The packed layout is the one kernels/packed_weights.h documents, byte for byte, including
+// the zero rows that pad the last group.
+TEST(Kernels, PackedLayoutIsAsDocumented) {
+    std::mt19937 rng(11);
+    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+        const Matrix m = random_matrix(type, 19, 96, rng);
+        const size_t tile = kernels::packed_tile_bytes(type);
+        ASSERT_EQ(tile, 16 * dtype_info(type).block_bytes);
+        ASSERT_EQ(m.packed.size(), 2 * 3 * tile);
+        const int chunks = type == DType::Q8_0 ? 8 : 4;
+        for (int64_t r = 0; r < 32; ++r) {
+            for (int64_t b = 0; b < 3; ++b) {
+                const uint8_t* t = m.packed.data() + ((r / 16) * 3 + b) * tile;
+                const int i = static_cast<int>(r % 16);
+                const uint8_t* blk =
+                    r < 19 ? m.w.row(r) + b * dtype_info(type).block_bytes : nullptr;
+                const int qs_off = type == DType::Q4_1 ? 4 : 2;
+                for (int c = 0; c < chunks; ++c)
+                    for (int k = 0; k < 4; ++k) {
+                        uint8_t want = blk ? blk[qs_off + 4 * c + k] : 0;
+                        if (blk && type == DType::Q8_0) want ^= 0x80;
+                        ASSERT_EQ(t[64 * c + 4 * i + k], want) << dtype_name(type) << " r" << r;
+                    }
+                const uint8_t* sc = t + 64 * chunks;
+                ASSERT_EQ(sc[2 * i], blk ? blk[0] : 0);
+                ASSERT_EQ(sc[2 * i + 1], blk ? blk[1] : 0);
+                if (type == DType::Q4_1) {
+                    ASSERT_EQ(sc[32 + 2 * i], blk ? blk[2] : 0);
+                    ASSERT_EQ(sc[33 + 2 * i], blk ? blk[3] : 0);
+                }
+            }
+        }
+    }
+}
+
+// A Weight nobody packed takes the reference's integer product: the same numbers, only slower.
+TEST(Kernels, UnpackedWeightGivesThePackedResult) {
+    std::mt19937 rng(12);
+    ThreadPool pool(2);
+    ActivationsGuard ag(Activations::Int16);
+    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
+        const Matrix m = random_matrix(type, 21, 128, rng);
+        kernels::Weight plain = m.w;
+        plain.packed = nullptr;
+        const auto x = random_floats(5 * 128, rng);
+        std::vector<float> a(5 * 21), b(5 * 21);
+        kernels::matmul(m.w, x.data(), 5, a.data(), pool);
+        kernels::matmul(plain, x.data(), 5, b.data(), pool);
+        EXPECT_EQ(a, b) << dtype_name(type);
     }
 }
 
 }  // namespace
 
 namespace {
-// The integer paths of AVX2 and AVX-512 compute the same exact integer block dots from the
-// same quantized activations, so they must agree to float rounding, far tighter than the
-// quantization bound above.
+// AVX2 and AVX-512 compute the integer paths' exact sums and the same float steps in the same
+// order: their results are identical. Float paths sum in different orders, so they agree to
+// float rounding.
 TEST(Kernels, SimdLevelsAgreeWithEachOther) {
     if (kernels::detected_cpu_level() < CpuLevel::AVX512) GTEST_SKIP() << "needs AVX-512";
     LevelGuard guard;
     std::mt19937 rng(9);
     ThreadPool pool(2);
-    for (DType type : kAllTypes) {
-        const int64_t cols = dtype_info(type).block_size == 256 ? 1536 : 1536;
-        const Matrix m = random_matrix(type, 67, cols, rng);
-        for (int64_t nt : {1, 5, 9}) {
-            auto x = random_floats(nt * cols, rng);
-            for (size_t i = 0; i < x.size(); i += 37) x[i] *= 100.0f;  // activation outliers
-            std::vector<float> a(nt * 67), b(nt * 67);
-            kernels::set_cpu_level(CpuLevel::AVX2);
-            kernels::matmul(m.w, x.data(), nt, a.data(), pool);
-            kernels::set_cpu_level(CpuLevel::AVX512);
-            kernels::matmul(m.w, x.data(), nt, b.data(), pool);
-            for (size_t i = 0; i < a.size(); ++i)
-                ASSERT_NEAR(a[i], b[i], 2e-4f * (1 + std::fabs(a[i])) + 1e-3f)
-                    << dtype_name(type) << " " << i;
+    for (Activations act : kAllActivations) {
+        for (DType type : kAllTypes) {
+            ActivationsGuard ag(act);
+            const int64_t cols = 1536;
+            const Matrix m = random_matrix(type, 67, cols, rng);
+            for (int64_t nt : {1, 5, 9}) {
+                auto x = random_floats(nt * cols, rng);
+                for (size_t i = 0; i < x.size(); i += 37) x[i] *= 100.0f;  // activation outliers
+                std::vector<float> a(nt * 67), b(nt * 67);
+                kernels::set_cpu_level(CpuLevel::AVX2);
+                kernels::matmul(m.w, x.data(), nt, a.data(), pool);
+                kernels::set_cpu_level(CpuLevel::AVX512);
+                kernels::matmul(m.w, x.data(), nt, b.data(), pool);
+                for (size_t i = 0; i < a.size(); ++i) {
+                    if (integer_path(type))
+                        ASSERT_EQ(a[i], b[i]) << dtype_name(type) << " " << i;
+                    else
+                        ASSERT_NEAR(a[i], b[i], 2e-4f * (1 + std::fabs(a[i])) + 1e-3f)
+                            << dtype_name(type) << " " << i;
+                }
+            }
         }
     }
 }

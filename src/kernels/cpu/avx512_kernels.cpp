@@ -5,6 +5,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "kernels/packed_weights.h"
 #include "quant/block_formats.h"
 #include "quant/dequantize.h"
 #include "quant/ferry_types.h"
@@ -19,8 +20,8 @@
 namespace ferry::kernels::avx512 {
 #include "kernels/cpu/x86_kernels.inc"
 
-const LevelKernels kTable = {quantize_q8a, matmul_rows, rmsnorm,           silu_mul,
-                             softmax,      attend,      quantize_token_q8, matmul_w8a8};
+const LevelKernels kTable = {quantize_act, matmul_packed, matmul_rows,       rmsnorm,    silu_mul,
+                             softmax,      attend,        quantize_token_q8, matmul_w8a8};
 }  // namespace ferry::kernels::avx512
 
 #undef FERRY_AVX512

@@ -5,8 +5,8 @@
 // It follows x86_kernels.inc's shapes with 4-float vectors: float activations meet weights
 // widened in a per-thread buffer (long batches) or in registers (short ones), with the same
 // values and summation order on both paths so a token's output never depends on the batch; with
-// 8-bit activations (FERRY_ACT_QUANT=1) Q4_0/Q4_1/Q8_0 blocks use integer dot products (SDOT
-// where the target has it, widening multiplies otherwise).
+// integer activations (Activations::Int16 / Int8, the default) Q4_0/Q4_1/Q8_0 use integer dot
+// products over the packed layout (SDOT where the target has it, widening multiplies otherwise).
 #include "kernels/cpu/simd.h"
 
 #if defined(__aarch64__)
@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "kernels/cpu/neon_math.h"
+#include "kernels/packed_weights.h"
 #include "quant/block_formats.h"
 
 namespace ferry::kernels::neon {
@@ -54,120 +55,169 @@ inline int64_t imin(int64_t a, int64_t b) {
 }
 
 // ---- activation quantization -------------------------------------------------------------
-void quantize_q8a(const float* x, BlockQ8A* out, int64_t n) {
+// ref::quantize_act, vectorized: the same d, the same v (vcvtnq rounds to nearest even, as
+// nearbyint does), the same planes.
+void quantize_act(const float* x, ActBlock* out, int64_t n, Activations a) {
+    const bool wide = a == Activations::Int16;
+    const float vmax = wide ? static_cast<float>(kActMax16) : static_cast<float>(kActMax8);
     for (int64_t b = 0; b < n / 32; ++b, x += 32) {
+        ActBlock& o = out[b];
         vf v[8];
         vf amax = vzero();
-        uint32x4_t ordered = vdupq_n_u32(~0u);
+        uint32x4_t finite = vdupq_n_u32(~0u);
         for (int i = 0; i < 8; ++i) {
             v[i] = vld1q_f32(x + 4 * i);
-            amax = vmaxnmq_f32(amax, vabsq_f32(v[i]));  // maxnm: a NaN does not set the scale
-            ordered = vandq_u32(ordered, vceqq_f32(v[i], v[i]));
+            const vf av = vabsq_f32(v[i]);
+            amax = vmaxq_f32(amax, av);
+            finite = vandq_u32(finite, vcleq_f32(av, vset1(__FLT_MAX__)));  // false for NaN
         }
-        float d = vmaxvq_f32(amax) / 127.0f;
-        const float id = d > 0 ? 1.0f / d : 0.0f;
-        // A NaN anywhere makes the whole block NaN, as the float dot product would.
-        if (vminvq_u32(ordered) == 0) d = __builtin_nanf("");
+        if (vminvq_u32(finite) == 0) {
+            std::memset(&o, 0, sizeof(o));
+            o.d = o.sx = __builtin_nanf("");
+            continue;
+        }
+        const float d = vmaxvq_f32(amax) / vmax;
+        float id = d > 0 ? 1.0f / d : 0.0f;
+        if (!(id <= __FLT_MAX__)) id = 0;  // as the reference: a denormal step rounds to zero
         const vf vid = vset1(id);
         int32x4_t sum = vdupq_n_s32(0);
-        int16x8_t q16[4];
+        int16x8_t hi16[4], lo16[4];
         for (int i = 0; i < 4; ++i) {
-            // Round to nearest even, as the reference's nearbyint.
-            const int32x4_t a = vcvtnq_s32_f32(vmulq_f32(v[2 * i], vid));
-            const int32x4_t c = vcvtnq_s32_f32(vmulq_f32(v[2 * i + 1], vid));
-            sum = vaddq_s32(sum, vaddq_s32(a, c));
-            q16[i] = vcombine_s16(vqmovn_s32(a), vqmovn_s32(c));
+            int32x4_t q[2], hi[2], lo[2];
+            for (int k = 0; k < 2; ++k) {
+                q[k] = vcvtnq_s32_f32(vmulq_f32(v[2 * i + k], vid));
+                sum = vaddq_s32(sum, q[k]);
+                if (wide) {
+                    hi[k] = vshrq_n_s32(vaddq_s32(q[k], vdupq_n_s32(64)), 7);
+                    lo[k] = vsubq_s32(q[k], vshlq_n_s32(hi[k], 7));
+                } else {
+                    hi[k] = q[k];
+                    lo[k] = vdupq_n_s32(0);
+                }
+            }
+            hi16[i] = vcombine_s16(vqmovn_s32(hi[0]), vqmovn_s32(hi[1]));
+            lo16[i] = vcombine_s16(vqmovn_s32(lo[0]), vqmovn_s32(lo[1]));
         }
-        vst1q_s8(out[b].qs, vcombine_s8(vqmovn_s16(q16[0]), vqmovn_s16(q16[1])));
-        vst1q_s8(out[b].qs + 16, vcombine_s8(vqmovn_s16(q16[2]), vqmovn_s16(q16[3])));
-        out[b].d = d;
-        out[b].s = d * static_cast<float>(vaddvq_s32(sum));
+        vst1q_s8(o.hi, vcombine_s8(vqmovn_s16(hi16[0]), vqmovn_s16(hi16[1])));
+        vst1q_s8(o.hi + 16, vcombine_s8(vqmovn_s16(hi16[2]), vqmovn_s16(hi16[3])));
+        vst1q_s8(o.lo, vcombine_s8(vqmovn_s16(lo16[0]), vqmovn_s16(lo16[1])));
+        vst1q_s8(o.lo + 16, vcombine_s8(vqmovn_s16(lo16[2]), vqmovn_s16(lo16[3])));
+        const int32_t s = vaddvq_s32(sum);
+        o.d = d;
+        o.s = s;
+        o.sx = d * static_cast<float>(s);
+        o.pad = 0;
     }
 }
 
-// ---- integer matmul (weights x BlockQ8A activations) -----------------------------------
-// sum over the 32 elements of w * x, four partial sums (exact in int32).
-inline int32x4_t dot32(int8x16_t w0, int8x16_t w1, const int8_t* x) {
-    const int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);
+// ---- integer matmul over packed weights (kernels/packed_weights.h) ----------------------------
+// A 16-row group is four vectors of 4 rows (4 bytes each) per 64-byte chunk; each meets 4
+// activation bytes broadcast to every lane. Per block the exact integer sums, then
+// ref::dot_act's float steps in its order, so the result is the reference's bit for bit.
+
+// acc[lane i] += sum over k < 4 of w[4i + k] * x[k] (x: 4 bytes broadcast to every lane).
+inline int32x4_t dot4(int32x4_t acc, int8x16_t w, int8x16_t x) {
 #if defined(__ARM_FEATURE_DOTPROD)
-    return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, x0), w1, x1);
+    return vdotq_s32(acc, w, x);
 #else
-    int32x4_t a = vpaddlq_s16(vmull_s8(vget_low_s8(w0), vget_low_s8(x0)));
-    a = vpadalq_s16(a, vmull_s8(vget_high_s8(w0), vget_high_s8(x0)));
-    a = vpadalq_s16(a, vmull_s8(vget_low_s8(w1), vget_low_s8(x1)));
-    return vpadalq_s16(a, vmull_s8(vget_high_s8(w1), vget_high_s8(x1)));
+    // |w * x| <= 128 * 127 fits int16; pairs, then pairs of pairs per row.
+    const int32x4_t lo = vpaddlq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(x)));
+    const int32x4_t hi = vpaddlq_s16(vmull_high_s8(w, x));
+    return vaddq_s32(acc, vpaddq_s32(lo, hi));
 #endif
 }
-
-// One block of a row as two s8 vectors (elements 0-15, 16-31) and its factors:
-// dot = dw * dx * sum(w * qx) + mw * sx.
-struct QBlock {
-    int8x16_t w0, w1;
-    float dw, mw;
-};
-inline QBlock unpack_q4_0(const uint8_t* row, int64_t b) {
-    const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
-    const uint8x16_t q = vld1q_u8(blk->qs);
-    const float d = h2f(blk->d);
-    // (q - 8): the offset rides on the activations' sum.
-    return {vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(0x0F))),
-            vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), d, -8.0f * d};
-}
-inline QBlock unpack_q4_1(const uint8_t* row, int64_t b) {
-    const BlockQ4_1* blk = reinterpret_cast<const BlockQ4_1*>(row) + b;
-    const uint8x16_t q = vld1q_u8(blk->qs);
-    return {vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(0x0F))),
-            vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), h2f(blk->d), h2f(blk->m)};
-}
-inline QBlock unpack_q8_0(const uint8_t* row, int64_t b) {
-    const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
-    return {vld1q_s8(blk->qs), vld1q_s8(blk->qs + 16), h2f(blk->d), 0.0f};
+inline int8x16_t bcast4(const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return vreinterpretq_s8_s32(vdupq_n_s32(v));
 }
 
-constexpr int kQRowTile = 4, kQTokTile = 4;  // 16 float accumulators of 32 registers
-// Tokens per cache block: their activations stay in L2 while the thread's rows stream past.
-constexpr int64_t kTokBlock = 64;
-
-template <QBlock (*Unpack)(const uint8_t*, int64_t), int RT, int TT>
-void tile_q(const Weight& w, const BlockQ8A* xq, int64_t nbx, float* y, int64_t ldy, int64_t r,
-            int64_t t0) {
-    vf acc[RT][TT];
-    float macc[RT][TT];
-    for (int i = 0; i < RT; ++i)
-        for (int t = 0; t < TT; ++t) acc[i][t] = vzero(), macc[i][t] = 0;
-    for (int64_t b = 0; b < nbx; ++b) {
-        QBlock wb[RT];
-        for (int i = 0; i < RT; ++i) wb[i] = Unpack(w.row(r + i), b);
-        for (int t = 0; t < TT; ++t) {
-            const BlockQ8A* xb = xq + (t0 + t) * nbx + b;
-            for (int i = 0; i < RT; ++i) {
-                const int32x4_t p = dot32(wb[i].w0, wb[i].w1, xb->qs);
-                acc[i][t] = vfma(vcvtq_f32_s32(p), vset1(wb[i].dw * xb->d), acc[i][t]);
-                macc[i][t] += wb[i].mw * xb->s;
+template <DType T, bool k16>
+void group_packed(const uint8_t* tiles, int64_t nb, const ActBlock* x, float* y, int n_rows) {
+    constexpr bool kQ8 = T == DType::Q8_0, kMin = T == DType::Q4_1;
+    constexpr int kChunks = kQ8 ? 8 : 4;
+    constexpr size_t kTile = kQ8 ? 544 : (kMin ? 320 : 288);
+    vf facc[4], macc[4];
+    for (int q = 0; q < 4; ++q) facc[q] = macc[q] = vzero();
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* tp = tiles + b * kTile;
+        const ActBlock& a = x[b];
+        int32x4_t ph[4], pl[4];
+        for (int q = 0; q < 4; ++q) ph[q] = pl[q] = vdupq_n_s32(0);
+        for (int c = 0; c < kChunks; ++c) {
+            for (int q = 0; q < 4; ++q) {
+                const uint8x16_t v = vld1q_u8(tp + 64 * c + 16 * q);
+                if constexpr (kQ8) {
+                    // Back to signed bytes: sdot multiplies w, not w + 128.
+                    const int8x16_t w = vreinterpretq_s8_u8(veorq_u8(v, vdupq_n_u8(0x80)));
+                    ph[q] = dot4(ph[q], w, bcast4(a.hi + 4 * c));
+                    if constexpr (k16) pl[q] = dot4(pl[q], w, bcast4(a.lo + 4 * c));
+                } else {
+                    const int8x16_t wl = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F)));
+                    const int8x16_t wh = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+                    ph[q] =
+                        dot4(dot4(ph[q], wl, bcast4(a.hi + 4 * c)), wh, bcast4(a.hi + 16 + 4 * c));
+                    if constexpr (k16)
+                        pl[q] = dot4(dot4(pl[q], wl, bcast4(a.lo + 4 * c)), wh,
+                                     bcast4(a.lo + 16 + 4 * c));
+                }
             }
         }
+        const uint16_t* sc = reinterpret_cast<const uint16_t*>(tp + 64 * kChunks);
+        for (int q = 0; q < 4; ++q) {
+            int32x4_t p = ph[q];
+            if constexpr (k16) p = vaddq_s32(vshlq_n_s32(p, 7), pl[q]);
+            if constexpr (T == DType::Q4_0) p = vsubq_s32(p, vdupq_n_s32(8 * a.s));
+            facc[q] =
+                vfmaq_f32(facc[q], vcvtq_f32_s32(p), vmulq_f32(vload_f16(sc + 4 * q), vset1(a.d)));
+            if constexpr (kMin)
+                macc[q] = vfmaq_f32(macc[q], vload_f16(sc + 16 + 4 * q), vset1(a.sx));
+        }
     }
-    for (int i = 0; i < RT; ++i)
-        for (int t = 0; t < TT; ++t) y[(t0 + t) * ldy + r + i] = vhsum(acc[i][t]) + macc[i][t];
+    float out[16];
+    for (int q = 0; q < 4; ++q)
+        vst1q_f32(out + 4 * q, kMin ? vaddq_f32(facc[q], macc[q]) : facc[q]);
+    for (int i = 0; i < n_rows; ++i) y[i] = out[i];
 }
 
-template <QBlock (*Unpack)(const uint8_t*, int64_t)>
-void matmul_q(const Weight& w, const BlockQ8A* xq, int64_t nt, float* y, int64_t ldy, int64_t r0,
-              int64_t r1) {
-    const int64_t nbx = w.cols / 32;
-    for (int64_t tb = 0; tb < nt; tb += kTokBlock) {
-        const int64_t te = imin(nt, tb + kTokBlock);
-        int64_t r = r0;
-        for (; r + kQRowTile <= r1; r += kQRowTile) {
-            int64_t t = tb;
-            for (; t + kQTokTile <= te; t += kQTokTile)
-                tile_q<Unpack, kQRowTile, kQTokTile>(w, xq, nbx, y, ldy, r, t);
-            for (; t < te; ++t) tile_q<Unpack, kQRowTile, 1>(w, xq, nbx, y, ldy, r, t);
-        }
-        for (; r < r1; ++r)
-            for (int64_t t = tb; t < te; ++t) tile_q<Unpack, 1, 1>(w, xq, nbx, y, ldy, r, t);
+template <DType T, bool k16>
+void matmul_packed_t(const Weight& w, const ActBlock* x, int64_t nt, float* y, int64_t ldy,
+                     int64_t r0, int64_t r1) {
+    const int64_t nb = w.cols / 32;
+    constexpr size_t kTile = T == DType::Q8_0 ? 544 : (T == DType::Q4_1 ? 320 : 288);
+    for (int64_t r = r0; r < r1; r += kPackRows) {
+        const uint8_t* tiles = w.packed + static_cast<size_t>(r / kPackRows * nb) * kTile;
+        const int n_rows = static_cast<int>(imin(kPackRows, r1 - r));
+        for (int64_t t = 0; t < nt; ++t)
+            group_packed<T, k16>(tiles, nb, x + t * nb, y + t * ldy + r, n_rows);
     }
 }
+
+template <DType T>
+void matmul_packed_a(const Weight& w, const ActBlock* x, Activations a, int64_t nt, float* y,
+                     int64_t ldy, int64_t r0, int64_t r1) {
+    if (a == Activations::Int16)
+        matmul_packed_t<T, true>(w, x, nt, y, ldy, r0, r1);
+    else
+        matmul_packed_t<T, false>(w, x, nt, y, ldy, r0, r1);
+}
+
+bool matmul_packed(const Weight& w, const ActBlock* x, Activations a, int64_t nt, float* y,
+                   int64_t ldy, int64_t r0, int64_t r1) {
+    switch (w.type) {
+        case DType::Q4_0:
+            return matmul_packed_a<DType::Q4_0>(w, x, a, nt, y, ldy, r0, r1), true;
+        case DType::Q4_1:
+            return matmul_packed_a<DType::Q4_1>(w, x, a, nt, y, ldy, r0, r1), true;
+        case DType::Q8_0:
+            return matmul_packed_a<DType::Q8_0>(w, x, a, nt, y, ldy, r0, r1), true;
+        default:
+            return false;
+    }
+}
+
+// Tokens per cache block: their activations stay in L2 while the thread's rows stream past.
+constexpr int64_t kTokBlock = 64;
 
 // ---- float matmul ----------------------------------------------------------------------
 // Whether the float path has a widening for this type; others go to the reference (K-quants
@@ -369,20 +419,8 @@ void matmul_short(const Weight& w, const float* x, int64_t nt, float* y, int64_t
     }
 }
 
-bool matmul_rows(const Weight& w, const float* x, const BlockQ8A* xq, int64_t nt, float* y,
-                 int64_t ldy, int64_t r0, int64_t r1) {
-    if (xq) {
-        switch (w.type) {
-            case DType::Q4_0:
-                return matmul_q<unpack_q4_0>(w, xq, nt, y, ldy, r0, r1), true;
-            case DType::Q4_1:
-                return matmul_q<unpack_q4_1>(w, xq, nt, y, ldy, r0, r1), true;
-            case DType::Q8_0:
-                return matmul_q<unpack_q8_0>(w, xq, nt, y, ldy, r0, r1), true;
-            default:
-                break;  // no integer path: the float activations are there too
-        }
-    }
+bool matmul_rows(const Weight& w, const float* x, int64_t nt, float* y, int64_t ldy, int64_t r0,
+                 int64_t r1) {
     if (!float_path(w.type)) return false;
     if ((w.type == DType::Q4_0 || w.type == DType::Q4_1 || w.type == DType::Q8_0) &&
         w.cols % 32 == 0 && nt <= kShortTokens)
@@ -491,7 +529,8 @@ bool attend(const float* q, const float* k, const float* v, size_t stride, int64
 // the reference for them.
 constexpr LevelKernels make_table() {
     LevelKernels t{};
-    t.quantize_q8a = quantize_q8a;
+    t.quantize_act = quantize_act;
+    t.matmul_packed = matmul_packed;
     t.matmul_rows = matmul_rows;
     t.rmsnorm = rmsnorm;
     t.silu_mul = silu_mul;

@@ -5,21 +5,35 @@
 
 namespace ferry::kernels::ref {
 
-void quantize_q8a(const float* x, BlockQ8A* out, int64_t n) {
+void quantize_act(const float* x, ActBlock* out, int64_t n, Activations a) {
+    const bool wide = a == Activations::Int16;
+    const float vmax = wide ? static_cast<float>(kActMax16) : static_cast<float>(kActMax8);
     for (int64_t b = 0; b < n / 32; ++b, x += 32) {
+        ActBlock& o = out[b];
         float amax = 0;
-        for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[j]));
-        const float d = amax / 127.0f;
-        const float id = d > 0 ? 1.0f / d : 0.0f;
-        int sum = 0;
+        bool finite = true;
         for (int j = 0; j < 32; ++j) {
-            // nearbyint (ties to even) is what the SIMD paths' cvtps rounding does.
-            const int q = static_cast<int>(std::nearbyint(x[j] * id));
-            out[b].qs[j] = static_cast<int8_t>(q);
-            sum += q;
+            finite &= std::isfinite(x[j]);
+            amax = std::fmax(amax, std::fabs(x[j]));
         }
-        out[b].d = d;
-        out[b].s = d * static_cast<float>(sum);
+        // A NaN or infinity makes the block's products NaN (the float product would be NaN or
+        // infinite); its integers are zero so nothing overflows on the way.
+        const float d = finite ? amax / vmax : std::numeric_limits<float>::quiet_NaN();
+        // A step so small that 1 / d overflows (amax below ~5e-35) rounds the block to zero.
+        float id = finite && d > 0 ? 1.0f / d : 0.0f;
+        if (!(id <= std::numeric_limits<float>::max())) id = 0;
+        int32_t s = 0;
+        for (int j = 0; j < 32; ++j) {
+            const int v = finite ? static_cast<int>(std::nearbyint(x[j] * id)) : 0;
+            const int hi = wide ? (v + 64) >> 7 : v;  // >> of a negative int is floor (C++20)
+            o.hi[j] = static_cast<int8_t>(hi);
+            o.lo[j] = static_cast<int8_t>(wide ? v - 128 * hi : 0);
+            s += v;
+        }
+        o.d = d;
+        o.s = s;
+        o.sx = d * static_cast<float>(s);
+        o.pad = 0;
     }
 }
 

@@ -1,19 +1,34 @@
-// Activations quantized on the fly to 8 bits, so Q4/Q8 weights meet them in integer dot
-// products (VNNI vpdpbusd or AVX2 maddubs) instead of being widened to floats element by
-// element. One format serves every integer path: blocks of 32 like Q8_1, but with float scale
-// and sum since they never leave the process and fp16 would only lose precision.
+// Activations quantized on the fly, so Q4_0/Q4_1/Q8_0 weights meet them in integer dot products
+// (VNNI vpdpbusd, AVX2 maddubs, NEON sdot) instead of being widened to floats element by
+// element.
+//
+// A block of 32 activations becomes integers v on a grid of step d (x ~= d * v). The 16-bit
+// grid (Activations::Int16, |v| <= 16256) is stored as two int8 planes, v = 128 * hi + lo with
+// hi in [-127, 127] and lo in [-64, 63]: both planes go through the same 8-bit dot-product
+// instructions as the weights' nibbles, so 16-bit precision costs a second integer pass rather
+// than widening weights to 16 bits. The 8-bit grid (Int8, |v| <= 127) has only hi.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/kernels.h"
+
 namespace ferry::kernels {
 
-struct BlockQ8A {
-    float d;  // scale: x ~= d * qs
-    float s;  // d * sum(qs): what a weight block's offset (Q4_1 min, Q4_0 -8) multiplies
-    int8_t qs[32];
+struct ActBlock {
+    int8_t hi[32];
+    int8_t lo[32];  // zero on the 8-bit grid
+    float d;        // step: x ~= d * v; NaN when the block holds a NaN or an infinity
+    float sx;       // d * s: what a Q4_1 block's minimum multiplies
+    int32_t s;      // sum of v: the integer correction of Q4_0's -8 and Q8_0's +128 offsets
+    int32_t pad;
 };
-static_assert(sizeof(BlockQ8A) == 40);
+static_assert(sizeof(ActBlock) == 80);
+
+// Largest |v| on each grid: hi = floor((v + 64) / 128) stays within [-127, 127] and
+// lo = v - 128 * hi within [-64, 63], so no plane value is -128 (sign tricks negate them).
+constexpr int kActMax16 = 16256;
+constexpr int kActMax8 = 127;
 
 // W8A8's activations: each token's row quantized with one scale (SmoothQuant's dynamic
 // per-token quantization), so a weight row meets it in a single integer sum. Token t's n values
@@ -25,8 +40,9 @@ struct TokenQ8 {
 };
 
 namespace ref {
-// Round-to-nearest with amax mapped to 127; n is a multiple of 32.
-void quantize_q8a(const float* x, BlockQ8A* out, int64_t n);
+// n floats (a multiple of 32) into n / 32 blocks on a's grid (a is Int16 or Int8): d = amax /
+// kActMax, v = round-to-nearest-even(x * (1 / d)), as the SIMD paths' cvtps rounds.
+void quantize_act(const float* x, ActBlock* out, int64_t n, Activations a);
 // One token: q[i] = round(x[i] / d) with d = amax / 127 (ties to even, as the SIMD paths'
 // cvtps). Returns d; NaN when x holds a NaN (its q are 0), so the product is NaN as the float
 // one would be.

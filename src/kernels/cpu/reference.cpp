@@ -153,6 +153,38 @@ float vec_dot(DType type, const uint8_t* row, const float* x, int64_t n) {
     }
 }
 
+float dot_act(DType type, const uint8_t* row, const ActBlock* x, int64_t nb, Activations act) {
+    const bool wide = act == Activations::Int16;
+    float facc = 0, macc = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+        const ActBlock& a = x[b];
+        auto v = [&](int j) { return wide ? 128 * int32_t{a.hi[j]} + a.lo[j] : int32_t{a.hi[j]}; };
+        int32_t p = 0;
+        float dw = 0;
+        if (type == DType::Q8_0) {
+            const auto& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
+            for (int j = 0; j < QK; ++j) p += int32_t{blk.qs[j]} * v(j);
+            dw = fp16_to_fp32(blk.d);
+        } else {
+            // Q4_0 and Q4_1 share the nibble layout; Q4_0's offset comes off in integers.
+            const uint8_t* qs = type == DType::Q4_0 ? reinterpret_cast<const BlockQ4_0*>(row)[b].qs
+                                                    : reinterpret_cast<const BlockQ4_1*>(row)[b].qs;
+            for (int j = 0; j < QK / 2; ++j)
+                p += int32_t{qs[j] & 0x0F} * v(j) + int32_t{qs[j] >> 4} * v(j + QK / 2);
+            if (type == DType::Q4_0) {
+                p -= 8 * a.s;
+                dw = fp16_to_fp32(reinterpret_cast<const BlockQ4_0*>(row)[b].d);
+            } else {
+                const auto& blk = reinterpret_cast<const BlockQ4_1*>(row)[b];
+                dw = fp16_to_fp32(blk.d);
+                macc = std::fma(fp16_to_fp32(blk.m), a.sx, macc);
+            }
+        }
+        facc = std::fma(static_cast<float>(p), dw * a.d, facc);
+    }
+    return type == DType::Q4_1 ? facc + macc : facc;
+}
+
 void rmsnorm(const float* x, const float* weight, float* out, int64_t n, float eps) {
     double ss = 0;
     for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];

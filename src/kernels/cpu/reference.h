@@ -4,11 +4,20 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/cpu/quantize_activations.h"
 
 namespace ferry::kernels::ref {
 
 // dot(row of n elements stored in type, x); n is a multiple of the block size.
 float vec_dot(DType type, const uint8_t* row, const float* x, int64_t n);
+
+// One Q4_0 / Q4_1 / Q8_0 row of nb blocks against activations from quantize_act on grid act:
+// the definition every integer kernel reproduces bit for bit. Per block the exact integer sum
+// p = sum(q * v) (v = 128 * hi + lo on the 16-bit grid, hi on the 8-bit one; Q4_0's q - 8
+// applied as p - 8 * s), then facc = fma(p, d_w * d_x, facc)
+// in block order; Q4_1's minimum accumulates apart, macc = fma(m_w, sx, macc), and the result is
+// facc + macc.
+float dot_act(DType type, const uint8_t* row, const ActBlock* x, int64_t nb, Activations act);
 
 void rmsnorm(const float* x, const float* weight, float* out, int64_t n, float eps);
 void silu_mul(float* gate, const float* up, int64_t n);

@@ -12,16 +12,19 @@
 
 namespace ferry::kernels {
 
-// Whether matmul on this weight type wants activations as BlockQ8A (integer path) or floats.
-bool uses_q8_activations(DType t);
-
 struct LevelKernels {
-    void (*quantize_q8a)(const float* x, BlockQ8A* out, int64_t n);
-    // y[t * ldy + r] for r in [r0, r1), t in [0, n_tokens). x: n_tokens rows of w.cols floats;
-    // xq: the same quantized (only read when uses_q8_activations(w.type)). Returns false for a
-    // weight type this level has no path for (the caller falls back to the reference).
-    bool (*matmul_rows)(const Weight& w, const float* x, const BlockQ8A* xq, int64_t n_tokens,
-                        float* y, int64_t ldy, int64_t r0, int64_t r1);
+    // n floats (a multiple of 32) into n / 32 blocks, exactly as ref::quantize_act does.
+    void (*quantize_act)(const float* x, ActBlock* out, int64_t n, Activations a);
+    // Q4_0 / Q4_1 / Q8_0 rows [r0, r1) from w.packed against activations quantized on grid a:
+    // y[t * ldy + r] = ref::dot_act(w.type, row r, x + t * (w.cols / 32), w.cols / 32, a), bit
+    // for bit. r0 is a multiple of kPackRows. False for a type the level has no such path for.
+    bool (*matmul_packed)(const Weight& w, const ActBlock* x, Activations a, int64_t n_tokens,
+                          float* y, int64_t ldy, int64_t r0, int64_t r1);
+    // y[t * ldy + r] for r in [r0, r1), t in [0, n_tokens), float activations (x: n_tokens rows
+    // of w.cols floats). Returns false for a weight type this level has no path for (the
+    // caller falls back to the reference).
+    bool (*matmul_rows)(const Weight& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
+                        int64_t r0, int64_t r1);
     void (*rmsnorm)(const float* x, const float* weight, float* out, int64_t n, float eps);
     void (*silu_mul)(float* gate, const float* up, int64_t n);
     void (*softmax)(float* x, int64_t n);
