@@ -29,7 +29,7 @@ struct EvalCmdOptions {
     int threads = 0;
     int64_t max_tokens = 0;
     bool json = false;
-    KvDTypeOption kv_dtype;         // of the model under test; --ref keeps f32
+    KvDTypeOption kv_dtype{"f32"};  // of the model under test; --ref keeps f32
     ActivationsOption activations;  // for both models (a float --ref is not affected)
 };
 

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/kv_options.h"
 #include "cli/model_options.h"
 #include "core/paths.h"
 #include "engine/engine.h"
@@ -58,7 +59,7 @@ void info(const InfoOptions& o) {
           {"f16", kv_per_token(kv::KvDType::F16)},
           {"int8", kv_per_token(kv::KvDType::Int8)},
           {"fp8", kv_per_token(kv::KvDType::FP8)}}},
-        {"kv_cache_dtype", "f32"},
+        {"kv_cache_dtype", KvDTypeOption{}.name},
         {"chat_template", lm.chat_template ? lm.chat_template->family_name() : "none"},
         {"bos_token_id", lm.tokenizer->bos()},
         {"eos_token_id", lm.tokenizer->eos()},
@@ -87,7 +88,7 @@ void info(const InfoOptions& o) {
     std::printf("\nweights/token   %.1f MiB read per decoded token\n",
                 mib(double(lm.model->weight_bytes_per_token())));
     std::printf(
-        "KV per token    %.1f KiB at f32 (the default), %.1f KiB at f16, %.1f KiB at int8, "
+        "KV per token    %.1f KiB at f32, %.1f KiB at f16 (the default), %.1f KiB at int8, "
         "%.1f KiB at fp8 (--kv-dtype; scales included)\n",
         kv_per_token(kv::KvDType::F32) / 1024.0, kv_per_token(kv::KvDType::F16) / 1024.0,
         kv_per_token(kv::KvDType::Int8) / 1024.0, kv_per_token(kv::KvDType::FP8) / 1024.0);

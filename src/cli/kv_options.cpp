@@ -13,7 +13,7 @@ void KvDTypeOption::add_to(CLI::App& cmd) {
 }
 
 kv::KvDType KvDTypeOption::resolved() const {
-    return kv::parse_kv_dtype(name).value_or(kv::KvDType::F32);
+    return kv::parse_kv_dtype(name).value_or(kv::KvDType::F16);
 }
 
 kv::KvFormat KvDTypeOption::format(const engine::LoadedModel& lm) const {

@@ -11,8 +11,11 @@
 
 namespace ferry::cli {
 
+// f16 by default (as llama.cpp and vLLM keep 16-bit caches): half the bytes every decode step
+// reads at long contexts, for logits within ~0.02 of an f32 cache (docs/performance.md).
+// `ferry eval` defaults to f32, so that it measures the weights alone.
 struct KvDTypeOption {
-    std::string name = "f32";
+    std::string name = "f16";
 
     void add_to(CLI::App& cmd);
     kv::KvDType resolved() const;
