@@ -16,36 +16,59 @@ Sampler::Sampler(const SamplingParams& params)
 std::vector<Sampler::Candidate> Sampler::candidates(std::span<const float> logits,
                                                     std::span<const int32_t> history) const {
     const SamplingParams& p = params_;
-    std::vector<Candidate> c(logits.size());
-    for (size_t i = 0; i < logits.size(); ++i) c[i] = {static_cast<int32_t>(i), logits[i], 0.0f};
-
-    // Penalties (CTRL-style repetition penalty; OpenAI-style presence / frequency).
+    // Penalties (CTRL-style repetition penalty; OpenAI-style presence / frequency) change a copy;
+    // without them the logits are read where they are.
+    std::span<const float> l = logits;
+    std::vector<float> penalised;
     const bool penalise =
         p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
     if (penalise && !history.empty()) {
+        penalised.assign(logits.begin(), logits.end());
         const size_t window = p.penalty_last_n < 0
                                   ? history.size()
                                   : std::min(history.size(), size_t(p.penalty_last_n));
         std::unordered_map<int32_t, int> counts;
         for (size_t i = history.size() - window; i < history.size(); ++i) ++counts[history[i]];
         for (auto [id, count] : counts) {
-            if (id < 0 || size_t(id) >= c.size()) continue;
-            float& l = c[id].logit;
-            l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
-            l -= p.presence_penalty + p.frequency_penalty * static_cast<float>(count);
+            if (id < 0 || size_t(id) >= penalised.size()) continue;
+            float& v = penalised[id];
+            v = v > 0 ? v / p.repetition_penalty : v * p.repetition_penalty;
+            v -= p.presence_penalty + p.frequency_penalty * static_cast<float>(count);
         }
+        l = penalised;
     }
 
-    auto by_logit = [](const Candidate& a, const Candidate& b) {
-        return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-    };
-    size_t keep = c.size();
+    // The `keep` best by logit (lowest id on ties), best first. A bounded heap (the worst kept
+    // on top) instead of sorting a candidate per vocabulary entry: greedy and top-k decoding
+    // pick from 49152 logits per token, once per sequence per step.
+    const auto n_vocab = static_cast<int32_t>(l.size());
+    auto before = [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
+    size_t keep = l.size();
     if (p.greedy())
         keep = 1;
     else if (p.top_k > 0)
         keep = std::min(keep, size_t(p.top_k));
-    std::partial_sort(c.begin(), c.begin() + keep, c.end(), by_logit);
-    c.resize(keep);
+    std::vector<int32_t> best;
+    if (keep == l.size()) {
+        best.resize(l.size());
+        for (int32_t i = 0; i < n_vocab; ++i) best[i] = i;
+        std::sort(best.begin(), best.end(), before);
+    } else {
+        best.reserve(keep + 1);
+        for (int32_t i = 0; i < n_vocab; ++i) {
+            if (best.size() < keep) {
+                best.push_back(i);
+                std::push_heap(best.begin(), best.end(), before);
+            } else if (before(i, best.front())) {
+                std::pop_heap(best.begin(), best.end(), before);
+                best.back() = i;
+                std::push_heap(best.begin(), best.end(), before);
+            }
+        }
+        std::sort_heap(best.begin(), best.end(), before);
+    }
+    std::vector<Candidate> c(best.size());
+    for (size_t i = 0; i < best.size(); ++i) c[i] = {best[i], l[best[i]], 0.0f};
 
     // Softmax at the temperature (greedy keeps one candidate at p = 1).
     const float temp = p.greedy() ? 1.0f : p.temperature;
