@@ -286,14 +286,20 @@ void rmsnorm(const float* x, const float* weight, float* out, int64_t n, float e
     ref::rmsnorm(x, weight, out, n, eps);
 }
 
-void rope(float* x, int n_heads, int head_dim, int rope_dim, int64_t pos, float theta_base,
-          RopeStyle style) {
+void rope_angles(int64_t pos, int rope_dim, float theta_base, float* cos_sin) {
     // theta_i = pos * base^(-2i/rope_dim); computed in double so long positions stay exact.
     for (int i = 0; i < rope_dim / 2; ++i) {
         const double theta = static_cast<double>(pos) *
                              std::pow(static_cast<double>(theta_base), -2.0 * i / rope_dim);
-        const float c = static_cast<float>(std::cos(theta));
-        const float s = static_cast<float>(std::sin(theta));
+        cos_sin[2 * i] = static_cast<float>(std::cos(theta));
+        cos_sin[2 * i + 1] = static_cast<float>(std::sin(theta));
+    }
+}
+
+void rope(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin,
+          RopeStyle style) {
+    for (int i = 0; i < rope_dim / 2; ++i) {
+        const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
         for (int h = 0; h < n_heads; ++h) {
             float* v = x + static_cast<int64_t>(h) * head_dim;
             const int a = style == RopeStyle::Normal ? 2 * i : i;

@@ -62,7 +62,7 @@ void KvStore::write(int layer, int64_t block, int slot, const float* k, const fl
             const int64_t clipped =
                 quantize_kv_row(t, x + size_t(h) * head_dim_, head_dim_, base + at * eb, &s,
                                 key && cs ? cs + size_t(h) * head_dim_ : nullptr);
-            if (key) k_clipped_ += clipped;
+            if (key && clipped) k_clipped_.fetch_add(clipped, std::memory_order_relaxed);
             if (kv_token_scales(t, key)) scales[h] = s;
         }
     }

@@ -6,6 +6,7 @@
 // block belongs to whom is the BlockPool's business, not this class's.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -50,7 +51,8 @@ class KvStore {
         return fmt_.k_scales.empty() ? nullptr : fmt_.k_scales.data() + size_t(layer) * kv_dim_;
     }
 
-    // Stores one token's keys and values (kv_dim floats each) at a slot of a block.
+    // Stores one token's keys and values (kv_dim floats each) at a slot of a block. Writes to
+    // different slots may run concurrently.
     void write(int layer, int64_t block, int slot, const float* k, const float* v);
     // Reads them back as floats (the scalar dequantization; tests and calibration).
     void read(int layer, int64_t block, int slot, float* k, float* v) const;
@@ -66,7 +68,7 @@ class KvStore {
     }
     // int8 key elements clipped at 127 steps of their channel's scale so far: how often the
     // calibration's headroom was not enough.
-    int64_t k_clipped() const { return k_clipped_; }
+    int64_t k_clipped() const { return k_clipped_.load(std::memory_order_relaxed); }
 
     // Copies every layer's keys and values of block src into dst, scales included
     // (copy-on-write).
@@ -92,7 +94,7 @@ class KvStore {
     int head_dim_;
     KvFormat fmt_;
     std::unique_ptr<std::byte[], Free> k_, v_;
-    int64_t k_clipped_ = 0;
+    std::atomic<int64_t> k_clipped_{0};  // write() runs for several slots at once
 };
 
 // One sequence's view of the store: its block table, in position order.

@@ -162,15 +162,43 @@ void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const BatchS
             tok_pos[t] = seqs[s].start_pos + i;
         }
 
-    std::vector<float> x(n * c.n_embd), xn(n * c.n_embd);
-    std::vector<float> q(n * c.q_dim()), k(n * c.kv_dim()), v(n * c.kv_dim());
-    std::vector<float> attn(n * c.q_dim());
-    std::vector<float> gate(n * c.n_ff), up(n * c.n_ff), ffn_out(n * c.n_embd);
+    // Working memory, kept per thread between calls: a step of 64 sequences needs ~2 MB, and
+    // allocations that size came back as fresh pages to fault in and zero on every step (5 % of
+    // a batched decode). Every buffer is written before it is read.
+    thread_local std::vector<float> bufs[10];
+    auto buffer = [](std::vector<float>& b, int64_t size) -> std::vector<float>& {
+        if (static_cast<int64_t>(b.size()) < size) b.resize(size);
+        return b;
+    };
+    auto& x = buffer(bufs[0], n * c.n_embd);
+    auto& xn = buffer(bufs[1], n * c.n_embd);
+    auto& q = buffer(bufs[2], n * c.q_dim());
+    auto& k = buffer(bufs[3], n * c.kv_dim());
+    auto& v = buffer(bufs[4], n * c.kv_dim());
+    auto& attn = buffer(bufs[5], n * c.q_dim());
+    auto& gate = buffer(bufs[6], n * c.n_ff);
+    auto& up = buffer(bufs[7], n * c.n_ff);
+    auto& ffn_out = buffer(bufs[8], n * c.n_embd);
+    auto& rope_cs = buffer(bufs[9], n * c.rope_dim);
     // Per sequence, the addresses of its blocks in the current layer.
     std::vector<std::vector<const void*>> k_blocks(seqs.size()), v_blocks(seqs.size());
     std::vector<kernels::SeqBlocks> seq_blocks(seqs.size());
 
     for (int64_t t = 0; t < n; ++t) kernels::get_row(tok_embd_, tokens[t], &x[t * c.n_embd]);
+    // A token's rotation is the same in every layer.
+    for (int64_t t = 0; t < n; ++t)
+        kernels::rope_angles(tok_pos[t], c.rope_dim, c.rope_theta, &rope_cs[t * c.rope_dim]);
+    // Per-token work of a batch (norms, rotations, cache writes) over the pool once there is
+    // enough of it: with 64 sequences decoding, the serial share held the other core idle.
+    auto per_token = [&](auto&& fn) {
+        if (n < 8) {
+            for (int64_t t = 0; t < n; ++t) fn(t);
+            return;
+        }
+        pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
+            for (int64_t t = t0; t < t1; ++t) fn(t);
+        });
+    };
 
     auto add_bias = [n](float* y, const float* bias, int dim) {
         if (!bias) return;
@@ -182,8 +210,9 @@ void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const BatchS
         const LayerWeights& L = layers_[li];
 
         // Attention block.
-        for (int64_t t = 0; t < n; ++t)
+        per_token([&](int64_t t) {
             kernels::rmsnorm(&x[t * c.n_embd], L.attn_norm, &xn[t * c.n_embd], c.n_embd, c.rms_eps);
+        });
         if (observer_) observer_->observe(li, LinearInput::Attn, xn.data(), n, c.n_embd);
         // q, k and v read the same input: one parallel region for the three.
         const kernels::MatmulOut qkv[] = {{L.wq, q.data()}, {L.wk, k.data()}, {L.wv, v.data()}};
@@ -191,16 +220,15 @@ void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const BatchS
         add_bias(q.data(), L.bq, c.q_dim());
         add_bias(k.data(), L.bk, c.kv_dim());
         add_bias(v.data(), L.bv, c.kv_dim());
-        for (int64_t t = 0; t < n; ++t) {
+        per_token([&](int64_t t) {
             const int64_t pos = tok_pos[t];
-            kernels::rope(&q[t * c.q_dim()], c.n_head, hd, c.rope_dim, pos, c.rope_theta,
-                          c.rope_style);
-            kernels::rope(&k[t * c.kv_dim()], c.n_head_kv, hd, c.rope_dim, pos, c.rope_theta,
-                          c.rope_style);
+            const float* cs = &rope_cs[t * c.rope_dim];
+            kernels::rope(&q[t * c.q_dim()], c.n_head, hd, c.rope_dim, cs, c.rope_style);
+            kernels::rope(&k[t * c.kv_dim()], c.n_head_kv, hd, c.rope_dim, cs, c.rope_style);
             const int32_t block = seqs[tok_seq[t]].kv.blocks[pos / bs];
             store.write(li, block, static_cast<int>(pos % bs), &k[t * c.kv_dim()],
                         &v[t * c.kv_dim()]);
-        }
+        });
         for (size_t s = 0; s < seqs.size(); ++s) {
             const auto& kv = seqs[s].kv;
             k_blocks[s].resize(kv.n_blocks);
@@ -221,21 +249,16 @@ void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const BatchS
         for (int64_t i = 0; i < n * c.n_embd; ++i) x[i] += ffn_out[i];
 
         // MLP block.
-        for (int64_t t = 0; t < n; ++t)
+        per_token([&](int64_t t) {
             kernels::rmsnorm(&x[t * c.n_embd], L.ffn_norm, &xn[t * c.n_embd], c.n_embd, c.rms_eps);
+        });
         if (observer_) observer_->observe(li, LinearInput::Ffn, xn.data(), n, c.n_embd);
         const kernels::MatmulOut gate_up[] = {{L.w_gate, gate.data()}, {L.w_up, up.data()}};
         kernels::matmul_many(gate_up, xn.data(), n, pool);
         // Row by row, so whether an element lands in the vector body or the scalar tail (two
-        // exp roundings) never depends on the batch; prompt-sized batches use the pool.
-        auto silu_rows = [&](int64_t t0, int64_t t1) {
-            for (int64_t t = t0; t < t1; ++t)
-                kernels::silu_mul(&gate[t * c.n_ff], &up[t * c.n_ff], c.n_ff);
-        };
-        if (n >= 8)
-            pool.parallel_for(n, silu_rows);
-        else
-            silu_rows(0, n);
+        // exp roundings) never depends on the batch.
+        per_token(
+            [&](int64_t t) { kernels::silu_mul(&gate[t * c.n_ff], &up[t * c.n_ff], c.n_ff); });
         if (observer_) observer_->observe(li, LinearInput::FfnDown, gate.data(), n, c.n_ff);
         kernels::matmul(L.w_down, gate.data(), n, ffn_out.data(), pool);
         for (int64_t i = 0; i < n * c.n_embd; ++i) x[i] += ffn_out[i];
