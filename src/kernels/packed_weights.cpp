@@ -13,18 +13,9 @@ bool packable(DType t) {
     return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0;
 }
 
-size_t packed_tile_bytes(DType t) {
-    switch (t) {
-        case DType::Q4_0:
-            return kPackRows * sizeof(BlockQ4_0);
-        case DType::Q4_1:
-            return kPackRows * sizeof(BlockQ4_1);
-        case DType::Q8_0:
-            return kPackRows * sizeof(BlockQ8_0);
-        default:
-            return 0;
-    }
-}
+static_assert(packed_tile_bytes(DType::Q4_0) == kPackRows * sizeof(BlockQ4_0));
+static_assert(packed_tile_bytes(DType::Q4_1) == kPackRows * sizeof(BlockQ4_1));
+static_assert(packed_tile_bytes(DType::Q8_0) == kPackRows * sizeof(BlockQ8_0));
 
 size_t packed_bytes(const Weight& w) {
     const int64_t groups = (w.rows + kPackRows - 1) / kPackRows;

@@ -27,8 +27,11 @@ constexpr int kPackRows = 16;
 
 // Whether matrices of this type have a packed layout (cols must be a multiple of 32).
 bool packable(DType t);
-// Bytes of one (16 rows x 32 columns) tile: Q4_0 288, Q4_1 320, Q8_0 544.
-size_t packed_tile_bytes(DType t);
+// Bytes of one (16 rows x 32 columns) tile: 16 blocks' worth, as in the file (Q4_0 288, Q4_1
+// 320, Q8_0 544); 0 for other types. constexpr so the kernels' tile strides are constants.
+constexpr size_t packed_tile_bytes(DType t) {
+    return t == DType::Q4_0 ? 16 * 18 : t == DType::Q4_1 ? 16 * 20 : t == DType::Q8_0 ? 16 * 34 : 0;
+}
 size_t packed_bytes(const Weight& w);
 
 // An owning, 64-byte aligned copy of w in the packed layout.

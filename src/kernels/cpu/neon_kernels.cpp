@@ -136,7 +136,7 @@ template <DType T, bool k16>
 void group_packed(const uint8_t* tiles, int64_t nb, const ActBlock* x, float* y, int n_rows) {
     constexpr bool kQ8 = T == DType::Q8_0, kMin = T == DType::Q4_1;
     constexpr int kChunks = kQ8 ? 8 : 4;
-    constexpr size_t kTile = kQ8 ? 544 : (kMin ? 320 : 288);
+    constexpr size_t kTile = packed_tile_bytes(T);
     vf facc[4], macc[4];
     for (int q = 0; q < 4; ++q) facc[q] = macc[q] = vzero();
     for (int64_t b = 0; b < nb; ++b) {
@@ -184,7 +184,7 @@ template <DType T, bool k16>
 void matmul_packed_t(const Weight& w, const ActBlock* x, int64_t nt, float* y, int64_t ldy,
                      int64_t r0, int64_t r1) {
     const int64_t nb = w.cols / 32;
-    constexpr size_t kTile = T == DType::Q8_0 ? 544 : (T == DType::Q4_1 ? 320 : 288);
+    constexpr size_t kTile = packed_tile_bytes(T);
     for (int64_t r = r0; r < r1; r += kPackRows) {
         const uint8_t* tiles = w.packed + static_cast<size_t>(r / kPackRows * nb) * kTile;
         const int n_rows = static_cast<int>(imin(kPackRows, r1 - r));
