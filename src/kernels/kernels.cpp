@@ -208,7 +208,7 @@ void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_toke
     if (outs.empty() || n_tokens <= 0) return;
     const LevelKernels* lk = table();
     const int64_t cols = outs[0].w.cols;
-    // Q4_0/Q4_1/Q8_0 meet integer activations unless they are set to F32; quantized once for
+    // Packed types meet integer activations unless they are set to F32; quantized once for
     // every output of the group.
     const Activations act = activations();
     const ActBlock* xa = nullptr;

@@ -5,64 +5,126 @@
 #include <new>
 
 #include "quant/block_formats.h"
+#include "quant/dequantize.h"
 
 namespace ferry::kernels {
 using namespace ferry::quant;
 
-bool packable(DType t) {
-    return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0;
-}
+namespace {
 
 static_assert(packed_tile_bytes(DType::Q4_0) == kPackRows * sizeof(BlockQ4_0));
 static_assert(packed_tile_bytes(DType::Q4_1) == kPackRows * sizeof(BlockQ4_1));
 static_assert(packed_tile_bytes(DType::Q8_0) == kPackRows * sizeof(BlockQ8_0));
+static_assert(packed_tile_bytes(DType::Q6_K) == kPackRows * sizeof(BlockQ6_K));
+
+void put16(uint8_t* dst, int i, uint16_t v) {
+    std::memcpy(dst + 2 * i, &v, 2);
+}
+
+// Row i's part of a 32-element block of 4-bit values q[0..32) in the Q4_0 chunk layout.
+void put_nibbles(uint8_t* chunks, int i, const uint8_t* q) {
+    for (int c = 0; c < 4; ++c)
+        for (int k = 0; k < 4; ++k)
+            chunks[64 * c + 4 * i + k] =
+                static_cast<uint8_t>((q[4 * c + k] & 0xF) | (q[16 + 4 * c + k] & 0xF) << 4);
+}
+
+// One row's block or super-block into its tile at row i.
+void pack_block(DType type, const uint8_t* src, uint8_t* t, int i) {
+    switch (type) {
+        case DType::Q4_0:
+        case DType::Q4_1:
+        case DType::Q8_0: {
+            const int chunks = type == DType::Q8_0 ? 8 : 4;
+            const int qs_off = type == DType::Q4_1 ? 4 : 2;
+            for (int c = 0; c < chunks; ++c)
+                for (int k = 0; k < 4; ++k) {
+                    const uint8_t q = src[qs_off + 4 * c + k];
+                    t[64 * c + 4 * i + k] = type == DType::Q8_0 ? q ^ 0x80 : q;
+                }
+            uint8_t* scales = t + 64 * chunks;
+            std::memcpy(scales + 2 * i, src, 2);                                    // d
+            if (type == DType::Q4_1) std::memcpy(scales + 32 + 2 * i, src + 2, 2);  // m
+            break;
+        }
+        case DType::Q4_K: {
+            BlockQ4_K b;
+            std::memcpy(&b, src, sizeof(b));
+            uint8_t q[QK_K], sc[8], m[8];
+            q4_k_ints(b, q, sc, m);
+            for (int blk = 0; blk < 8; ++blk) put_nibbles(t + 256 * blk, i, q + 32 * blk);
+            put16(t + 2048, i, b.d);
+            put16(t + 2048 + 32, i, b.dmin);
+            for (int s = 0; s < 8; ++s) {
+                t[2048 + 64 + 16 * s + i] = sc[s];
+                t[2048 + 64 + 128 + 16 * s + i] = m[s];
+            }
+            break;
+        }
+        case DType::Q6_K: {
+            BlockQ6_K b;
+            std::memcpy(&b, src, sizeof(b));
+            uint8_t q[QK_K];
+            q6_k_ints(b, q);
+            for (int blk = 0; blk < 8; ++blk) {
+                uint8_t* bt = t + 384 * blk;
+                const uint8_t* qb = q + 32 * blk;
+                put_nibbles(bt, i, qb);
+                for (int g = 0; g < 2; ++g)
+                    for (int k = 0; k < 4; ++k) {
+                        uint8_t h = 0;
+                        for (int tt = 0; tt < 4; ++tt) {
+                            const int v = 4 * g + tt;
+                            const int e = (v % 2 ? 16 : 0) + 4 * (v / 2) + k;
+                            h |= static_cast<uint8_t>((qb[e] >> 4) << (2 * tt));
+                        }
+                        bt[256 + 64 * g + 4 * i + k] = h;
+                    }
+            }
+            for (int s = 0; s < 16; ++s) t[3072 + 16 * s + i] = static_cast<uint8_t>(b.scales[s]);
+            put16(t + 3072 + 256, i, b.d);
+            break;
+        }
+        default:
+            break;
+    }
+}
+
+}  // namespace
+
+bool packable(DType t) {
+    return packed_tile_bytes(t) > 0;
+}
 
 size_t packed_bytes(const Weight& w) {
     const int64_t groups = (w.rows + kPackRows - 1) / kPackRows;
-    return static_cast<size_t>(groups * (w.cols / QK)) * packed_tile_bytes(w.type);
+    return static_cast<size_t>(groups * (w.cols / packed_tile_cols(w.type))) *
+           packed_tile_bytes(w.type);
 }
 
 void PackedWeight::Free::operator()(uint8_t* p) const {
     std::free(p);
 }
 
-PackedWeight::PackedWeight(const Weight& w) : size_(packed_bytes(w)) {
-    if (!packable(w.type) || w.cols % QK != 0 || size_ == 0) return;
-    // aligned_alloc wants a multiple of the alignment; every tile size is a multiple of 32.
+PackedWeight::PackedWeight(const Weight& w) {
+    if (!packable(w.type) || w.cols % packed_tile_cols(w.type) != 0) return;
+    size_ = packed_bytes(w);
+    if (size_ == 0) return;
+    // aligned_alloc wants a multiple of the alignment.
     const size_t alloc = (size_ + 63) / 64 * 64;
     data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, alloc)));
     if (!data_) throw std::bad_alloc();
     std::memset(data_.get(), 0, alloc);
-    const int64_t nb = w.cols / QK;
+    const int64_t nt = w.cols / packed_tile_cols(w.type);
     const size_t tile = packed_tile_bytes(w.type);
-    const int chunks = w.type == DType::Q8_0 ? 8 : 4;
+    const size_t block_bytes = dtype_info(w.type).block_bytes;
     for (int64_t r = 0; r < w.rows; ++r) {
         const int64_t g = r / kPackRows;
-        const int i = static_cast<int>(r % kPackRows);
         const uint8_t* row = w.row(r);
-        for (int64_t b = 0; b < nb; ++b) {
-            uint8_t* t = data_.get() + static_cast<size_t>(g * nb + b) * tile;
-            const uint8_t* qs;
-            uint16_t d, m = 0;
-            if (w.type == DType::Q4_0) {
-                const auto& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
-                qs = blk.qs, d = blk.d;
-            } else if (w.type == DType::Q4_1) {
-                const auto& blk = reinterpret_cast<const BlockQ4_1*>(row)[b];
-                qs = blk.qs, d = blk.d, m = blk.m;
-            } else {
-                const auto& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
-                qs = reinterpret_cast<const uint8_t*>(blk.qs), d = blk.d;
-            }
-            for (int c = 0; c < chunks; ++c)
-                for (int k = 0; k < 4; ++k) {
-                    const uint8_t q = qs[4 * c + k];
-                    t[64 * c + 4 * i + k] = w.type == DType::Q8_0 ? q ^ 0x80 : q;
-                }
-            uint8_t* scales = t + 64 * chunks;
-            std::memcpy(scales + 2 * i, &d, 2);
-            if (w.type == DType::Q4_1) std::memcpy(scales + 2 * kPackRows + 2 * i, &m, 2);
-        }
+        for (int64_t b = 0; b < nt; ++b)
+            pack_block(w.type, row + b * block_bytes,
+                       data_.get() + static_cast<size_t>(g * nt + b) * tile,
+                       static_cast<int>(r % kPackRows));
     }
 }
 

@@ -1,16 +1,26 @@
-// Q4_0, Q4_1 and Q8_0 matrices re-laid for the integer kernels, once at model load.
+// Q4_0, Q4_1, Q8_0, Q4_K and Q6_K matrices re-laid for the integer kernels, once at model load.
 //
 // GGUF stores a row's blocks one after another, each with its scale beside its values. An
 // integer kernel wants the opposite: 16 rows side by side, so one 64-byte vector holds 4 weights
-// of each of 16 rows and one vpdpbusd against 4 broadcast activations adds into 16 per-row sums
-// at once (no horizontal reductions), and the 16 rows' scales together, so they are one fp16
-// vector load. The bytes are the same, only their order changes:
+// of each of 16 rows and one vpdpbusd against 4 broadcast activation bytes adds into 16 per-row
+// sums at once (no horizontal reductions), and the 16 rows' scales together, so they are one
+// vector load. The bits are the same, only their order changes (a Q4_K tile keeps its 6-bit
+// scales as bytes: 2.8 % more than the file).
 //
-//   tile (group of 16 rows g, block b), groups in order, blocks in order within a group:
-//     Q4_0 / Q4_1: chunk c = 0..3 (64 bytes): row i's qs[4c .. 4c+3] at bytes 4i .. 4i+3
-//                  (low nibbles: weights 4c..4c+3, high nibbles: 16+4c..16+4c+3)
-//     Q8_0:        chunk c = 0..7 (64 bytes): row i's qs[4c .. 4c+3] xor 0x80 (as u8: w + 128)
-//     then d[16] (fp16), then for Q4_1 m[16] (fp16)
+// Tiles (16 rows x 32 columns, or 16 x 256 for the k-quants), groups of 16 rows in order, tiles
+// in order within a group. Within a 32-column block the weights are "nibble vectors": vector v
+// (0..7) holds, for row i at bytes 4i .. 4i+3, the block's weights (v odd ? 16 : 0) + 4(v/2) + k,
+// k = 0..3, as unsigned bytes, the activations they meet being the same 4 of the block's 32:
+//   Q4_0, Q4_1 (32 columns): chunk c = 0..3 (64 bytes): row i's qs[4c .. 4c+3] at 4i .. 4i+3,
+//              whose low nibbles are vector 2c and high nibbles vector 2c+1;
+//              then d[16] (fp16), then for Q4_1 m[16] (fp16).
+//   Q8_0 (32 columns): chunk c = 0..7 (64 bytes): row i's qs[4c .. 4c+3] xor 0x80 (w + 128 as
+//              u8); chunk c meets activations 4c .. 4c+3; then d[16] (fp16).
+//   Q4_K (256 columns): 8 blocks of 4 chunks as Q4_0's (q of block b = elements 32b .. 32b+31),
+//              then d[16], dmin[16] (fp16), sc[8][16], m[8][16] (the 6-bit scales, bytes).
+//   Q6_K (256 columns): 8 blocks of 4 chunks of the low 4 bits as Q4_0's, then 2 chunks of the
+//              high 2 bits (chunk g, byte 4i + k: bits 2t, 2t+1 = vector 4g + t's weight k),
+//              then scales[16][16] (int8, per 16 elements), then d[16] (fp16).
 //
 // A last group with fewer than 16 rows is padded with zero rows (their outputs are not stored).
 #pragma once
@@ -25,12 +35,29 @@ namespace ferry::kernels {
 
 constexpr int kPackRows = 16;
 
-// Whether matrices of this type have a packed layout (cols must be a multiple of 32).
+// Whether matrices of this type have a packed layout (cols must be a multiple of its tile's).
 bool packable(DType t);
-// Bytes of one (16 rows x 32 columns) tile: 16 blocks' worth, as in the file (Q4_0 288, Q4_1
-// 320, Q8_0 544); 0 for other types. constexpr so the kernels' tile strides are constants.
+// Columns of one tile: 32, or 256 for the k-quants.
+constexpr int packed_tile_cols(DType t) {
+    return t == DType::Q4_K || t == DType::Q6_K ? 256 : 32;
+}
+// Bytes of one tile of 16 rows: Q4_0 288, Q4_1 320, Q8_0 544 (as in the file), Q4_K 2368,
+// Q6_K 3360; 0 for other types. constexpr so the kernels' tile strides are constants.
 constexpr size_t packed_tile_bytes(DType t) {
-    return t == DType::Q4_0 ? 16 * 18 : t == DType::Q4_1 ? 16 * 20 : t == DType::Q8_0 ? 16 * 34 : 0;
+    switch (t) {
+        case DType::Q4_0:
+            return 16 * 18;
+        case DType::Q4_1:
+            return 16 * 20;
+        case DType::Q8_0:
+            return 16 * 34;
+        case DType::Q4_K:
+            return 8 * 256 + 64 + 256;
+        case DType::Q6_K:
+            return 8 * 384 + 256 + 32;
+        default:
+            return 0;
+    }
 }
 size_t packed_bytes(const Weight& w);
 

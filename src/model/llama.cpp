@@ -113,7 +113,7 @@ void LlamaModel::make_resident(bool progress) {
     int64_t done = 0;
     volatile uint8_t sink = 0;
     for (Weight* w : all) {
-        if (kernels::packable(w->type) && w->cols % 32 == 0) {
+        if (kernels::packable(w->type) && w->cols % kernels::packed_tile_cols(w->type) == 0) {
             packed_.emplace_back(*w);
             w->packed = packed_.back().data();
             // The packed copy serves every integer product; the original pages are read again

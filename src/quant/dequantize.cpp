@@ -76,62 +76,29 @@ void dequant_q8_0(const void* src, float* dst, int64_t n) {
     }
 }
 
-// The 8 sub-block scales and mins of Q4_K are 6 bits each, packed into 12 bytes: the first
-// four of each sit in the low 6 bits of bytes 0..7, the last four are split between the low
-// and high nibbles of bytes 8..11 and the top 2 bits of bytes 0..7.
-void get_scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
 void dequant_q4_k(const void* src, float* dst, int64_t n) {
+    uint8_t q[QK_K], sc[8], m[8];
     for (int64_t i = 0; i < n / QK_K; ++i) {
         const auto b = load_block<BlockQ4_K>(src, i);
         const float d = fp16_to_fp32(b.d);
         const float dmin = fp16_to_fp32(b.dmin);
-        const uint8_t* q = b.qs;
-        float* y = dst + i * QK_K;
-        // Each 32-byte chunk of qs holds two 32-element sub-blocks: low nibbles, then high.
-        for (int is = 0; is < 8; is += 2, q += 32) {
-            uint8_t sc, m;
-            get_scale_min_k4(is, b.scales, &sc, &m);
-            const float d1 = d * sc, m1 = dmin * m;
-            get_scale_min_k4(is + 1, b.scales, &sc, &m);
-            const float d2 = d * sc, m2 = dmin * m;
-            for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
-            for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
+        q4_k_ints(b, q, sc, m);
+        for (int s = 0; s < 8; ++s) {
+            const float ds = d * sc[s], ms = dmin * m[s];
+            for (int l = 0; l < 32; ++l)
+                dst[i * QK_K + 32 * s + l] = ds * static_cast<float>(q[32 * s + l]) - ms;
         }
     }
 }
 
 void dequant_q6_k(const void* src, float* dst, int64_t n) {
+    uint8_t q[QK_K];
     for (int64_t i = 0; i < n / QK_K; ++i) {
         const auto b = load_block<BlockQ6_K>(src, i);
         const float d = fp16_to_fp32(b.d);
-        float* y = dst + i * QK_K;
-        // Two halves of 128 elements; in each, element l + 32k takes its low 4 bits from
-        // ql (nibble k/2 of byte l + 32(k%2)) and its high 2 bits from bits 2k..2k+1 of qh[l].
-        for (int half = 0; half < 2; ++half) {
-            const uint8_t* ql = b.ql + 64 * half;
-            const uint8_t* qh = b.qh + 32 * half;
-            const int8_t* sc = b.scales + 8 * half;
-            for (int l = 0; l < 32; ++l) {
-                const int is = l / 16;
-                const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-                const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-                const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-                const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-                y[128 * half + l + 0] = d * sc[is + 0] * static_cast<float>(q1);
-                y[128 * half + l + 32] = d * sc[is + 2] * static_cast<float>(q2);
-                y[128 * half + l + 64] = d * sc[is + 4] * static_cast<float>(q3);
-                y[128 * half + l + 96] = d * sc[is + 6] * static_cast<float>(q4);
-            }
-        }
+        q6_k_ints(b, q);
+        for (int l = 0; l < QK_K; ++l)
+            dst[i * QK_K + l] = d * b.scales[l / 16] * static_cast<float>(int{q[l]} - 32);
     }
 }
 
@@ -177,6 +144,44 @@ void dequant_int4(const void* src, float* dst, int64_t n) {
 }
 
 }  // namespace
+
+// The 8 sub-block scales and mins of Q4_K are 6 bits each, packed into 12 bytes: the first
+// four of each sit in the low 6 bits of bytes 0..7, the last four are split between the low
+// and high nibbles of bytes 8..11 and the top 2 bits of bytes 0..7. Each 32-byte chunk of qs
+// holds two 32-element sub-blocks: low nibbles, then high.
+void q4_k_ints(const BlockQ4_K& b, uint8_t q[256], uint8_t sc[8], uint8_t m[8]) {
+    const uint8_t* s = b.scales;
+    for (int j = 0; j < 8; ++j) {
+        if (j < 4) {
+            sc[j] = s[j] & 63;
+            m[j] = s[j + 4] & 63;
+        } else {
+            sc[j] = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+            m[j] = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+        }
+    }
+    for (int c = 0; c < 4; ++c)
+        for (int l = 0; l < 32; ++l) {
+            q[64 * c + l] = b.qs[32 * c + l] & 0xF;
+            q[64 * c + 32 + l] = b.qs[32 * c + l] >> 4;
+        }
+}
+
+// Two halves of 128 elements; in each, element l + 32k takes its low 4 bits from ql (nibble
+// k/2 of byte l + 32(k%2)) and its high 2 bits from bits 2k..2k+1 of qh[l].
+void q6_k_ints(const BlockQ6_K& b, uint8_t q[256]) {
+    for (int half = 0; half < 2; ++half) {
+        const uint8_t* ql = b.ql + 64 * half;
+        const uint8_t* qh = b.qh + 32 * half;
+        uint8_t* y = q + 128 * half;
+        for (int l = 0; l < 32; ++l) {
+            y[l] = (ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4);
+            y[l + 32] = (ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4);
+            y[l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+            y[l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+        }
+    }
+}
 
 float fp16_to_fp32(uint16_t h) {
     const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;

@@ -14,6 +14,15 @@ namespace ferry::quant {
 // fp8) src must be the start of a row and n its whole length.
 Status dequantize_row(DType type, const void* src, float* dst, int64_t n);
 
+// A k-quant super-block's integers in element order, as its dequantization multiplies them
+// (the packed layout of kernels/packed_weights.h and the integer reference are built on them):
+//   Q4_K: element i = d * sc[i / 32] * q[i] - dmin * m[i / 32], q in [0, 15], sc and m 6-bit;
+//   Q6_K: element i = d * scales[i / 16] * (q[i] - 32), q in [0, 63].
+struct BlockQ4_K;
+struct BlockQ6_K;
+void q4_k_ints(const BlockQ4_K& b, uint8_t q[256], uint8_t sc[8], uint8_t m[8]);
+void q6_k_ints(const BlockQ6_K& b, uint8_t q[256]);
+
 float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);  // round to nearest even
 float bf16_to_fp32(uint16_t h);

@@ -223,8 +223,9 @@ TEST(Kernels, MatmulPrefillAcrossTokenBlocks) {
     for (const auto& [level, act] : levels_and_modes()) {
         kernels::set_cpu_level(level);
         ActivationsGuard ag(act);
-        for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::Q4_K}) {
-            const int64_t cols = type == DType::Q4_K ? 256 : 160;
+        for (DType type :
+             {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::Q4_K, DType::Q6_K}) {
+            const int64_t cols = dtype_info(type).block_size == 256 ? 256 : 160;
             const Matrix m = random_matrix(type, 37, cols, rng);
             const auto x = random_floats(70 * cols, rng);
             check_matmul(
@@ -484,19 +485,20 @@ TEST(Kernels, IntegerProductIsWithinTheActivationGrid) {
     for (Activations act : {Activations::Int16, Activations::Int8}) {
         ActivationsGuard ag(act);
         const double vmax = act == Activations::Int16 ? kernels::kActMax16 : kernels::kActMax8;
-        for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-            const Matrix m = random_matrix(type, 33, 576, rng);
-            auto x = random_floats(3 * 576, rng);
+        for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+            const int64_t cols = dtype_info(type).block_size == 256 ? 768 : 576;
+            const Matrix m = random_matrix(type, 33, cols, rng);
+            auto x = random_floats(3 * cols, rng);
             for (size_t i = 0; i < x.size(); i += 97) x[i] *= 300.0f;  // outliers
             std::vector<float> y(3 * 33);
             kernels::matmul(m.w, x.data(), 3, y.data(), pool);
-            std::vector<float> deq(576);
+            std::vector<float> deq(cols);
             for (int64_t r = 0; r < 33; ++r) {
-                ASSERT_TRUE(quant::dequantize_row(type, m.w.row(r), deq.data(), 576));
+                ASSERT_TRUE(quant::dequantize_row(type, m.w.row(r), deq.data(), cols));
                 for (int64_t t = 0; t < 3; ++t) {
-                    const float* xt = x.data() + t * 576;
+                    const float* xt = x.data() + t * cols;
                     double bound = 0, mag = 0;
-                    for (int64_t b = 0; b < 576; b += 32) {
+                    for (int64_t b = 0; b < cols; b += 32) {
                         double amax = 0;
                         for (int j = 0; j < 32; ++j)
                             amax = std::max<double>(amax, std::fabs(xt[b + j]));
@@ -505,7 +507,7 @@ TEST(Kernels, IntegerProductIsWithinTheActivationGrid) {
                             mag += std::fabs(deq[b + j] * xt[b + j]);
                         }
                     }
-                    const float want = kernels::ref::vec_dot(type, m.w.row(r), xt, 576);
+                    const float want = kernels::ref::vec_dot(type, m.w.row(r), xt, cols);
                     EXPECT_NEAR(y[t * 33 + r], want, bound * 1.01 + 1e-5 * mag)
                         << dtype_name(type) << " " << kernels::activations_name(act);
                 }
@@ -549,16 +551,72 @@ TEST(Kernels, PackedLayoutIsAsDocumented) {
     }
 }
 
+// The k-quants' packed tiles hold each element's integer where the header says, and the
+// scales beside them: read back from the tile, they are q4_k_ints' / q6_k_ints' values.
+TEST(Kernels, PackedKQuantLayoutIsAsDocumented) {
+    std::mt19937 rng(13);
+    for (DType type : {DType::Q4_K, DType::Q6_K}) {
+        const Matrix m = random_matrix(type, 17, 512, rng);
+        const size_t tile = kernels::packed_tile_bytes(type);
+        ASSERT_EQ(m.packed.size(), 2 * 2 * tile);
+        for (int64_t r = 0; r < 17; ++r)
+            for (int64_t sb = 0; sb < 2; ++sb) {
+                const uint8_t* t = m.packed.data() + ((r / 16) * 2 + sb) * tile;
+                const int i = static_cast<int>(r % 16);
+                const uint8_t* src = m.w.row(r) + sb * dtype_info(type).block_bytes;
+                uint8_t q[256], sc[8], mn[8];
+                uint16_t d, dmin = 0;
+                if (type == DType::Q4_K) {
+                    quant::BlockQ4_K b;
+                    std::memcpy(&b, src, sizeof(b));
+                    quant::q4_k_ints(b, q, sc, mn);
+                    d = b.d, dmin = b.dmin;
+                } else {
+                    quant::BlockQ6_K b;
+                    std::memcpy(&b, src, sizeof(b));
+                    quant::q6_k_ints(b, q);
+                    d = b.d;
+                    for (int s = 0; s < 16; ++s)
+                        ASSERT_EQ(static_cast<int8_t>(t[3072 + 16 * s + i]), b.scales[s]);
+                }
+                for (int e = 0; e < 256; ++e) {
+                    const int blk = e / 32, w = e % 32, c = (w % 16) / 4, k = w % 4, nib = w / 16;
+                    const int bb = type == DType::Q4_K ? 256 : 384;
+                    const uint8_t byte = t[bb * blk + 64 * c + 4 * i + k];
+                    int got = nib ? byte >> 4 : byte & 0xF;
+                    if (type == DType::Q6_K) {
+                        const int v = 2 * c + nib;
+                        got |= ((t[bb * blk + 256 + 64 * (v / 4) + 4 * i + k] >> (2 * (v % 4))) & 3)
+                               << 4;
+                    }
+                    ASSERT_EQ(got, q[e]) << dtype_name(type) << " row " << r << " element " << e;
+                }
+                const size_t so = type == DType::Q4_K ? 2048 : 3072 + 256;
+                uint16_t td;
+                std::memcpy(&td, t + so + 2 * i, 2);
+                ASSERT_EQ(td, d);
+                if (type == DType::Q4_K) {
+                    std::memcpy(&td, t + so + 32 + 2 * i, 2);
+                    ASSERT_EQ(td, dmin);
+                    for (int s = 0; s < 8; ++s) {
+                        ASSERT_EQ(t[2048 + 64 + 16 * s + i], sc[s]);
+                        ASSERT_EQ(t[2048 + 64 + 128 + 16 * s + i], mn[s]);
+                    }
+                }
+            }
+    }
+}
+
 // A Weight nobody packed takes the reference's integer product: the same numbers, only slower.
 TEST(Kernels, UnpackedWeightGivesThePackedResult) {
     std::mt19937 rng(12);
     ThreadPool pool(2);
     ActivationsGuard ag(Activations::Int16);
-    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
-        const Matrix m = random_matrix(type, 21, 128, rng);
+    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+        const Matrix m = random_matrix(type, 21, 256, rng);
         kernels::Weight plain = m.w;
         plain.packed = nullptr;
-        const auto x = random_floats(5 * 128, rng);
+        const auto x = random_floats(5 * 256, rng);
         std::vector<float> a(5 * 21), b(5 * 21);
         kernels::matmul(m.w, x.data(), 5, a.data(), pool);
         kernels::matmul(plain, x.data(), 5, b.data(), pool);

@@ -81,8 +81,10 @@ void quantize_act(const float* x, ActBlock* out, int64_t n, Activations a) {
         if (!(id <= __FLT_MAX__)) id = 0;  // as the reference: a denormal step rounds to zero
         const vf vid = vset1(id);
         int32x4_t sum = vdupq_n_s32(0);
+        int32_t s_lo = 0;
         int16x8_t hi16[4], lo16[4];
         for (int i = 0; i < 4; ++i) {
+            if (i == 2) s_lo = vaddvq_s32(sum);  // the first 16 values
             int32x4_t q[2], hi[2], lo[2];
             for (int k = 0; k < 2; ++k) {
                 q[k] = vcvtnq_s32_f32(vmulq_f32(v[2 * i + k], vid));
@@ -105,8 +107,8 @@ void quantize_act(const float* x, ActBlock* out, int64_t n, Activations a) {
         const int32_t s = vaddvq_s32(sum);
         o.d = d;
         o.s = s;
+        o.s_lo = s_lo;
         o.sx = d * static_cast<float>(s);
-        o.pad = 0;
     }
 }
 
@@ -132,64 +134,127 @@ inline int8x16_t bcast4(const int8_t* p) {
     return vreinterpretq_s8_s32(vdupq_n_s32(v));
 }
 
+// 4 bytes (one per row of a quad) widened to floats.
+inline vf u8x4_to_f32(const uint8_t* p) {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return vcvtq_f32_u32(vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(v))))));
+}
+inline vf i8x4_to_f32(const uint8_t* p) {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(vreinterpret_s8_u32(vdup_n_u32(v))))));
+}
+
 template <DType T, bool k16>
-void group_packed(const uint8_t* tiles, int64_t nb, const ActBlock* x, float* y, int n_rows) {
-    constexpr bool kQ8 = T == DType::Q8_0, kMin = T == DType::Q4_1;
-    constexpr int kChunks = kQ8 ? 8 : 4;
+void group_packed(const uint8_t* tiles, int64_t n_tiles, const ActBlock* x, float* y, int n_rows) {
+    constexpr bool kQ8 = T == DType::Q8_0, kQ6 = T == DType::Q6_K;
+    constexpr bool kK = T == DType::Q4_K || T == DType::Q6_K;
+    constexpr bool kMin = T == DType::Q4_1 || T == DType::Q4_K;
+    constexpr int kBlocks = kK ? 8 : 1, kBlockBytes = kQ8 ? 512 : kQ6 ? 384 : 256;
     constexpr size_t kTile = packed_tile_bytes(T);
+    // Activation bytes weight vector v meets (kernels/packed_weights.h).
+    auto off = [](int v) { return kQ8 ? 4 * v : (v % 2 ? 16 : 0) + 4 * (v / 2); };
     vf facc[4], macc[4];
     for (int q = 0; q < 4; ++q) facc[q] = macc[q] = vzero();
-    for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* tp = tiles + b * kTile;
-        const ActBlock& a = x[b];
-        int32x4_t ph[4], pl[4];
-        for (int q = 0; q < 4; ++q) ph[q] = pl[q] = vdupq_n_s32(0);
-        for (int c = 0; c < kChunks; ++c) {
+    for (int64_t ti = 0; ti < n_tiles; ++ti) {
+        const uint8_t* tp = tiles + ti * kTile;
+        for (int b = 0; b < kBlocks; ++b) {
+            const uint8_t* bp = tp + b * kBlockBytes;
+            const ActBlock& a = x[ti * kBlocks + b];
             for (int q = 0; q < 4; ++q) {
-                const uint8x16_t v = vld1q_u8(tp + 64 * c + 16 * q);
+                int8x16_t w[8];
                 if constexpr (kQ8) {
                     // Back to signed bytes: sdot multiplies w, not w + 128.
-                    const int8x16_t w = vreinterpretq_s8_u8(veorq_u8(v, vdupq_n_u8(0x80)));
-                    ph[q] = dot4(ph[q], w, bcast4(a.hi + 4 * c));
-                    if constexpr (k16) pl[q] = dot4(pl[q], w, bcast4(a.lo + 4 * c));
+                    for (int c = 0; c < 8; ++c)
+                        w[c] = vreinterpretq_s8_u8(
+                            veorq_u8(vld1q_u8(bp + 64 * c + 16 * q), vdupq_n_u8(0x80)));
                 } else {
-                    const int8x16_t wl = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F)));
-                    const int8x16_t wh = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
-                    ph[q] =
-                        dot4(dot4(ph[q], wl, bcast4(a.hi + 4 * c)), wh, bcast4(a.hi + 16 + 4 * c));
-                    if constexpr (k16)
-                        pl[q] = dot4(dot4(pl[q], wl, bcast4(a.lo + 4 * c)), wh,
-                                     bcast4(a.lo + 16 + 4 * c));
+                    for (int c = 0; c < 4; ++c) {
+                        const uint8x16_t v = vld1q_u8(bp + 64 * c + 16 * q);
+                        uint8x16_t lo = vandq_u8(v, vdupq_n_u8(0x0F)), hi = vshrq_n_u8(v, 4);
+                        if constexpr (kQ6) {
+                            // High 2 bits: chunk g's bits 2t, 2t+1 belong to vector 4g + t.
+                            const int g = c / 2, t = 2 * (c % 2);
+                            const uint8x16_t h = vld1q_u8(bp + 256 + 64 * g + 16 * q);
+                            const uint8x16_t m = vdupq_n_u8(0x30);
+                            if (t == 0) {
+                                lo = vorrq_u8(lo, vandq_u8(vshlq_n_u8(h, 4), m));
+                                hi = vorrq_u8(hi, vandq_u8(vshlq_n_u8(h, 2), m));
+                            } else {
+                                lo = vorrq_u8(lo, vandq_u8(h, m));
+                                hi = vorrq_u8(hi, vandq_u8(vshrq_n_u8(h, 2), m));
+                            }
+                        }
+                        w[2 * c] = vreinterpretq_s8_u8(lo);
+                        w[2 * c + 1] = vreinterpretq_s8_u8(hi);
+                    }
                 }
+                // Integer sums of even and odd vectors apart (Q6_K's two 16-element
+                // sub-blocks); exact, so their order does not matter.
+                int32x4_t pe = vdupq_n_s32(0), po = pe, le = pe, lo = pe;
+                for (int v = 0; v < 8; v += 2) {
+                    pe = dot4(pe, w[v], bcast4(a.hi + off(v)));
+                    po = dot4(po, w[v + 1], bcast4(a.hi + off(v + 1)));
+                    if constexpr (k16) {
+                        le = dot4(le, w[v], bcast4(a.lo + off(v)));
+                        lo = dot4(lo, w[v + 1], bcast4(a.lo + off(v + 1)));
+                    }
+                }
+                const vf dx = vset1(a.d);
+                if constexpr (kQ6) {
+                    if constexpr (k16) {
+                        pe = vaddq_s32(vshlq_n_s32(pe, 7), le);
+                        po = vaddq_s32(vshlq_n_s32(po, 7), lo);
+                    }
+                    pe = vsubq_s32(pe, vdupq_n_s32(32 * a.s_lo));
+                    po = vsubq_s32(po, vdupq_n_s32(32 * (a.s - a.s_lo)));
+                    const vf dsup =
+                        vload_f16(reinterpret_cast<const uint16_t*>(tp + 3072 + 256) + 4 * q);
+                    const vf de = vmulq_f32(i8x4_to_f32(tp + 3072 + 32 * b + 4 * q), dsup);
+                    const vf dodd = vmulq_f32(i8x4_to_f32(tp + 3072 + 32 * b + 16 + 4 * q), dsup);
+                    facc[q] = vfmaq_f32(facc[q], vcvtq_f32_s32(pe), vmulq_f32(de, dx));
+                    facc[q] = vfmaq_f32(facc[q], vcvtq_f32_s32(po), vmulq_f32(dodd, dx));
+                    continue;
+                }
+                int32x4_t p = vaddq_s32(pe, po);
+                if constexpr (k16) p = vaddq_s32(vshlq_n_s32(p, 7), vaddq_s32(le, lo));
+                if constexpr (T == DType::Q4_0) p = vsubq_s32(p, vdupq_n_s32(8 * a.s));
+                vf dw, mw = vzero();
+                if constexpr (T == DType::Q4_K) {
+                    const uint16_t* dd = reinterpret_cast<const uint16_t*>(tp + 2048);
+                    dw = vmulq_f32(u8x4_to_f32(tp + 2048 + 64 + 16 * b + 4 * q),
+                                   vload_f16(dd + 4 * q));
+                    mw = vmulq_f32(u8x4_to_f32(tp + 2048 + 64 + 128 + 16 * b + 4 * q),
+                                   vload_f16(dd + 16 + 4 * q));
+                } else {
+                    const uint16_t* sc = reinterpret_cast<const uint16_t*>(tp + 64 * (kQ8 ? 8 : 4));
+                    dw = vload_f16(sc + 4 * q);
+                    if constexpr (kMin) mw = vload_f16(sc + 16 + 4 * q);
+                }
+                facc[q] = vfmaq_f32(facc[q], vcvtq_f32_s32(p), vmulq_f32(dw, dx));
+                if constexpr (kMin) macc[q] = vfmaq_f32(macc[q], mw, vset1(a.sx));
             }
-        }
-        const uint16_t* sc = reinterpret_cast<const uint16_t*>(tp + 64 * kChunks);
-        for (int q = 0; q < 4; ++q) {
-            int32x4_t p = ph[q];
-            if constexpr (k16) p = vaddq_s32(vshlq_n_s32(p, 7), pl[q]);
-            if constexpr (T == DType::Q4_0) p = vsubq_s32(p, vdupq_n_s32(8 * a.s));
-            facc[q] =
-                vfmaq_f32(facc[q], vcvtq_f32_s32(p), vmulq_f32(vload_f16(sc + 4 * q), vset1(a.d)));
-            if constexpr (kMin)
-                macc[q] = vfmaq_f32(macc[q], vload_f16(sc + 16 + 4 * q), vset1(a.sx));
         }
     }
     float out[16];
     for (int q = 0; q < 4; ++q)
-        vst1q_f32(out + 4 * q, kMin ? vaddq_f32(facc[q], macc[q]) : facc[q]);
+        vst1q_f32(out + 4 * q, T == DType::Q4_1   ? vaddq_f32(facc[q], macc[q])
+                               : T == DType::Q4_K ? vsubq_f32(facc[q], macc[q])
+                                                  : facc[q]);
     for (int i = 0; i < n_rows; ++i) y[i] = out[i];
 }
 
 template <DType T, bool k16>
 void matmul_packed_t(const Weight& w, const ActBlock* x, int64_t nt, float* y, int64_t ldy,
                      int64_t r0, int64_t r1) {
-    const int64_t nb = w.cols / 32;
+    const int64_t n_tiles = w.cols / packed_tile_cols(T), nbx = w.cols / 32;
     constexpr size_t kTile = packed_tile_bytes(T);
     for (int64_t r = r0; r < r1; r += kPackRows) {
-        const uint8_t* tiles = w.packed + static_cast<size_t>(r / kPackRows * nb) * kTile;
+        const uint8_t* tiles = w.packed + static_cast<size_t>(r / kPackRows * n_tiles) * kTile;
         const int n_rows = static_cast<int>(imin(kPackRows, r1 - r));
         for (int64_t t = 0; t < nt; ++t)
-            group_packed<T, k16>(tiles, nb, x + t * nb, y + t * ldy + r, n_rows);
+            group_packed<T, k16>(tiles, n_tiles, x + t * nbx, y + t * ldy + r, n_rows);
     }
 }
 
@@ -211,6 +276,10 @@ bool matmul_packed(const Weight& w, const ActBlock* x, Activations a, int64_t nt
             return matmul_packed_a<DType::Q4_1>(w, x, a, nt, y, ldy, r0, r1), true;
         case DType::Q8_0:
             return matmul_packed_a<DType::Q8_0>(w, x, a, nt, y, ldy, r0, r1), true;
+        case DType::Q4_K:
+            return matmul_packed_a<DType::Q4_K>(w, x, a, nt, y, ldy, r0, r1), true;
+        case DType::Q6_K:
+            return matmul_packed_a<DType::Q6_K>(w, x, a, nt, y, ldy, r0, r1), true;
         default:
             return false;
     }

@@ -22,18 +22,19 @@ void quantize_act(const float* x, ActBlock* out, int64_t n, Activations a) {
         // A step so small that 1 / d overflows (amax below ~5e-35) rounds the block to zero.
         float id = finite && d > 0 ? 1.0f / d : 0.0f;
         if (!(id <= std::numeric_limits<float>::max())) id = 0;
-        int32_t s = 0;
+        int32_t s = 0, s_lo = 0;
         for (int j = 0; j < 32; ++j) {
             const int v = finite ? static_cast<int>(std::nearbyint(x[j] * id)) : 0;
             const int hi = wide ? (v + 64) >> 7 : v;  // >> of a negative int is floor (C++20)
             o.hi[j] = static_cast<int8_t>(hi);
             o.lo[j] = static_cast<int8_t>(wide ? v - 128 * hi : 0);
             s += v;
+            if (j < 16) s_lo += v;
         }
         o.d = d;
         o.s = s;
+        o.s_lo = s_lo;
         o.sx = d * static_cast<float>(s);
-        o.pad = 0;
     }
 }
 

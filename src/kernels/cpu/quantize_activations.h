@@ -1,6 +1,6 @@
-// Activations quantized on the fly, so Q4_0/Q4_1/Q8_0 weights meet them in integer dot products
-// (VNNI vpdpbusd, AVX2 maddubs, NEON sdot) instead of being widened to floats element by
-// element.
+// Activations quantized on the fly, so Q4_0/Q4_1/Q8_0/Q4_K/Q6_K weights meet them in integer dot
+// products (VNNI vpdpbusd, AVX2 maddubs, NEON sdot) instead of being widened to floats element
+// by element.
 //
 // A block of 32 activations becomes integers v on a grid of step d (x ~= d * v). The 16-bit
 // grid (Activations::Int16, |v| <= 16256) is stored as two int8 planes, v = 128 * hi + lo with
@@ -19,9 +19,9 @@ struct ActBlock {
     int8_t hi[32];
     int8_t lo[32];  // zero on the 8-bit grid
     float d;        // step: x ~= d * v; NaN when the block holds a NaN or an infinity
-    float sx;       // d * s: what a Q4_1 block's minimum multiplies
+    float sx;       // d * s: what a Q4_1 (Q4_K) block's minimum multiplies
     int32_t s;      // sum of v: the integer correction of Q4_0's -8 and Q8_0's +128 offsets
-    int32_t pad;
+    int32_t s_lo;   // sum of v over the first 16: Q6_K's -32 per 16-element sub-block
 };
 static_assert(sizeof(ActBlock) == 80);
 

@@ -153,8 +153,56 @@ float vec_dot(DType type, const uint8_t* row, const float* x, int64_t n) {
     }
 }
 
+namespace {
+// The k-quants' integer products (dot_act's definition for them): per 32-element sub-block of
+// Q4_K (per 16 of Q6_K) the exact integer sum, then its float step, in element order.
+float dot_act_q4_k(const uint8_t* row, const ActBlock* x, int64_t nb, bool wide) {
+    float facc = 0, macc = 0;
+    uint8_t q[QK_K], sc[8], m[8];
+    for (int64_t sb = 0; sb < nb / 8; ++sb) {
+        BlockQ4_K b;
+        std::memcpy(&b, row + sb * sizeof(b), sizeof(b));
+        q4_k_ints(b, q, sc, m);
+        const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
+        for (int k = 0; k < 8; ++k) {
+            const ActBlock& a = x[8 * sb + k];
+            int32_t p = 0;
+            for (int j = 0; j < 32; ++j)
+                p += int32_t{q[32 * k + j]} * (wide ? 128 * a.hi[j] + a.lo[j] : a.hi[j]);
+            facc = std::fma(static_cast<float>(p), (d * static_cast<float>(sc[k])) * a.d, facc);
+            macc = std::fma(dmin * static_cast<float>(m[k]), a.sx, macc);
+        }
+    }
+    return facc - macc;
+}
+
+float dot_act_q6_k(const uint8_t* row, const ActBlock* x, int64_t nb, bool wide) {
+    float facc = 0;
+    uint8_t q[QK_K];
+    for (int64_t sb = 0; sb < nb / 8; ++sb) {
+        BlockQ6_K b;
+        std::memcpy(&b, row + sb * sizeof(b), sizeof(b));
+        q6_k_ints(b, q);
+        const float d = fp16_to_fp32(b.d);
+        for (int k = 0; k < 16; ++k) {
+            const ActBlock& a = x[8 * sb + k / 2];
+            const int j0 = 16 * (k % 2);
+            int32_t p = 0;
+            for (int j = j0; j < j0 + 16; ++j)
+                p += int32_t{q[16 * k + j - j0]} * (wide ? 128 * a.hi[j] + a.lo[j] : a.hi[j]);
+            p -= 32 * (k % 2 ? a.s - a.s_lo : a.s_lo);  // q - 32
+            facc =
+                std::fma(static_cast<float>(p), (d * static_cast<float>(b.scales[k])) * a.d, facc);
+        }
+    }
+    return facc;
+}
+}  // namespace
+
 float dot_act(DType type, const uint8_t* row, const ActBlock* x, int64_t nb, Activations act) {
     const bool wide = act == Activations::Int16;
+    if (type == DType::Q4_K) return dot_act_q4_k(row, x, nb, wide);
+    if (type == DType::Q6_K) return dot_act_q6_k(row, x, nb, wide);
     float facc = 0, macc = 0;
     for (int64_t b = 0; b < nb; ++b) {
         const ActBlock& a = x[b];
