@@ -149,8 +149,8 @@ void dequant_int4(const void* src, float* dst, int64_t n) {
 // four of each sit in the low 6 bits of bytes 0..7, the last four are split between the low
 // and high nibbles of bytes 8..11 and the top 2 bits of bytes 0..7. Each 32-byte chunk of qs
 // holds two 32-element sub-blocks: low nibbles, then high.
-void q4_k_ints(const BlockQ4_K& b, uint8_t q[256], uint8_t sc[8], uint8_t m[8]) {
-    const uint8_t* s = b.scales;
+void q4_k_scale_mins(const uint8_t packed[12], uint8_t sc[8], uint8_t m[8]) {
+    const uint8_t* s = packed;
     for (int j = 0; j < 8; ++j) {
         if (j < 4) {
             sc[j] = s[j] & 63;
@@ -160,6 +160,10 @@ void q4_k_ints(const BlockQ4_K& b, uint8_t q[256], uint8_t sc[8], uint8_t m[8]) 
             m[j] = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
         }
     }
+}
+
+void q4_k_ints(const BlockQ4_K& b, uint8_t q[256], uint8_t sc[8], uint8_t m[8]) {
+    q4_k_scale_mins(b.scales, sc, m);
     for (int c = 0; c < 4; ++c)
         for (int l = 0; l < 32; ++l) {
             q[64 * c + l] = b.qs[32 * c + l] & 0xF;

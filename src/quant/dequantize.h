@@ -21,6 +21,8 @@ Status dequantize_row(DType type, const void* src, float* dst, int64_t n);
 struct BlockQ4_K;
 struct BlockQ6_K;
 void q4_k_ints(const BlockQ4_K& b, uint8_t q[256], uint8_t sc[8], uint8_t m[8]);
+// Just Q4_K's 8 scales and 8 minimums, from the 12 bytes that pack them.
+void q4_k_scale_mins(const uint8_t packed[12], uint8_t sc[8], uint8_t m[8]);
 void q6_k_ints(const BlockQ6_K& b, uint8_t q[256]);
 
 float fp16_to_fp32(uint16_t h);

@@ -214,16 +214,6 @@ float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
     return scale;
 }
 
-void get_scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
 void quant_q4_k(const float* x, void* dst, int64_t n) {
     uint8_t L[QK_K], Laux[32];
     float weights[32], mins[QK_K / 32], scales[QK_K / 32];
@@ -259,12 +249,12 @@ void quant_q4_k(const float* x, void* dst, int64_t n) {
         b.d = fp32_to_fp16(max_scale / 63.f);
         b.dmin = fp32_to_fp16(max_min / 63.f);
         // Requantize against the scales as stored (6-bit, fp16), not the fitted ones.
+        uint8_t sc[8], m[8];
+        q4_k_scale_mins(b.scales, sc, m);
         for (int j = 0; j < QK_K / 32; ++j) {
-            uint8_t sc, m;
-            get_scale_min_k4(j, b.scales, &sc, &m);
-            const float d = fp16_to_fp32(b.d) * sc;
+            const float d = fp16_to_fp32(b.d) * sc[j];
             if (!d) continue;
-            const float dm = fp16_to_fp32(b.dmin) * m;
+            const float dm = fp16_to_fp32(b.dmin) * m[j];
             for (int ii = 0; ii < 32; ++ii) {
                 const int l = nearest_int((x[32 * j + ii] + dm) / d);
                 L[32 * j + ii] = static_cast<uint8_t>(std::max(0, std::min(15, l)));
