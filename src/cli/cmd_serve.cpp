@@ -9,6 +9,8 @@
 #include "cli/model_options.h"
 #include "core/paths.h"
 #include "engine/engine.h"
+#include "kernels/kernels.h"
+#include "kv/kv_dtype.h"
 #include "server/auth.h"
 #include "server/backend.h"
 #include "server/http_server.h"
@@ -80,6 +82,7 @@ void serve(ServeOptions& o) {
                  o.server.host.c_str(), http.port(),
                  o.server.api_key.empty() ? "" : ", API key required");
 
+    o.model.activations.apply();
     engine::LoadedModel lm = take(engine::LoadedModel::load(path, true));
     const auto draft = o.engine.spec.load_draft(true);
     if (http.shutting_down()) return http.wait();
@@ -95,8 +98,13 @@ void serve(ServeOptions& o) {
     eng.start();
     EngineBackend backend(eng, lm);
     http.set_backend(&backend);
-    std::fprintf(stderr, "ferry serve: ready: model '%s', context %d, chat page at http://%s:%d/\n",
-                 names.front().c_str(), eng.max_model_len(), o.server.host.c_str(), http.port());
+    std::fprintf(
+        stderr,
+        "ferry serve: ready: model '%s', context %d, %s activations, %s KV cache, chat page "
+        "at http://%s:%d/\n",
+        names.front().c_str(), eng.max_model_len(),
+        kernels::activations_name(kernels::activations()), kv::kv_dtype_name(config.kv_dtype),
+        o.server.host.c_str(), http.port());
     std::fflush(stderr);
     http.wait();
     // The HTTP side is down: nothing can receive events any more, so stop hard.

@@ -388,3 +388,19 @@ def test_bench_serve(server):
     assert j["goodput"] > 0
     bad = run_ferry("bench", "serve", "--url", "http://example.com:80", "--num-prompts", 1)
     assert bad.returncode != 0 and "loopback" in bad.stderr
+
+
+def test_serve_applies_activation_and_kv_options():
+    """`serve --activations` and `--kv-dtype` reach the engine it runs (its ready line says
+    which), and the exact float path still answers."""
+    s = Server("--activations", "f32", "--kv-dtype", "f32")
+    try:
+        r = httpx.post(s.url + "/v1/completions",
+                       json={"prompt": "The capital of France is", "max_tokens": 4,
+                             "temperature": 0}, timeout=60)
+        assert r.status_code == 200, r.text
+        assert "Paris" in r.json()["choices"][0]["text"]
+    finally:
+        s.stop()
+    log = s.proc.stdout.read()
+    assert "f32 activations, f32 KV cache" in log, log
