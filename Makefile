@@ -57,7 +57,7 @@ integration:
 	FERRY_BIN=$(abspath $(BUILD))/ferry $(PY) -m pytest -q tests/integration
 
 format:
-	clang-format -i $$(git ls-files '*.cpp' '*.h')
+	clang-format -i $$(git ls-files '*.cpp' '*.h' '*.inc')
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan

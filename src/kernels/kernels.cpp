@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -240,6 +241,8 @@ void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_toke
                 continue;
             }
             if (xa && packable(o.w.type)) {
+                // Packed groups of 16 rows are never split (kRowGrain), which the kernels need.
+                assert(r0 % kPackRows == 0);
                 if (!lk || !lk->matmul_packed || !o.w.packed ||
                     !lk->matmul_packed(o.w, xa, act, n_tokens, o.y, o.w.rows, r0, r1))
                     reference_act_rows(o.w, xa, act, n_tokens, o.y, o.w.rows, r0, r1);

@@ -52,12 +52,13 @@ void pack_block(DType type, const uint8_t* src, uint8_t* t, int i) {
             std::memcpy(&b, src, sizeof(b));
             uint8_t q[QK_K], sc[8], m[8];
             q4_k_ints(b, q, sc, m);
-            for (int blk = 0; blk < 8; ++blk) put_nibbles(t + 256 * blk, i, q + 32 * blk);
-            put16(t + 2048, i, b.d);
-            put16(t + 2048 + 32, i, b.dmin);
+            for (int blk = 0; blk < 8; ++blk)
+                put_nibbles(t + packed_block_bytes(type) * blk, i, q + 32 * blk);
+            put16(t + PackedQ4K::d, i, b.d);
+            put16(t + PackedQ4K::dmin, i, b.dmin);
             for (int s = 0; s < 8; ++s) {
-                t[2048 + 64 + 16 * s + i] = sc[s];
-                t[2048 + 64 + 128 + 16 * s + i] = m[s];
+                t[PackedQ4K::sc + 16 * s + i] = sc[s];
+                t[PackedQ4K::m + 16 * s + i] = m[s];
             }
             break;
         }
@@ -67,22 +68,22 @@ void pack_block(DType type, const uint8_t* src, uint8_t* t, int i) {
             uint8_t q[QK_K];
             q6_k_ints(b, q);
             for (int blk = 0; blk < 8; ++blk) {
-                uint8_t* bt = t + 384 * blk;
+                uint8_t* bt = t + packed_block_bytes(type) * blk;
                 const uint8_t* qb = q + 32 * blk;
                 put_nibbles(bt, i, qb);
                 for (int g = 0; g < 2; ++g)
                     for (int k = 0; k < 4; ++k) {
                         uint8_t h = 0;
                         for (int tt = 0; tt < 4; ++tt) {
-                            const int v = 4 * g + tt;
-                            const int e = (v % 2 ? 16 : 0) + 4 * (v / 2) + k;
+                            const int e = packed_act_offset(type, 4 * g + tt) + k;
                             h |= static_cast<uint8_t>((qb[e] >> 4) << (2 * tt));
                         }
-                        bt[256 + 64 * g + 4 * i + k] = h;
+                        bt[kPackedQ6High + 64 * g + 4 * i + k] = h;
                     }
             }
-            for (int s = 0; s < 16; ++s) t[3072 + 16 * s + i] = static_cast<uint8_t>(b.scales[s]);
-            put16(t + 3072 + 256, i, b.d);
+            for (int s = 0; s < 16; ++s)
+                t[PackedQ6K::scales + 16 * s + i] = static_cast<uint8_t>(b.scales[s]);
+            put16(t + PackedQ6K::d, i, b.d);
             break;
         }
         default:

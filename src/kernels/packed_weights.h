@@ -61,6 +61,30 @@ constexpr size_t packed_tile_bytes(DType t) {
 }
 size_t packed_bytes(const Weight& w);
 
+// Where things are inside a tile, for the packer and every level's kernel (bytes).
+// The 8 weight vectors of a 32-element block: 4 nibble chunks (+2 high-bit chunks for Q6_K), or
+// Q8_0's 8 byte chunks.
+constexpr int packed_block_bytes(DType t) {
+    return t == DType::Q8_0 ? 512 : t == DType::Q6_K ? 384 : 256;
+}
+// The activation bytes (of the block's 32) that weight vector v meets.
+constexpr int packed_act_offset(DType t, int v) {
+    return t == DType::Q8_0 ? 4 * v : (v % 2 ? 16 : 0) + 4 * (v / 2);
+}
+constexpr int kPackedQ6High = 256;  // a Q6_K block's high-bit chunks, from the block's start
+// The scales, from the tile's start: d[16] (fp16) and, for Q4_1, m[16] right after.
+constexpr int packed_scales_offset(DType t) {
+    return t == DType::Q4_K   ? 8 * 256
+           : t == DType::Q6_K ? 8 * 384
+                              : 64 * (t == DType::Q8_0 ? 8 : 4);
+}
+struct PackedQ4K {  // after the 8 blocks: d[16], dmin[16] (fp16), sc[8][16], m[8][16] (bytes)
+    static constexpr int d = 8 * 256, dmin = d + 32, sc = d + 64, m = sc + 128;
+};
+struct PackedQ6K {  // after the 8 blocks: scales[16][16] (int8), d[16] (fp16)
+    static constexpr int scales = 8 * 384, d = scales + 256;
+};
+
 // An owning, 64-byte aligned copy of w in the packed layout.
 class PackedWeight {
   public:

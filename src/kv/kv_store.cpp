@@ -49,7 +49,8 @@ KvStore::KvStore(int n_layer, int64_t n_blocks, int block_size, int kv_dim, int 
 void KvStore::write(int layer, int64_t block, int slot, const float* k, const float* v) {
     const KvDType t = fmt_.dtype;
     const size_t eb = kv_elem_bytes(t);
-    const size_t scale_off = kv_scale_offset(t, block_size_, kv_dim_);
+    const KvBlockLayout lay = layout();
+    const size_t scale_off = lay.scale_offset;
     const int n_heads = kv_dim_ / head_dim_;
     const float* cs = k_channel_scales(layer);
     for (int key = 0; key < 2; ++key) {
@@ -57,7 +58,7 @@ void KvStore::write(int layer, int64_t block, int slot, const float* k, const fl
         const float* x = key ? k : v;
         auto* scales = reinterpret_cast<float*>(base + scale_off) + size_t(slot) * n_heads;
         for (int h = 0; h < n_heads; ++h) {
-            const size_t at = (size_t(h) * block_size_ + slot) * head_dim_;
+            const size_t at = h * lay.head_stride + slot * lay.pos_stride;
             float s = 0;
             const int64_t clipped =
                 quantize_kv_row(t, x + size_t(h) * head_dim_, head_dim_, base + at * eb, &s,
@@ -71,7 +72,8 @@ void KvStore::write(int layer, int64_t block, int slot, const float* k, const fl
 void KvStore::read(int layer, int64_t block, int slot, float* k, float* v) const {
     const KvDType t = fmt_.dtype;
     const size_t eb = kv_elem_bytes(t);
-    const size_t scale_off = kv_scale_offset(t, block_size_, kv_dim_);
+    const KvBlockLayout lay = layout();
+    const size_t scale_off = lay.scale_offset;
     const int n_heads = kv_dim_ / head_dim_;
     const float* cs = k_channel_scales(layer);
     for (int key = 0; key < 2; ++key) {
@@ -79,7 +81,7 @@ void KvStore::read(int layer, int64_t block, int slot, float* k, float* v) const
         const auto* scales =
             reinterpret_cast<const float*>(base + scale_off) + size_t(slot) * n_heads;
         for (int h = 0; h < n_heads; ++h) {
-            const size_t at = (size_t(h) * block_size_ + slot) * head_dim_;
+            const size_t at = h * lay.head_stride + slot * lay.pos_stride;
             dequantize_kv_row(t, base + at * eb, head_dim_,
                               kv_token_scales(t, key) ? scales[h] : 0.0f,
                               key && cs ? cs + size_t(h) * head_dim_ : nullptr,

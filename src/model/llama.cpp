@@ -164,7 +164,9 @@ void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const BatchS
 
     // Working memory, kept per thread between calls: a step of 64 sequences needs ~2 MB, and
     // allocations that size came back as fresh pages to fault in and zero on every step (5 % of
-    // a batched decode). Every buffer is written before it is read.
+    // a batched decode). Every buffer is written before it is read. They keep the largest size
+    // any call on the thread needed (every model's, a draft's too: forward is never re-entered
+    // on a thread), which the engine's token budget bounds (~13 MB at 512 tokens here).
     thread_local std::vector<float> bufs[10];
     auto buffer = [](std::vector<float>& b, int64_t size) -> std::vector<float>& {
         if (static_cast<int64_t>(b.size()) < size) b.resize(size);

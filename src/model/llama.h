@@ -44,8 +44,8 @@ struct LayerWeights {
 class LlamaModel {
   public:
     // Binds every tensor by name and checks its shape and type; fails with the tensor's name.
-    // Then packs the Q4_0/Q4_1/Q8_0 matrices for the integer kernels (and, with progress, makes
-    // the other matrices resident), under a progress bar.
+    // Then packs the Q4_0/Q4_1/Q8_0/Q4_K/Q6_K matrices for the integer kernels (and, with progress,
+    // makes the other matrices resident), under a progress bar.
     static Expected<std::unique_ptr<LlamaModel>> load(std::shared_ptr<gguf::File> file,
                                                       bool progress = false);
 
@@ -76,7 +76,7 @@ class LlamaModel {
 
   private:
     LlamaModel() = default;
-    // Interleaved copies of the Q4_0/Q4_1/Q8_0 matrices for the integer kernels, whose file
+    // Interleaved copies of the packable matrices for the integer kernels, whose file
     // pages are then released; the other matrices are touched when `progress` (the CLI).
     void make_resident(bool progress);
     std::shared_ptr<gguf::File> file_;

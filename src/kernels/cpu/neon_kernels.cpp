@@ -5,8 +5,9 @@
 // It follows x86_kernels.inc's shapes with 4-float vectors: float activations meet weights
 // widened in a per-thread buffer (long batches) or in registers (short ones), with the same
 // values and summation order on both paths so a token's output never depends on the batch; with
-// integer activations (Activations::Int16 / Int8, the default) Q4_0/Q4_1/Q8_0 use integer dot
-// products over the packed layout (SDOT where the target has it, widening multiplies otherwise).
+// integer activations (Activations::Int16 / Int8, the default) Q4_0/Q4_1/Q8_0/Q4_K/Q6_K use
+// integer dot products over the packed layout (SDOT where the target has it, widening
+// multiplies otherwise).
 #include "kernels/cpu/simd.h"
 
 #if defined(__aarch64__)
@@ -151,10 +152,9 @@ void group_packed(const uint8_t* tiles, int64_t n_tiles, const ActBlock* x, floa
     constexpr bool kQ8 = T == DType::Q8_0, kQ6 = T == DType::Q6_K;
     constexpr bool kK = T == DType::Q4_K || T == DType::Q6_K;
     constexpr bool kMin = T == DType::Q4_1 || T == DType::Q4_K;
-    constexpr int kBlocks = kK ? 8 : 1, kBlockBytes = kQ8 ? 512 : kQ6 ? 384 : 256;
+    constexpr int kBlocks = kK ? 8 : 1, kBlockBytes = packed_block_bytes(T);
     constexpr size_t kTile = packed_tile_bytes(T);
-    // Activation bytes weight vector v meets (kernels/packed_weights.h).
-    auto off = [](int v) { return kQ8 ? 4 * v : (v % 2 ? 16 : 0) + 4 * (v / 2); };
+    auto off = [](int v) { return packed_act_offset(T, v); };
     vf facc[4], macc[4];
     for (int q = 0; q < 4; ++q) facc[q] = macc[q] = vzero();
     for (int64_t ti = 0; ti < n_tiles; ++ti) {
@@ -176,7 +176,7 @@ void group_packed(const uint8_t* tiles, int64_t n_tiles, const ActBlock* x, floa
                         if constexpr (kQ6) {
                             // High 2 bits: chunk g's bits 2t, 2t+1 belong to vector 4g + t.
                             const int g = c / 2, t = 2 * (c % 2);
-                            const uint8x16_t h = vld1q_u8(bp + 256 + 64 * g + 16 * q);
+                            const uint8x16_t h = vld1q_u8(bp + kPackedQ6High + 64 * g + 16 * q);
                             const uint8x16_t m = vdupq_n_u8(0x30);
                             if (t == 0) {
                                 lo = vorrq_u8(lo, vandq_u8(vshlq_n_u8(h, 4), m));
@@ -209,10 +209,11 @@ void group_packed(const uint8_t* tiles, int64_t n_tiles, const ActBlock* x, floa
                     }
                     pe = vsubq_s32(pe, vdupq_n_s32(32 * a.s_lo));
                     po = vsubq_s32(po, vdupq_n_s32(32 * (a.s - a.s_lo)));
+                    const uint8_t* scales = tp + PackedQ6K::scales + 32 * b + 4 * q;
                     const vf dsup =
-                        vload_f16(reinterpret_cast<const uint16_t*>(tp + 3072 + 256) + 4 * q);
-                    const vf de = vmulq_f32(i8x4_to_f32(tp + 3072 + 32 * b + 4 * q), dsup);
-                    const vf dodd = vmulq_f32(i8x4_to_f32(tp + 3072 + 32 * b + 16 + 4 * q), dsup);
+                        vload_f16(reinterpret_cast<const uint16_t*>(tp + PackedQ6K::d) + 4 * q);
+                    const vf de = vmulq_f32(i8x4_to_f32(scales), dsup);
+                    const vf dodd = vmulq_f32(i8x4_to_f32(scales + 16), dsup);
                     facc[q] = vfmaq_f32(facc[q], vcvtq_f32_s32(pe), vmulq_f32(de, dx));
                     facc[q] = vfmaq_f32(facc[q], vcvtq_f32_s32(po), vmulq_f32(dodd, dx));
                     continue;
@@ -222,13 +223,15 @@ void group_packed(const uint8_t* tiles, int64_t n_tiles, const ActBlock* x, floa
                 if constexpr (T == DType::Q4_0) p = vsubq_s32(p, vdupq_n_s32(8 * a.s));
                 vf dw, mw = vzero();
                 if constexpr (T == DType::Q4_K) {
-                    const uint16_t* dd = reinterpret_cast<const uint16_t*>(tp + 2048);
-                    dw = vmulq_f32(u8x4_to_f32(tp + 2048 + 64 + 16 * b + 4 * q),
+                    const uint16_t* dd = reinterpret_cast<const uint16_t*>(tp + PackedQ4K::d);
+                    const uint16_t* dm = reinterpret_cast<const uint16_t*>(tp + PackedQ4K::dmin);
+                    dw = vmulq_f32(u8x4_to_f32(tp + PackedQ4K::sc + 16 * b + 4 * q),
                                    vload_f16(dd + 4 * q));
-                    mw = vmulq_f32(u8x4_to_f32(tp + 2048 + 64 + 128 + 16 * b + 4 * q),
-                                   vload_f16(dd + 16 + 4 * q));
+                    mw = vmulq_f32(u8x4_to_f32(tp + PackedQ4K::m + 16 * b + 4 * q),
+                                   vload_f16(dm + 4 * q));
                 } else {
-                    const uint16_t* sc = reinterpret_cast<const uint16_t*>(tp + 64 * (kQ8 ? 8 : 4));
+                    const uint16_t* sc =
+                        reinterpret_cast<const uint16_t*>(tp + packed_scales_offset(T));
                     dw = vload_f16(sc + 4 * q);
                     if constexpr (kMin) mw = vload_f16(sc + 16 + 4 * q);
                 }

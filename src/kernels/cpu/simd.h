@@ -15,7 +15,7 @@ namespace ferry::kernels {
 struct LevelKernels {
     // n floats (a multiple of 32) into n / 32 blocks, exactly as ref::quantize_act does.
     void (*quantize_act)(const float* x, ActBlock* out, int64_t n, Activations a);
-    // Q4_0 / Q4_1 / Q8_0 rows [r0, r1) from w.packed against activations quantized on grid a:
+    // Packed rows (kernels/packed_weights.h) [r0, r1) of w against activations on grid a:
     // y[t * ldy + r] = ref::dot_act(w.type, row r, x + t * (w.cols / 32), w.cols / 32, a), bit
     // for bit. r0 is a multiple of kPackRows. False for a type the level has no such path for.
     bool (*matmul_packed)(const Weight& w, const ActBlock* x, Activations a, int64_t n_tokens,
