@@ -62,8 +62,18 @@ Target parse_url(const std::string& url) {
     rest = rest.substr(7);
     rest = rest.substr(0, rest.find('/'));
     auto colon = rest.rfind(':');
-    Target t{rest.substr(0, colon),
-             colon == std::string::npos ? 80 : std::stoi(rest.substr(colon + 1))};
+    // An IPv6 literal's own colons are inside the brackets.
+    if (colon != std::string::npos && rest.find(']', colon) != std::string::npos)
+        colon = std::string::npos;
+    Target t{rest.substr(0, colon), 80};
+    if (colon != std::string::npos) {
+        const std::string port = rest.substr(colon + 1);
+        if (port.empty() || port.size() > 5 ||
+            port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) < 1 ||
+            std::stoi(port) > 65535)
+            throw ExitError(fmt::format("--url: bad port '{}'", port));
+        t.port = std::stoi(port);
+    }
     if (!t.host.empty() && t.host.front() == '[') t.host = t.host.substr(1, t.host.size() - 2);
     if (t.host == "localhost") t.host = "127.0.0.1";
     if (t.host != "127.0.0.1" && t.host != "::1")
@@ -185,10 +195,18 @@ void bench_serve(const BenchServeOptions& o) {
         std::ifstream in(o.dataset);
         if (!in) throw ExitError(o.dataset + ": cannot be read");
         std::string line;
-        while (std::getline(in, line) && int(prompts.size()) < o.num_prompts) {
+        int line_no = 0;
+        while (int(prompts.size()) < o.num_prompts && std::getline(in, line)) {
+            ++line_no;
+            if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
             auto j = json::parse(line, nullptr, false);
-            if (j.is_object() && j.contains("prompt") && j["prompt"].is_string())
-                prompts.push_back(j["prompt"]);
+            if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string() ||
+                j["prompt"].get<std::string>().empty())
+                throw ExitError(fmt::format(
+                    "{}: line {}: each line must be a JSON object with a non-empty \"prompt\" "
+                    "string",
+                    o.dataset, line_no));
+            prompts.push_back(j["prompt"]);
         }
         if (prompts.empty()) throw ExitError(o.dataset + ": no {\"prompt\": ...} lines");
     }
@@ -211,8 +229,14 @@ void bench_serve(const BenchServeOptions& o) {
         bodies.push_back(b.dump());
     }
     const bool inf = o.request_rate == "inf";
-    const double rate = inf ? 0 : std::stod(o.request_rate);
-    if (!inf && rate <= 0) throw ExitError("--request-rate must be > 0 or inf");
+    double rate = 0;
+    if (!inf) {
+        try {
+            rate = std::stod(o.request_rate);
+        } catch (const std::exception&) {
+        }
+        if (!(rate > 0)) throw ExitError("--request-rate must be a positive number or inf");
+    }
     // Gamma intervals with shape = burstiness keep the mean rate; shape 1 is exponential (Poisson).
     std::gamma_distribution<double> gap(o.burstiness, inf ? 1.0 : 1.0 / (rate * o.burstiness));
 
@@ -325,7 +349,9 @@ void add_bench_serve_command(CLI::App& bench) {
         ->expected(1, 2);
     cmd->add_option("--output-len", o->output_len, "output length in tokens: N or MIN MAX")
         ->expected(1, 2);
-    cmd->add_option("--dataset", o->dataset, "JSONL file of {\"prompt\": ...} lines");
+    cmd->add_option("--dataset", o->dataset,
+                    "JSONL file of {\"prompt\": ...} lines (used in turn, repeated when "
+                    "--num-prompts asks for more)");
     cmd->add_option("--slo-ttft-ms", o->slo_ttft_ms, "goodput: TTFT at most this");
     cmd->add_option("--slo-tpot-ms", o->slo_tpot_ms, "goodput: TPOT at most this");
     cmd->add_option("--timeout", o->timeout_s, "stop sending and waiting after this many seconds")

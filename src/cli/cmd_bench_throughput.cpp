@@ -66,33 +66,51 @@ std::vector<Item> make_workload(const ThroughputOptions& o, const engine::Loaded
         std::ifstream in(o.dataset);
         if (!in) throw ExitError(o.dataset + ": cannot be read");
         std::string line;
-        while (std::getline(in, line) && static_cast<int>(items.size()) < o.num_prompts) {
-            if (line.empty()) continue;
+        int line_no = 0;
+        while (static_cast<int>(items.size()) < o.num_prompts && std::getline(in, line)) {
+            ++line_no;
+            if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+            auto bad = [&](const std::string& why) {
+                return ExitError(fmt::format("{}: line {}: {}", o.dataset, line_no, why));
+            };
             auto j = nlohmann::json::parse(line, nullptr, false);
             if (j.is_discarded() || !j.is_object() ||
                 !(j.contains("prompt") || j.contains("messages")))
-                throw ExitError(o.dataset +
-                                ": each line must be a JSON object with a \"prompt\" string or "
-                                "chat \"messages\"");
+                throw bad(
+                    "each line must be a JSON object with a \"prompt\" string or chat "
+                    "\"messages\"");
             std::vector<int32_t> ids;
+            int output_len = 128;
             try {
                 if (j.contains("messages")) {
                     // A chat: rendered through the model's template, as the server would.
                     if (!lm.chat_template) throw ExitError(lm.chat_template_error);
                     std::vector<tokenizer::ChatMessage> msgs;
-                    for (const auto& m : j["messages"])
+                    for (const auto& m : j.at("messages"))
                         msgs.push_back(
                             {m.at("role").get<std::string>(), m.at("content").get<std::string>()});
                     ids = tok.encode(lm.chat_template->apply(msgs, true), false, true);
                 } else {
                     ids = tok.encode(j["prompt"].get<std::string>(), true, false);
                 }
+                if (j.contains("output_len")) {
+                    const auto& v = j["output_len"];
+                    if (!v.is_number_integer() || v.get<int64_t>() < 1)
+                        throw bad("\"output_len\" must be a positive integer");
+                    output_len = static_cast<int>(std::min<int64_t>(v.get<int64_t>(), 1 << 24));
+                }
             } catch (const nlohmann::json::exception& e) {
-                throw ExitError(
-                    fmt::format("{}: bad line {}: {}", o.dataset, items.size() + 1, e.what()));
+                throw bad(e.what());
             }
-            items.push_back({std::move(ids), j.value("output_len", 128), 0});
+            if (ids.empty()) throw bad("the prompt is empty");
+            items.push_back({std::move(ids), output_len, 0});
         }
+        if (items.empty()) throw ExitError(o.dataset + ": no prompts in the file");
+        if (static_cast<int>(items.size()) < o.num_prompts)
+            std::fprintf(stderr,
+                         "bench throughput: %s has %zu prompts; running those (fewer than "
+                         "--num-prompts %d)\n",
+                         o.dataset.c_str(), items.size(), o.num_prompts);
     } else {
         const Range in = parse_range(o.input_len, "--input-len");
         const Range out = parse_range(o.output_len, "--output-len");

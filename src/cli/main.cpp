@@ -1,5 +1,7 @@
 // `ferry`: one binary, one subcommand per job. Each subcommand lives in its own cmd_*.cpp.
 #include <cstdio>
+#include <exception>
+#include <new>
 
 #include "cli/commands.h"
 
@@ -23,6 +25,14 @@ int main(int argc, char** argv) {
     } catch (const ferry::cli::ExitError& e) {
         std::fprintf(stderr, "ferry: error: %s\n", e.what());
         return e.code;
+    } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "ferry: error: out of memory\n");
+        return 1;
+    } catch (const std::exception& e) {
+        // A last net: whatever a command did not turn into a message of its own still ends
+        // as one line and a failing exit status, not std::terminate's abort.
+        std::fprintf(stderr, "ferry: error: %s\n", e.what());
+        return 1;
     }
     return 0;
 }

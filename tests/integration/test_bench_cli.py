@@ -1,0 +1,78 @@
+"""`ferry bench decode` and `ferry bench throughput` as a user scripts them: the JSON keys the
+issues promise, sane values, and clear errors for a bad workload file. Tiny workloads: these
+check behaviour, not speed."""
+import json
+
+from conftest import run_ferry
+from test_cli_run import expect_clean_error
+
+
+def test_bench_decode_json_keys(model_path):
+    r = run_ferry("bench", "decode", "-p", "16", "-n", "8", "-r", "2", "-t", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    for k in ("prefill_tokens_per_s", "decode_tokens_per_s", "ttft_ms", "tpot_ms",
+              "weight_bytes_per_token", "read_bandwidth_gbs", "roofline_decode_tokens_per_s",
+              "roofline_fraction", "threads", "model", "weight_type"):
+        assert k in j, k
+    assert j["threads"] == 1 and j["weight_type"] == "q4_1"
+    assert j["decode_tokens_per_s"] > 0 and j["prefill_tokens_per_s"] > 0
+    # The roofline is bandwidth over the bytes a token reads, and the fraction is measured
+    # over it: one decode step cannot beat reading the weights once.
+    roof = j["read_bandwidth_gbs"] * 1e9 / j["weight_bytes_per_token"]
+    assert abs(j["roofline_decode_tokens_per_s"] - roof) < 1e-6 * roof
+    assert abs(j["roofline_fraction"] - j["decode_tokens_per_s"] / roof) < 1e-6
+    rng = j["range"]["decode_tokens_per_s"]
+    assert rng["min"] <= rng["median"] <= rng["max"]
+
+
+def test_bench_throughput_json_keys(model_path):
+    r = run_ferry("bench", "throughput", "--num-prompts", "6", "--input-len", "8-40",
+                  "--output-len", "2-6", "--max-num-seqs", "4", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    for k in ("requests_per_s", "output_tokens_per_s", "total_tokens_per_s",
+              "kv_waste_fraction", "peak_kv_blocks", "preemptions", "prefix_hit_fraction"):
+        assert k in j, k
+    for k in ("ttft_ms", "tpot_ms"):
+        assert set(j[k]) >= {"mean", "p50", "p90", "p99"}, j[k]
+        assert j[k]["p50"] <= j[k]["p90"] <= j[k]["p99"]
+    assert j["requests"] == 6
+    assert j["output_tokens_per_s"] < j["total_tokens_per_s"]
+    assert 0 <= j["kv_waste_fraction"] < 1 and j["peak_kv_blocks"] >= 1
+
+
+def test_bench_throughput_dataset(tmp_path, model_path):
+    p = tmp_path / "prompts.jsonl"
+    p.write_text(
+        json.dumps({"prompt": "The capital of France is", "output_len": 3}) + "\n\n" +
+        json.dumps({"messages": [{"role": "user", "content": "Hi"}], "output_len": 5}) + "\n")
+    r = run_ferry("bench", "throughput", "--dataset", p, "--num-prompts", "5", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    # Two prompts in the file: those run, and the shortfall is said, not hidden.
+    assert j["requests"] == 2
+    assert "has 2 prompts" in r.stderr
+    assert j["output_tokens_per_s"] > 0
+
+
+def test_bench_throughput_bad_dataset_lines(tmp_path, model_path):
+    cases = {
+        "not json\n": "line 1",
+        json.dumps({"prompt": "ok"}) + "\n" + json.dumps({"text": "x"}) + "\n": "line 2",
+        json.dumps({"prompt": "ok", "output_len": "eight"}) + "\n": "output_len",
+        json.dumps({"prompt": "ok", "output_len": 0}) + "\n": "output_len",
+        json.dumps({"prompt": 5}) + "\n": "line 1",
+        json.dumps({"prompt": ""}) + "\n": "empty",
+        "\n\n": "no prompts",
+    }
+    for i, (text, word) in enumerate(cases.items()):
+        p = tmp_path / f"bad{i}.jsonl"
+        p.write_text(text)
+        expect_clean_error(run_ferry("bench", "throughput", "--dataset", p), word)
+
+
+def test_bench_throughput_bad_options(model_path):
+    expect_clean_error(run_ferry("bench", "throughput", "--input-len", "9-3"), "--input-len")
+    expect_clean_error(run_ferry("bench", "throughput", "--request-rate", "fast"),
+                       "--request-rate")
