@@ -13,6 +13,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <random>
@@ -192,6 +193,8 @@ void bench_serve(const BenchServeOptions& o) {
     };
     std::vector<std::string> prompts;
     if (!o.dataset.empty()) {
+        if (std::error_code ec; std::filesystem::is_directory(o.dataset, ec))
+            throw ExitError(o.dataset + ": is a directory");
         std::ifstream in(o.dataset);
         if (!in) throw ExitError(o.dataset + ": cannot be read");
         std::string line;
@@ -311,9 +314,19 @@ void bench_serve(const BenchServeOptions& o) {
               {"tpot_ms", stats(tpot)},
               {"itl_ms", stats(itl)},
               {"e2e_ms", stats(e2e)}};
+    // Why requests failed goes to stderr whatever the format; none completing is an error.
+    for (const auto& [why, count] : errors.items())
+        std::fprintf(stderr, "bench serve: %d request(s) failed: %s\n", count.get<int>(),
+                     why.c_str());
+    auto finish = [&] {
+        if (completed == 0)
+            throw ExitError(
+                fmt::format("no request completed (is `ferry serve` running at {}?)", o.url));
+    };
     if (o.json_out) {
         std::printf("%s\n", j.dump(2).c_str());
-        return;
+        std::fflush(stdout);
+        return finish();
     }
     std::printf(
         "completed %d, failed %d in %.2f s | %.2f req/s | %.1f output tok/s | goodput %.2f req/s\n",
@@ -324,6 +337,7 @@ void bench_serve(const BenchServeOptions& o) {
                     std::string(k).substr(0, std::strlen(k) - 3).c_str(),
                     j[k]["mean"].get<double>(), j[k]["p50"].get<double>(),
                     j[k]["p90"].get<double>(), j[k]["p99"].get<double>());
+    finish();
 }
 
 }  // namespace

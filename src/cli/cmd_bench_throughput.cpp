@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -63,6 +65,8 @@ std::vector<Item> make_workload(const ThroughputOptions& o, const engine::Loaded
     std::vector<Item> items;
     const auto& tok = *lm.tokenizer;
     if (!o.dataset.empty()) {
+        if (std::error_code ec; std::filesystem::is_directory(o.dataset, ec))
+            throw ExitError(o.dataset + ": is a directory");
         std::ifstream in(o.dataset);
         if (!in) throw ExitError(o.dataset + ": cannot be read");
         std::string line;
@@ -176,6 +180,8 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
         throw ExitError(e.what());
     }
     engine::Engine& eng = *engine_ptr;
+    static bool noted = false;  // once, also under --json (stderr) and --compare
+    if (!std::exchange(noted, true)) note_kv_capped_context(eng, "bench throughput");
     engine::RequestParams base;
     base.sampling.temperature = 0;
     base.ignore_eos = true;

@@ -49,7 +49,7 @@ nlohmann::json eval_tasks(const EvalCmdOptions& o, const TaskFile& tf,
     const std::string& path = tf.path;
     const auto& tasks = tf.tasks;
     engine::TaskEvalOptions opt;
-    opt.n_threads = o.threads > 0 ? o.threads : physical_core_count();
+    opt.n_threads = resolve_threads(o.threads);
     Progress bar("tasks", 1000, !o.json);
     auto r = take(engine::run_tasks(lm, ref, tasks, opt, [&](int done, int total) {
         bar.update(static_cast<int64_t>(done) * 1000 / total);
@@ -97,7 +97,7 @@ void eval(const EvalCmdOptions& o) {
     opt.kv_format = o.kv_dtype.format(lm);
     opt.ctx = o.ctx;
     opt.stride = o.stride > 0 ? o.stride : o.ctx / 2;
-    opt.n_threads = o.threads > 0 ? o.threads : physical_core_count();
+    opt.n_threads = resolve_threads(o.threads);
     Progress bar("eval", 1000, !o.json);
     auto r = take(engine::evaluate(
         *lm.model, ref ? ref->model.get() : nullptr, tokens, opt,
@@ -159,7 +159,8 @@ void add_eval_command(CLI::App& app) {
     o->activations.add_to(*cmd);
     cmd->add_option("--stride", o->stride, "Window advance in tokens (default: ctx / 2)");
     cmd->add_option("--max-tokens", o->max_tokens, "Score only the first N tokens of the text");
-    cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)");
+    cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)")
+        ->check(CLI::Range(0, 1024));
     cmd->add_flag("--json", o->json, "Print the results as JSON");
     cmd->callback([o] {
         if (o->text.empty() && o->tasks.empty())

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/model_options.h"
 #include "core/paths.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
@@ -238,7 +239,7 @@ void quantize_file(const QuantizeOptions& o) {
             w.remove("general.quantization_version");
     }
 
-    ThreadPool pool(o.threads > 0 ? o.threads : physical_core_count());
+    ThreadPool pool(resolve_threads(o.threads));
     auto overrides = std::make_shared<quant::TensorOverrides>();
     if (lm) *overrides = calibrated_overrides(o, target, *lm, pool);
     int64_t total_elems = 0, n_kept = 0, n_f16 = 0, n_fallback = 0;
@@ -394,12 +395,16 @@ void add_quantize_command(CLI::App& app) {
                         "w8a8: SmoothQuant, migrating activation outliers into the weights with "
                         "this strength (0..1; 0.5 is the paper's default), calibrated on --calib")
             ->check(CLI::Range(0.0, 1.0));
-    cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)");
+    cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)")
+        ->check(CLI::Range(0, 1024));
     cmd->add_flag("-q,--quiet", o->quiet, "No progress bar");
     cmd->callback([o, group, calib, calib_tokens, act_order, damp, smooth] {
         // `default` names the cached default model, as -m does elsewhere.
         o->in = take(resolve_model_path(o->in));
         if (o->in == o->out) throw ExitError("input and output must be different files");
+        // Checked before the work, not after minutes of quantizing.
+        if (std::error_code ec; std::filesystem::is_directory(o->out, ec))
+            throw ExitError(o->out + ": is a directory; name the output file");
         if (group->count() && o->type != "int4")
             throw ExitError("--group-size applies to --type int4 only");
         if (smooth->count() && o->type != "w8a8")

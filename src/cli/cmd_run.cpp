@@ -44,8 +44,8 @@ void run(const RunOptions& o) {
     const int ctx = o.model.resolved_ctx(lm);
     if (static_cast<int>(ids.size()) >= ctx)
         throw ExitError(
-            fmt::format("the prompt is {} tokens, longer than the context of {} "
-                        "(raise --ctx, up to the model's {})",
+            fmt::format("the prompt is {} tokens, and the context of {} needs room for at least "
+                        "one generated token (raise --ctx, up to the model's {})",
                         ids.size(), ctx, lm.model->config().n_ctx_train));
 
     engine::Generator gen(*lm.model, o.model.resolved_threads(), ctx, o.kv_dtype.format(lm));

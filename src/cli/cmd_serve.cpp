@@ -65,7 +65,10 @@ struct ServeOptions {
     std::string served_name;
 };
 
-void serve(ServeOptions& o) {
+void serve(ServeOptions& o, bool api_key_given) {
+    // `--api-key "$UNSET"` must not quietly serve everyone.
+    if (api_key_given && o.server.api_key.empty())
+        throw ExitError("--api-key is empty (omit it to serve without a key)");
     if (!o.api_key_file.empty()) o.server.api_key = take(server::read_key_file(o.api_key_file));
     const std::string path = take(resolve_model_path(o.model.model));
     std::string stem = std::filesystem::path(path).stem().string();
@@ -95,6 +98,7 @@ void serve(ServeOptions& o) {
         throw ExitError(e.what());
     }
     engine::Engine& eng = *engine_ptr;
+    note_kv_capped_context(eng, "ferry serve");
     eng.start();
     EngineBackend backend(eng, lm);
     http.set_backend(&backend);
@@ -144,7 +148,7 @@ void add_serve_command(CLI::App& app) {
         ->check(CLI::Range(0.0, 3600.0));
     cmd->add_flag("!--no-log-requests", s.log_requests, "do not log one line per request");
     o->engine.add_to(*cmd);
-    cmd->callback([o] { serve(*o); });
+    cmd->callback([o, key] { serve(*o, key->count() > 0); });
 }
 
 }  // namespace ferry::cli

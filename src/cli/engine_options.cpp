@@ -1,5 +1,7 @@
 #include "cli/engine_options.h"
 
+#include <cstdio>
+
 namespace ferry::cli {
 
 void EngineOptions::add_to(CLI::App& cmd) {
@@ -54,6 +56,15 @@ engine::EngineConfig EngineOptions::resolved(int threads, int max_model_len,
     c.kv_layout = kv == "contiguous" ? engine::EngineConfig::KvLayout::Contiguous
                                      : engine::EngineConfig::KvLayout::Paged;
     return c;
+}
+
+void note_kv_capped_context(const engine::Engine& e, const char* who) {
+    if (e.context_before_kv_cap() == 0) return;
+    std::fprintf(stderr,
+                 "%s: note: the KV cache holds %d tokens (%lld blocks of %d), fewer than the "
+                 "context of %d; a request is limited to %d tokens (raise --kv-cache-memory)\n",
+                 who, e.max_model_len(), static_cast<long long>(e.kv_blocks()),
+                 e.config().block_size, e.context_before_kv_cap(), e.max_model_len());
 }
 
 }  // namespace ferry::cli

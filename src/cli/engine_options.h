@@ -26,4 +26,8 @@ struct EngineOptions {
                                   const engine::LoadedModel* draft = nullptr) const;
 };
 
+// Tells stderr when the KV pool is smaller than the context, so requests are limited to the
+// pool's tokens (who: "ferry serve", "bench throughput").
+void note_kv_capped_context(const engine::Engine& e, const char* who);
+
 }  // namespace ferry::cli

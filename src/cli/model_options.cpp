@@ -1,6 +1,9 @@
 #include "cli/model_options.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <thread>
+#include <utility>
 
 #include "cli/commands.h"
 #include "core/paths.h"
@@ -33,8 +36,22 @@ void ModelOptions::add_to(CLI::App& cmd) {
     activations.add_to(cmd);
 }
 
+int resolve_threads(int requested) {
+    if (requested <= 0) return physical_core_count();
+    const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+    if (cpus > 0 && requested > cpus) {
+        static bool said = false;
+        if (!std::exchange(said, true))
+            std::fprintf(stderr,
+                         "ferry: note: -t %d is more than this machine's %d CPUs; using %d\n",
+                         requested, cpus, cpus);
+        return cpus;
+    }
+    return requested;
+}
+
 int ModelOptions::resolved_threads() const {
-    return threads > 0 ? threads : physical_core_count();
+    return resolve_threads(threads);
 }
 
 int ModelOptions::resolved_ctx(const engine::LoadedModel& lm) const {

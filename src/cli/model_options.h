@@ -20,6 +20,11 @@ struct ActivationsOption {
     void apply() const;
 };
 
+// -t as the pools get it: 0 means the physical cores; more than the CPUs this process may run
+// on is capped there, with a note on stderr, because the pool's threads spin at every barrier
+// and oversubscribed they mostly wait for each other (-t 512 on 2 CPUs ran 50x slower).
+int resolve_threads(int requested);
+
 struct ModelOptions {
     std::string model = "default";
     int threads = 0;  // 0: physical cores

@@ -78,6 +78,14 @@ Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), c
     if (bytes <= 0) bytes = std::min<int64_t>(available_memory_bytes() / 4, int64_t{2} << 30);
     const size_t per_block = kv_bytes_per_block();
     n_blocks_ = std::max<int64_t>(1, bytes / static_cast<int64_t>(per_block));
+    // A sequence longer than the whole pool could never finish: admitted, it would be
+    // preempted and recomputed forever; waiting, it would hold up the queue behind it. So
+    // the pool bounds the context, and a request that asks for more is refused or cut short
+    // like one that asks for more than the model's context.
+    if (const int64_t pool_tokens = n_blocks_ * config_.block_size; pool_tokens < max_model_len_) {
+        context_before_kv_cap_ = max_model_len_;
+        max_model_len_ = static_cast<int>(pool_tokens);
+    }
     scheduler_ = std::make_unique<Scheduler>(config_, max_model_len_, n_blocks_);
     runner_ =
         std::make_unique<ModelRunner>(*model.model, config_.n_threads, n_blocks_,
@@ -120,9 +128,11 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt, RequestPara
             return make_error("token id {} is outside the vocabulary (0..{})", t, n_vocab - 1);
     if (static_cast<int64_t>(prompt.size()) >= max_model_len_)
         return make_error(
-            "the prompt is {} tokens, but this model's context holds {} tokens; at most {} "
-            "prompt tokens fit with room for one generated token",
-            prompt.size(), max_model_len_, max_model_len_ - 1);
+            "the prompt is {} tokens, but {} holds {} tokens; at most {} prompt tokens fit "
+            "with room for one generated token",
+            prompt.size(),
+            context_before_kv_cap_ ? "the KV cache (--kv-cache-memory)" : "this model's context",
+            max_model_len_, max_model_len_ - 1);
     const int64_t blocks_needed =
         (static_cast<int64_t>(prompt.size()) + config_.block_size) / config_.block_size;
     if (blocks_needed > n_blocks_)

@@ -86,6 +86,9 @@ class Engine {
 
     const EngineConfig& config() const { return config_; }
     int max_model_len() const { return max_model_len_; }
+    // The context before the KV pool capped it (max_model_len() then is the pool's tokens);
+    // 0 when the pool holds the whole context.
+    int context_before_kv_cap() const { return context_before_kv_cap_; }
     const LoadedModel& model() const { return model_; }
 
     // KV pool geometry actually used (after sizing from kv_cache_memory).
@@ -110,6 +113,7 @@ class Engine {
     const LoadedModel& model_;
     EngineConfig config_;
     int max_model_len_ = 0;
+    int context_before_kv_cap_ = 0;
     int64_t n_blocks_ = 0;
     std::unique_ptr<Scheduler> scheduler_;
     std::unique_ptr<ModelRunner> runner_;

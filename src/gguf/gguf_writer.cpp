@@ -303,7 +303,11 @@ Status Writer::write(const std::string& path, const std::function<void(size_t)>&
         return make_error("{}: {}", path, st.error().message);
     }
     std::filesystem::rename(tmp, path, ec);
-    if (ec) return make_error("{}: cannot rename from {}: {}", path, tmp, ec.message());
+    if (ec) {
+        std::error_code ignored;
+        std::filesystem::remove(tmp, ignored);  // a model-sized file nobody asked for
+        return make_error("{}: cannot rename from {}: {}", path, tmp, ec.message());
+    }
     return Status::Ok();
 }
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cassert>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -43,13 +44,29 @@ CpuLevel clamp_level(CpuLevel want, CpuLevel have) {
 
 CpuLevel initial_level() {
     const CpuLevel level = detect();
-    if (const char* env = std::getenv("FERRY_CPU_LEVEL")) {
-        if (!std::strcmp(env, "scalar")) return CpuLevel::Scalar;
-        if (!std::strcmp(env, "neon")) return clamp_level(CpuLevel::NEON, level);
-        if (!std::strcmp(env, "avx2")) return clamp_level(CpuLevel::AVX2, level);
-        if (!std::strcmp(env, "avx512")) return clamp_level(CpuLevel::AVX512, level);
+    const char* env = std::getenv("FERRY_CPU_LEVEL");
+    if (!env || !*env) return level;
+    CpuLevel want;
+    if (!std::strcmp(env, "scalar"))
+        want = CpuLevel::Scalar;
+    else if (!std::strcmp(env, "neon"))
+        want = CpuLevel::NEON;
+    else if (!std::strcmp(env, "avx2"))
+        want = CpuLevel::AVX2;
+    else if (!std::strcmp(env, "avx512"))
+        want = CpuLevel::AVX512;
+    else {
+        // Said once, at start-up: a typo must not pass for a measurement at another level.
+        std::fprintf(stderr,
+                     "ferry: FERRY_CPU_LEVEL=%s is not scalar, avx2, avx512 or neon; using %s\n",
+                     env, cpu_level_name(level));
+        return level;
     }
-    return level;
+    const CpuLevel got = clamp_level(want, level);
+    if (got != want)
+        std::fprintf(stderr, "ferry: FERRY_CPU_LEVEL=%s: this CPU runs at most %s; using %s\n", env,
+                     cpu_level_name(level), cpu_level_name(got));
+    return got;
 }
 
 CpuLevel g_level = initial_level();
@@ -133,7 +150,9 @@ constexpr int64_t kRowGrain = kPackRows;
 
 Activations initial_activations() {
     Activations a = Activations::Int16;
-    if (const char* e = std::getenv("FERRY_ACTIVATIONS")) (void)parse_activations(e, &a);
+    if (const char* e = std::getenv("FERRY_ACTIVATIONS"); e && *e && !parse_activations(e, &a))
+        std::fprintf(stderr, "ferry: FERRY_ACTIVATIONS=%s is not f32, int16 or int8; using %s\n", e,
+                     activations_name(a));
     return a;
 }
 std::atomic<Activations> g_act{initial_activations()};

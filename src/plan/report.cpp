@@ -179,8 +179,15 @@ std::string plan_to_text(const PlanReport& r) {
     const double margin = static_cast<double>(p.margin_bytes);
     o += fmt::format("  => {} {}{}\n", p.fits ? "FITS with spare" : "DOES NOT FIT: short by",
                      human_bytes(std::fabs(margin)), p.tp > 1 ? " (all devices)" : "");
-    o += fmt::format("  => at most {} concurrent sequences of {} tokens\n\n", p.max_sequences,
-                     p.ctx);
+    if (p.max_sequences == 0 && p.fits)
+        // Memory is there, but the pool asked for cannot hold a single full-length sequence.
+        o += fmt::format(
+            "  => but the KV pool ({}) holds less than one sequence of {} tokens ({}): raise "
+            "--kv-cache-memory or lower --ctx\n\n",
+            human_bytes(p.kv_bytes_total), p.ctx, human_bytes(p.kv_bytes_per_sequence));
+    else
+        o += fmt::format("  => at most {} concurrent sequences of {} tokens\n\n", p.max_sequences,
+                         p.ctx);
 
     o += "performance (roofline)\n";
     o += fmt::format("  decode: {} read + {:.1f} GFLOP per step -> {:.2f} ms/step\n",

@@ -76,3 +76,23 @@ def test_bench_throughput_bad_options(model_path):
     expect_clean_error(run_ferry("bench", "throughput", "--input-len", "9-3"), "--input-len")
     expect_clean_error(run_ferry("bench", "throughput", "--request-rate", "fast"),
                        "--request-rate")
+
+
+def test_bench_serve_without_a_server_fails(model_path):
+    # Nothing listens on this port: every request fails, which is an error, with the reason.
+    r = run_ferry("bench", "serve", "--url", "http://127.0.0.1:18197", "--num-prompts", "2")
+    expect_clean_error(r, "no request completed")
+    assert "failed: connect" in r.stderr
+
+
+def test_tiny_kv_pool_caps_the_context_instead_of_hanging(model_path):
+    # One 16-slot block: a 4 + 30 token request cannot fit, so it ends at 16 tokens (it used
+    # to be preempted and recomputed forever), and the cap is announced.
+    for extra in ([], ["--kv", "contiguous"], ["--batching", "static"]):
+        r = run_ferry("bench", "throughput", "--num-prompts", "2", "--input-len", "4",
+                      "--output-len", "30", "--kv-cache-memory", "1", "--json", *extra,
+                      timeout=60)
+        assert r.returncode == 0, (extra, r.stderr)
+        assert "KV cache holds 16 tokens" in r.stderr
+        j = json.loads(r.stdout)
+        assert j["requests"] == 2 and j["peak_kv_blocks"] == 1

@@ -130,3 +130,36 @@ def test_unknown_tensor_type(tmp_path):
 def test_prompt_longer_than_context(model_path):
     r = run_ferry("run", "--ctx", "16", "-p", "word " * 40, "-n", "4")
     expect_clean_error(r, "context")
+
+
+def test_empty_api_key_is_refused():
+    # `--api-key "$UNSET"` must not start a server that lets everyone in.
+    expect_clean_error(run_ferry("serve", "--api-key", "", "--port", "0"), "--api-key")
+
+
+def test_quantize_into_a_directory_fails_before_the_work(tmp_path, model_path):
+    r = run_ferry("quantize", "default", tmp_path, "--type", "q8_0", "-q")
+    expect_clean_error(r, "is a directory")
+    assert list(tmp_path.iterdir()) == [] and not (tmp_path.parent / (tmp_path.name + ".tmp")).exists()
+
+
+def test_prompt_file_that_is_a_directory(tmp_path, model_path):
+    expect_clean_error(run_ferry("run", "-f", tmp_path, "-n", "2"), "is a directory")
+
+
+def test_more_threads_than_cpus_are_capped(model_path):
+    r = run_ferry("run", "-p", "Hi", "-n", "2", "-t", "1024", "--no-stats", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "more than this machine's" in r.stderr
+
+
+def test_bad_environment_levels_are_named(model_path):
+    import os
+    import subprocess
+    from conftest import ferry_bin
+    for var, val in (("FERRY_CPU_LEVEL", "bogus"), ("FERRY_ACTIVATIONS", "INT8")):
+        env = dict(os.environ, **{var: val})
+        r = subprocess.run([ferry_bin(), "run", "-p", "Hi", "-n", "2", "--no-stats"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert f"{var}={val} is not" in r.stderr

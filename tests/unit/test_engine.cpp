@@ -74,6 +74,36 @@ TEST(Engine, TinyPoolForcesPreemptionAndKeepsOutputs) {
     expect_all_free(tight);
 }
 
+// A pool smaller than the context bounds it: a request asking for more than the pool holds
+// finishes at the pool's size (as it would at the context's) instead of being preempted and
+// recomputed forever, under every layout and batching; one that cannot even fit its prompt is
+// refused with a message naming the KV cache.
+TEST(Engine, PoolSmallerThanContextCapsIt) {
+    const auto prompt = model().tokenizer->encode("The capital of France is", true, false);
+    for (auto layout : {EngineConfig::KvLayout::Paged, EngineConfig::KvLayout::Contiguous})
+        for (auto batching : {EngineConfig::Batching::Continuous, EngineConfig::Batching::Static}) {
+            auto cfg = small_config();
+            cfg.block_size = 16;
+            cfg.kv_layout = layout;
+            cfg.batching = batching;
+            Engine probe(model(), cfg);
+            cfg.kv_cache_memory = static_cast<int64_t>(probe.kv_bytes_per_block()) * 2;
+            Engine e(model(), cfg);
+            ASSERT_EQ(e.max_model_len(), 32);
+            EXPECT_EQ(e.context_before_kv_cap(), probe.max_model_len());
+            auto got = run_all(e, {prompt, prompt}, {greedy(100), greedy(3)});
+            EXPECT_EQ(got[0].reason[0], FinishReason::Length);
+            EXPECT_EQ(prompt.size() + got[0].tokens[0].size(), 32u);
+            EXPECT_EQ(got[1].tokens[0].size(), 3u);
+            expect_all_free(e);
+
+            std::vector<int32_t> long_prompt(40, prompt[0]);
+            auto r = e.add_request(long_prompt, greedy(2), [](const TokenEvent&) {});
+            ASSERT_FALSE(r.ok());
+            EXPECT_NE(r.error().message.find("KV cache"), std::string::npos) << r.error().message;
+        }
+}
+
 TEST(Engine, PrefixCacheHitsGiveIdenticalOutputs) {
     const auto& tok = *model().tokenizer;
     std::string system;
