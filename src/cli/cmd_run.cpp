@@ -97,7 +97,8 @@ void add_run_command(CLI::App& app) {
     auto* p = cmd->add_option("-p,--prompt", o->prompt, "the prompt text");
     auto* pf = cmd->add_option("-f,--prompt-file", o->prompt_file, "read the prompt from a file");
     p->excludes(pf);
-    cmd->add_option("-n,--max-tokens", o->max_tokens, "tokens to generate at most")
+    cmd->add_option("-n,--max-tokens", o->max_tokens,
+                    "tokens to generate at most (0: until the end of text or a full context)")
         ->capture_default_str()
         ->check(CLI::Range(0, 1 << 24));
     cmd->add_flag("--chat", o->chat, "wrap the prompt in the model's chat template");

@@ -1,6 +1,7 @@
 #include "cli/model_options.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <thread>
 #include <utility>
@@ -65,28 +66,43 @@ engine::LoadedModel ModelOptions::load(bool progress) const {
     return take(engine::LoadedModel::load(take(resolve_model_path(model)), progress));
 }
 
+namespace {
+// CLI::Range lets NaN through (every comparison with it is false).
+const CLI::Validator kFinite(
+    [](std::string& s) {
+        try {
+            return std::isfinite(std::stod(s)) ? std::string() : "must be a finite number";
+        } catch (const std::exception&) {
+            return std::string("must be a number");
+        }
+    },
+    "FINITE");
+}  // namespace
+
 void SamplingOptions::add_to(CLI::App& cmd) {
     auto& p = params;
     cmd.add_option("--temperature,--temp", p.temperature, "sampling temperature; 0 = greedy")
         ->capture_default_str()
-        ->check(CLI::Range(0.0, 100.0));
+        ->check(kFinite & CLI::Range(0.0, 100.0));
     cmd.add_option("--top-k", p.top_k, "keep the k most likely tokens (0 = off)")
         ->capture_default_str()
         ->check(CLI::Range(0, 1 << 30));
     cmd.add_option("--top-p", p.top_p, "nucleus sampling mass (1 = off)")
         ->capture_default_str()
-        ->check(CLI::Range(0.0, 1.0));
+        ->check(kFinite & CLI::Range(0.0, 1.0));
     cmd.add_option("--min-p", p.min_p, "drop tokens below min-p x the top probability (0 = off)")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 1.0));
     cmd.add_option("--repeat-penalty,--repetition-penalty", p.repetition_penalty,
                    "penalise tokens seen in the last --repeat-last-n (1 = off)")
         ->capture_default_str()
-        ->check(CLI::Range(0.0, 100.0));
+        ->check(kFinite & CLI::Range(0.01, 100.0));  // logits are divided by it
     cmd.add_option("--repeat-last-n", p.penalty_last_n, "window of the penalties (-1 = all)")
         ->capture_default_str();
-    cmd.add_option("--presence-penalty", p.presence_penalty)->check(CLI::Range(-2.0, 2.0));
-    cmd.add_option("--frequency-penalty", p.frequency_penalty)->check(CLI::Range(-2.0, 2.0));
+    cmd.add_option("--presence-penalty", p.presence_penalty)
+        ->check(kFinite & CLI::Range(-2.0, 2.0));
+    cmd.add_option("--frequency-penalty", p.frequency_penalty)
+        ->check(kFinite & CLI::Range(-2.0, 2.0));
     cmd.add_option("--seed", seed, "random seed; the same seed gives the same output")
         ->check(CLI::Range(int64_t{0}, INT64_MAX));
 }

@@ -534,6 +534,20 @@ class Session : public std::enable_shared_from_this<Session> {
         for (const auto& c : g->choices) g->usage.completion_tokens += c.completion_tokens;
         const char* reason =
             g->choices.empty() ? "stop" : engine::finish_reason_name(g->choices[0].finish);
+        // The client is still here, so an abort came from the server: its shutdown's grace
+        // period ran out. That is an error to report, not a completion to pass off as one.
+        bool server_aborted = false;
+        for (const auto& c : g->choices)
+            server_aborted |= !client_gone_ && c.finish == engine::FinishReason::Abort;
+        ApiError down;
+        down.status = 503;
+        down.type = "server_error";
+        down.code = "shutting_down";
+        down.message = "the server is shutting down; the request was aborted before it finished";
+        if (server_aborted && !streaming_) {
+            stream_done_ = true;
+            return send_error(down, std::string(sv(req_.method_string())), target_path());
+        }
         status_ = 200;
         srv_->log(
             fmt::format("{} {} {} {} prompt={} output={} ttft={:.1f}ms e2e={:.1f}ms finish={}{}",
@@ -542,6 +556,8 @@ class Session : public std::enable_shared_from_this<Session> {
                         ms_since(t0_), reason, client_gone_ ? " (client gone)" : ""));
         if (client_gone_) return;
         if (streaming_) {
+            // The 200 is long sent: the error goes as an event, as OpenAI streams errors.
+            if (server_aborted) queue_chunk(sse_event(error_body(down)));
             if (g->req.include_usage)
                 queue_chunk(sse_event(
                     dump(usage_chunk(g->req, g->id, g->created, srv_->model_id(), g->usage))));

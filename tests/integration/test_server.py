@@ -375,6 +375,27 @@ def test_sigterm_drains_running_request(model_path):
         httpx.get(s.url + "/health", timeout=2)
 
 
+def test_sigterm_past_grace_reports_503_not_a_completion(model_path):
+    """A request the shutdown cuts off (grace 0) is an error the client can see and retry,
+    not a 200 with empty text."""
+    s = Server("--grace", 0)
+    result = {}
+
+    def run():
+        result["r"] = httpx.post(s.url + "/v1/completions", timeout=60,
+                                 json={"prompt": PROMPT, "max_tokens": 2000, "temperature": 0,
+                                       "ignore_eos": True})
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(1.0)
+    s.stop()
+    t.join(30)
+    r = result["r"]
+    assert r.status_code == 503, r.text
+    assert r.json()["error"]["code"] == "shutting_down"
+
+
 def test_bench_serve(server):
     from conftest import run_ferry
     r = run_ferry("bench", "serve", "--url", server.url, "--num-prompts", 6, "--request-rate", 20,
