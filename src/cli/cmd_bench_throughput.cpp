@@ -131,10 +131,16 @@ std::vector<Item> make_workload(const ThroughputOptions& o, const engine::Loaded
             items.push_back(std::move(it));
         }
     }
+    int cut = 0;
     for (auto& it : items) {
-        if (static_cast<int>(it.prompt.size()) >= max_len) it.prompt.resize(max_len / 2);
+        if (static_cast<int>(it.prompt.size()) >= max_len) it.prompt.resize(max_len / 2), ++cut;
         it.output_len = std::clamp(it.output_len, 1, max_len - static_cast<int>(it.prompt.size()));
     }
+    if (cut)
+        std::fprintf(stderr,
+                     "bench throughput: note: %d prompt(s) reached the context of %d tokens and "
+                     "were cut to %d (raise --ctx)\n",
+                     cut, max_len, max_len / 2);
     if (o.request_rate != "inf") {
         double rate = 0;
         try {

@@ -157,8 +157,10 @@ void add_eval_command(CLI::App& app) {
     cmd->add_option("--ctx", o->ctx, "Window length in tokens")->check(CLI::Range(2, 1 << 20));
     o->kv_dtype.add_to(*cmd);
     o->activations.add_to(*cmd);
-    cmd->add_option("--stride", o->stride, "Window advance in tokens (default: ctx / 2)");
-    cmd->add_option("--max-tokens", o->max_tokens, "Score only the first N tokens of the text");
+    cmd->add_option("--stride", o->stride, "Window advance in tokens (default: ctx / 2)")
+        ->check(CLI::Range(1, 1 << 24));
+    cmd->add_option("--max-tokens", o->max_tokens, "Score only the first N tokens of the text")
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
     cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)")
         ->check(CLI::Range(0, 1024));
     cmd->add_flag("--json", o->json, "Print the results as JSON");
