@@ -289,6 +289,30 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
         }
     }
     if (const json* u = f.get("user"); u && !u->is_string()) f.type_error("user", "a string", *u);
+    // OpenAI fields this server does not implement: their no-op values pass (clients send
+    // them by default), anything that would change the output is refused rather than ignored.
+    if (const json* lb = f.get("logit_bias"); lb && !lb->is_null() && !lb->empty())
+        f.fail("'logit_bias' is not supported by this server", "logit_bias");
+    for (const char* name : {"tools", "functions"})
+        if (const json* t = f.get(name); t && !t->is_null() && !t->empty())
+            f.fail(fmt::format("'{}' (function calling) is not supported by this server", name),
+                   name);
+    if (const json* tc = f.get("tool_choice");
+        tc && !tc->is_null() && !(tc->is_string() && (*tc == "none" || *tc == "auto")))
+        f.fail("'tool_choice' is not supported by this server", "tool_choice");
+    if (const json* rf = f.get("response_format"); rf && !rf->is_null()) {
+        if (!rf->is_object() || rf->value("type", json("text")) != "text")
+            f.fail(
+                "'response_format' other than {\"type\": \"text\"} is not supported by this "
+                "server",
+                "response_format");
+    }
+    if (const json* bo = f.get("best_of"); bo && !bo->is_null()) {
+        const json* n = f.get("n");
+        const int64_t want = n && n->is_number_integer() ? n->get<int64_t>() : 1;
+        if (!bo->is_number_integer() || bo->get<int64_t>() != want)
+            f.fail("'best_of' other than n is not supported by this server", "best_of");
+    }
     // ferry's extension: speculative decoding per request ("off", "ngram" or "draft").
     if (const json* sp = f.get("speculation")) {
         if (!sp->is_string()) {

@@ -85,6 +85,12 @@ TEST(ServerSchema, ErrorsNameTheField) {
         {R"({"prompt":"hi","stop":[1]})", 400, "stop"},
         {R"({"prompt":"hi","stream_options":{"include_usage":true}})", 400, "stream_options"},
         {R"({"temperature":1})", 400, "prompt"},
+        // Refused rather than silently ignored: they would change the output.
+        {R"({"prompt":"hi","logit_bias":{"50256":-100}})", 400, "logit_bias"},
+        {R"({"prompt":"hi","tools":[{"type":"function"}]})", 400, "tools"},
+        {R"({"prompt":"hi","tool_choice":"required"})", 400, "tool_choice"},
+        {R"({"prompt":"hi","response_format":{"type":"json_object"}})", 400, "response_format"},
+        {R"({"prompt":"hi","best_of":3})", 400, "best_of"},
     };
     for (const auto& c : cases) {
         ApiError err;
@@ -93,6 +99,11 @@ TEST(ServerSchema, ErrorsNameTheField) {
         EXPECT_EQ(err.param, c.param) << c.body;
     }
     ApiError err;
+    // Their no-op values, which clients send by default, pass.
+    EXPECT_TRUE(parse(R"({"prompt":"hi","logit_bias":{},"tools":[],"tool_choice":"none",
+                          "response_format":{"type":"text"},"best_of":2,"n":2})",
+                      Endpoint::Completions, err))
+        << err.message;
     std::string long_prompt(100, 'a');
     EXPECT_FALSE(parse(R"({"prompt":")" + long_prompt + "\"}", Endpoint::Completions, err));
     EXPECT_NE(err.message.find("100 tokens"), std::string::npos) << err.message;
