@@ -36,8 +36,20 @@ void chat(const ChatOptions& o) {
     engine::Generator gen(*lm.model, o.model.resolved_threads(), ctx, o.kv_dtype.format(lm));
     const bool tty = isatty(STDIN_FILENO);
     std::vector<tokenizer::ChatMessage> msgs;
-    if (!o.system.empty()) msgs.push_back({"system", o.system});
-    if (tty) std::fprintf(stderr, "ferry chat: /reset starts over, /exit or Ctrl-D leaves\n");
+    if (!o.system.empty()) {
+        msgs.push_back({"system", o.system});
+        // A system message the context cannot hold with a turn would fail every turn.
+        std::vector<tokenizer::ChatMessage> probe = msgs;
+        probe.push_back({"user", "hi"});
+        const auto n = tok.encode(lm.chat_template->apply(probe, true), false, true).size();
+        if (static_cast<int64_t>(n) + 1 >= ctx)
+            throw ExitError(fmt::format(
+                "the system message takes {} tokens of the context of {}, leaving no room for "
+                "a conversation (raise --ctx or shorten --system)",
+                n, ctx));
+    }
+    const char* help = "/reset starts over, /exit or Ctrl-D leaves, /help shows this";
+    if (tty) std::fprintf(stderr, "ferry chat: %s\n", help);
 
     std::string line;
     for (;;) {
@@ -50,6 +62,16 @@ void chat(const ChatOptions& o) {
             continue;
         }
         if (line.empty()) continue;
+        if (line == "/help" || line == "/?") {
+            std::fprintf(stderr, "ferry chat: %s (start a line with // to send a '/')\n", help);
+            continue;
+        }
+        if (line[0] == '/' && line.rfind("//", 0) != 0 &&
+            line.find_first_of(" \t") == std::string::npos) {
+            std::fprintf(stderr, "ferry chat: unknown command %s; %s\n", line.c_str(), help);
+            continue;
+        }
+        if (line.rfind("//", 0) == 0) line.erase(0, 1);
         msgs.push_back({"user", line});
         auto ids = tok.encode(lm.chat_template->apply(msgs, true), false, true);
         if (static_cast<int64_t>(ids.size()) + 1 >= ctx) {

@@ -163,3 +163,17 @@ def test_bad_environment_levels_are_named(model_path):
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         assert f"{var}={val} is not" in r.stderr
+
+
+def test_chat_commands_are_not_sent_to_the_model(model_path):
+    r = run_ferry("chat", "--temperature", "0", "-n", "12",
+                  input="/help\n/bogus\nWhat is the capital of France?\n/exit\n")
+    assert r.returncode == 0, r.stderr
+    assert "unknown command /bogus" in r.stderr and "/reset" in r.stderr
+    assert "Paris" in r.stdout and "bogus" not in r.stdout
+
+
+def test_chat_system_message_larger_than_context(model_path):
+    r = run_ferry("chat", "--ctx", "32", "--system", "You are a helpful assistant. " * 10,
+                  input="hi\n")
+    expect_clean_error(r, "system message", "context")
