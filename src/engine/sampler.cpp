@@ -16,14 +16,20 @@ Sampler::Sampler(const SamplingParams& params)
 std::vector<Sampler::Candidate> Sampler::candidates(std::span<const float> logits,
                                                     std::span<const int32_t> history) const {
     const SamplingParams& p = params_;
-    // Penalties (CTRL-style repetition penalty; OpenAI-style presence / frequency) change a copy;
-    // without them the logits are read where they are.
+    // Biases and penalties (CTRL-style repetition penalty; OpenAI-style presence / frequency)
+    // change a copy; without them the logits are read where they are.
     std::span<const float> l = logits;
     std::vector<float> penalised;
+    if (!p.logit_bias.empty()) {
+        penalised.assign(logits.begin(), logits.end());
+        for (auto [id, bias] : p.logit_bias)
+            if (id >= 0 && size_t(id) < penalised.size()) penalised[id] += bias;
+        l = penalised;
+    }
     const bool penalise =
         p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
     if (penalise && !history.empty()) {
-        penalised.assign(logits.begin(), logits.end());
+        if (penalised.empty()) penalised.assign(logits.begin(), logits.end());
         const size_t window = p.penalty_last_n < 0
                                   ? history.size()
                                   : std::min(history.size(), size_t(p.penalty_last_n));

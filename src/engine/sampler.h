@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace ferry::engine {
@@ -19,6 +20,9 @@ struct SamplingParams {
     float presence_penalty = 0.0f;
     float frequency_penalty = 0.0f;
     int penalty_last_n = 64;  // how many recent tokens the penalties look at (-1: all)
+    // Added to a token's logit before everything else (OpenAI's logit_bias: -100 bans a token,
+    // +100 all but forces it).
+    std::vector<std::pair<int32_t, float>> logit_bias;
     uint64_t seed = 0;
     bool has_seed = false;  // without a seed, one is drawn from std::random_device
 

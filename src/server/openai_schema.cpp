@@ -291,8 +291,28 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
     if (const json* u = f.get("user"); u && !u->is_string()) f.type_error("user", "a string", *u);
     // OpenAI fields this server does not implement: their no-op values pass (clients send
     // them by default), anything that would change the output is refused rather than ignored.
-    if (const json* lb = f.get("logit_bias"); lb && !lb->is_null() && !lb->empty())
-        f.fail("'logit_bias' is not supported by this server", "logit_bias");
+    if (const json* lb = f.get("logit_bias"); lb && !lb->is_null()) {
+        // {"token id": bias in [-100, 100]}, as OpenAI takes it.
+        if (!lb->is_object()) return f.type_error("logit_bias", "an object", *lb), std::nullopt;
+        if (lb->size() > 1024) f.fail("'logit_bias' takes at most 1024 tokens", "logit_bias");
+        for (const auto& [key, val] : lb->items()) {
+            int64_t id = -1;
+            if (!key.empty() && key.size() <= 9 &&
+                key.find_first_not_of("0123456789") == std::string::npos)
+                id = std::stoll(key);
+            if (id < 0 || id >= backend.n_vocab()) {
+                f.fail(fmt::format("'logit_bias' key '{}' is not a token id (0..{})",
+                                   key.substr(0, 40), backend.n_vocab() - 1),
+                       "logit_bias");
+                break;
+            }
+            if (!val.is_number() || !(val.get<double>() >= -100 && val.get<double>() <= 100)) {
+                f.fail("'logit_bias' values must be numbers between -100 and 100", "logit_bias");
+                break;
+            }
+            s.logit_bias.emplace_back(static_cast<int32_t>(id), val.get<float>());
+        }
+    }
     for (const char* name : {"tools", "functions"})
         if (const json* t = f.get(name); t && !t->is_null() && !t->empty())
             f.fail(fmt::format("'{}' (function calling) is not supported by this server", name),

@@ -142,6 +142,20 @@ def test_logprobs(client):
     assert all(len(e.top_logprobs) == 3 and e.logprob <= 0 for e in content)
 
 
+def test_logit_bias_bans_a_token(server):
+    body = {"prompt": "The capital of France is", "max_tokens": 3, "temperature": 0}
+    plain = httpx.post(server.url + "/v1/completions", json=body, timeout=60).json()
+    assert "Paris" in plain["choices"][0]["text"]
+    paris = httpx.post(server.url + "/tokenize", json={"prompt": " Paris"}).json()["tokens"]
+    assert len(paris) == 1
+    r = httpx.post(server.url + "/v1/completions", timeout=60,
+                   json=dict(body, logit_bias={str(paris[0]): -100}))
+    assert r.status_code == 200, r.text
+    assert "Paris" not in r.json()["choices"][0]["text"]
+    bad = httpx.post(server.url + "/v1/completions", json=dict(body, logit_bias={"x": 1}))
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "logit_bias"
+
+
 def test_tokenize_detokenize(server):
     t = httpx.post(server.url + "/tokenize", json={"prompt": PROMPT}).json()
     assert t["count"] == len(t["tokens"]) == 5 and t["max_model_len"] > 0

@@ -89,3 +89,22 @@ TEST(Sampler, FrequencyPenaltyScalesWithCount) {
     EXPECT_EQ(Sampler(p).sample(l, twice), 0);   // 2.0 - 0.8 = 1.2 > 1.0
     EXPECT_EQ(Sampler(p).sample(l, thrice), 1);  // 2.0 - 1.2 = 0.8 < 1.0
 }
+
+TEST(Sampler, LogitBiasBansAndForcesAndStacksWithPenalties) {
+    const auto l = logits_of({2.0f, 1.9f, 0.0f});
+    auto p = plain(0.0f);
+    p.logit_bias = {{0, -100.0f}};
+    EXPECT_EQ(Sampler(p).sample(l, {}), 1);  // the best token banned
+    p.logit_bias = {{2, 100.0f}};
+    EXPECT_EQ(Sampler(p).sample(l, {}), 2);  // the worst one forced
+    // Sampled, a banned token never comes out; the others keep their relative odds.
+    auto t = plain(1.0f);
+    t.logit_bias = {{0, -100.0f}, {99, 5.0f}};  // ids outside the vocabulary are ignored
+    Sampler s(t);
+    for (int i = 0; i < 200; ++i) EXPECT_NE(s.sample(l, {}), 0);
+    // The bias is applied before the penalty: 2.0 + 0.5 = 2.5, / 1.5 = 1.67 < 1.9.
+    p.logit_bias = {{0, 0.5f}};
+    p.repetition_penalty = 1.5f;
+    const std::vector<int32_t> history = {0};
+    EXPECT_EQ(Sampler(p).sample(l, history), 1);
+}

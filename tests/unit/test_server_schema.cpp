@@ -86,7 +86,10 @@ TEST(ServerSchema, ErrorsNameTheField) {
         {R"({"prompt":"hi","stream_options":{"include_usage":true}})", 400, "stream_options"},
         {R"({"temperature":1})", 400, "prompt"},
         // Refused rather than silently ignored: they would change the output.
-        {R"({"prompt":"hi","logit_bias":{"50256":-100}})", 400, "logit_bias"},
+        {R"({"prompt":"hi","logit_bias":{"50256":-100}})", 400, "logit_bias"},  // > vocab
+        {R"({"prompt":"hi","logit_bias":{"x":1}})", 400, "logit_bias"},
+        {R"({"prompt":"hi","logit_bias":{"5":101}})", 400, "logit_bias"},
+        {R"({"prompt":"hi","logit_bias":[1]})", 400, "logit_bias"},
         {R"({"prompt":"hi","tools":[{"type":"function"}]})", 400, "tools"},
         {R"({"prompt":"hi","tool_choice":"required"})", 400, "tool_choice"},
         {R"({"prompt":"hi","response_format":{"type":"json_object"}})", 400, "response_format"},
@@ -99,6 +102,11 @@ TEST(ServerSchema, ErrorsNameTheField) {
         EXPECT_EQ(err.param, c.param) << c.body;
     }
     ApiError err;
+    auto biased =
+        parse(R"({"prompt":"hi","logit_bias":{"5":-100,"7":2.5}})", Endpoint::Completions, err);
+    ASSERT_TRUE(biased) << err.message;
+    using Bias = std::vector<std::pair<int32_t, float>>;
+    EXPECT_EQ(biased->params.sampling.logit_bias, (Bias{{5, -100.0f}, {7, 2.5f}}));
     // Their no-op values, which clients send by default, pass.
     EXPECT_TRUE(parse(R"({"prompt":"hi","logit_bias":{},"tools":[],"tool_choice":"none",
                           "response_format":{"type":"text"},"best_of":2,"n":2})",
