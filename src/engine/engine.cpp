@@ -133,13 +133,8 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt, RequestPara
             prompt.size(),
             context_before_kv_cap_ ? "the KV cache (--kv-cache-memory)" : "this model's context",
             max_model_len_, max_model_len_ - 1);
-    const int64_t blocks_needed =
-        (static_cast<int64_t>(prompt.size()) + config_.block_size) / config_.block_size;
-    if (blocks_needed > n_blocks_)
-        return make_error(
-            "the prompt needs {} KV blocks but the cache has {} (raise "
-            "--kv-cache-memory)",
-            blocks_needed, n_blocks_);
+    // The pool holds max_model_len_ tokens at least (the constructor caps the context to it),
+    // so a prompt that passed the check above fits the pool with its first generated token.
     if (params.n < 1 || params.n > 128) return make_error("n must be between 1 and 128");
     if (params.max_tokens < 1) return make_error("max_tokens must be at least 1");
     if (params.top_logprobs > 20) return make_error("top_logprobs must be at most 20");
