@@ -13,7 +13,6 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <random>
@@ -193,10 +192,7 @@ void bench_serve(const BenchServeOptions& o) {
     };
     std::vector<std::string> prompts;
     if (!o.dataset.empty()) {
-        if (std::error_code ec; std::filesystem::is_directory(o.dataset, ec))
-            throw ExitError(o.dataset + ": is a directory");
-        std::ifstream in(o.dataset);
-        if (!in) throw ExitError(o.dataset + ": cannot be read");
+        std::ifstream in = open_or_exit(o.dataset);
         std::string line;
         int line_no = 0;
         while (int(prompts.size()) < o.num_prompts && std::getline(in, line)) {
@@ -231,15 +227,8 @@ void bench_serve(const BenchServeOptions& o) {
         if (!o.model.empty()) b["model"] = o.model;
         bodies.push_back(b.dump());
     }
-    const bool inf = o.request_rate == "inf";
-    double rate = 0;
-    if (!inf) {
-        try {
-            rate = std::stod(o.request_rate);
-        } catch (const std::exception&) {
-        }
-        if (!(rate > 0)) throw ExitError("--request-rate must be a positive number or inf");
-    }
+    const double rate = parse_request_rate(o.request_rate);
+    const bool inf = rate == 0;
     // Gamma intervals with shape = burstiness keep the mean rate; shape 1 is exponential (Poisson).
     std::gamma_distribution<double> gap(o.burstiness, inf ? 1.0 : 1.0 / (rate * o.burstiness));
 

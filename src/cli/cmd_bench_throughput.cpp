@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -65,10 +64,7 @@ std::vector<Item> make_workload(const ThroughputOptions& o, const engine::Loaded
     std::vector<Item> items;
     const auto& tok = *lm.tokenizer;
     if (!o.dataset.empty()) {
-        if (std::error_code ec; std::filesystem::is_directory(o.dataset, ec))
-            throw ExitError(o.dataset + ": is a directory");
-        std::ifstream in(o.dataset);
-        if (!in) throw ExitError(o.dataset + ": cannot be read");
+        std::ifstream in = open_or_exit(o.dataset);
         std::string line;
         int line_no = 0;
         while (static_cast<int>(items.size()) < o.num_prompts && std::getline(in, line)) {
@@ -141,13 +137,7 @@ std::vector<Item> make_workload(const ThroughputOptions& o, const engine::Loaded
                      "bench throughput: note: %d prompt(s) reached the context of %d tokens and "
                      "were cut to %d (raise --ctx)\n",
                      cut, max_len, max_len / 2);
-    if (o.request_rate != "inf") {
-        double rate = 0;
-        try {
-            rate = std::stod(o.request_rate);
-        } catch (...) {
-        }
-        if (rate <= 0) throw ExitError("--request-rate must be a positive number or inf");
+    if (const double rate = parse_request_rate(o.request_rate); rate > 0) {
         std::exponential_distribution<double> gap(rate);
         double t = 0;
         for (auto& it : items) it.arrival_s = (t += gap(rng));

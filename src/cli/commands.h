@@ -1,6 +1,7 @@
 // Each subcommand of `ferry` registers itself on the application; main only wires them.
 #pragma once
 
+#include <fstream>
 #include <stdexcept>
 #include <string>
 
@@ -29,8 +30,12 @@ struct ExitError : std::runtime_error {
     explicit ExitError(const std::string& msg, int c = 1) : std::runtime_error(msg), code(c) {}
 };
 
-// The whole file as bytes, or exit with "<path>: cannot be read".
+// An input file opened for reading, or exit with "<path>: is a directory" / "cannot be read".
+std::ifstream open_or_exit(const std::string& path);
+// The whole file as bytes (open_or_exit's errors).
 std::string read_file_or_exit(const std::string& path);
+// --request-rate: requests per second, 0 for "inf"; anything else not > 0 exits.
+double parse_request_rate(const std::string& s);
 
 // Unwraps an Expected or exits with its error message.
 template <class T>
