@@ -6,14 +6,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/huge_buffer.h"
+
 #include <unistd.h>
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -164,11 +164,14 @@ double measure_read_bandwidth_gbs(int n_threads, size_t buffer_bytes) {
     const size_t chunk_words = buffer_bytes / 8 / n_threads / 16 * 16;  // whole AVX2 strides
     const size_t words = chunk_words * n_threads;
     if (chunk_words == 0) return 0;
-    auto* buf = static_cast<uint64_t*>(std::aligned_alloc(64, words * 8));
-    if (!buf) return 0;
-#if defined(__linux__)
-    madvise(buf, words * 8, MADV_HUGEPAGE);  // fewer faults and TLB misses; a hint only
-#endif
+    // Huge pages, as the model's weights and KV pool have: fewer faults and TLB misses.
+    HugeBuffer mem;
+    try {
+        mem = HugeBuffer(words * 8);
+    } catch (const std::bad_alloc&) {
+        return 0;
+    }
+    auto* buf = reinterpret_cast<uint64_t*>(mem.data());
     // Each thread touches its own chunk first, so pages land on its NUMA node.
     on_threads(n_threads,
                [&](int t) { std::memset(buf + t * chunk_words, t + 1, chunk_words * 8); });
@@ -183,7 +186,6 @@ double measure_read_bandwidth_gbs(int n_threads, size_t buffer_bytes) {
         best = std::max(best, static_cast<double>(words * 8) / s / 1e9);
         if (pass >= 1 && seconds_since(start) > 0.7) break;
     }
-    std::free(buf);
     return best;
 }
 

@@ -1,8 +1,6 @@
 #include "kernels/packed_weights.h"
 
-#include <cstdlib>
 #include <cstring>
-#include <new>
 
 #include "quant/block_formats.h"
 #include "quant/dequantize.h"
@@ -103,19 +101,7 @@ size_t packed_bytes(const Weight& w) {
            packed_tile_bytes(w.type);
 }
 
-void PackedWeight::Free::operator()(uint8_t* p) const {
-    std::free(p);
-}
-
-PackedWeight::PackedWeight(const Weight& w) {
-    if (!packable(w.type) || w.cols % packed_tile_cols(w.type) != 0) return;
-    size_ = packed_bytes(w);
-    if (size_ == 0) return;
-    // aligned_alloc wants a multiple of the alignment.
-    const size_t alloc = (size_ + 63) / 64 * 64;
-    data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, alloc)));
-    if (!data_) throw std::bad_alloc();
-    std::memset(data_.get(), 0, alloc);
+void pack_weight(const Weight& w, uint8_t* dst) {
     const int64_t nt = w.cols / packed_tile_cols(w.type);
     const size_t tile = packed_tile_bytes(w.type);
     const size_t block_bytes = dtype_info(w.type).block_bytes;
@@ -123,10 +109,17 @@ PackedWeight::PackedWeight(const Weight& w) {
         const int64_t g = r / kPackRows;
         const uint8_t* row = w.row(r);
         for (int64_t b = 0; b < nt; ++b)
-            pack_block(w.type, row + b * block_bytes,
-                       data_.get() + static_cast<size_t>(g * nt + b) * tile,
+            pack_block(w.type, row + b * block_bytes, dst + static_cast<size_t>(g * nt + b) * tile,
                        static_cast<int>(r % kPackRows));
     }
+}
+
+PackedWeight::PackedWeight(const Weight& w) {
+    if (!packable(w.type) || w.cols % packed_tile_cols(w.type) != 0) return;
+    const size_t n = packed_bytes(w);
+    if (n == 0) return;
+    buf_ = HugeBuffer(n);
+    pack_weight(w, reinterpret_cast<uint8_t*>(buf_.data()));
 }
 
 }  // namespace ferry::kernels

@@ -27,8 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
-
+#include "core/huge_buffer.h"
 #include "kernels/kernels.h"
 
 namespace ferry::kernels {
@@ -85,20 +84,21 @@ struct PackedQ6K {  // after the 8 blocks: scales[16][16] (int8), d[16] (fp16)
     static constexpr int scales = 8 * 384, d = scales + 256;
 };
 
-// An owning, 64-byte aligned copy of w in the packed layout.
+// Writes w in the packed layout to dst: packed_bytes(w) bytes, zero-filled beforehand (the
+// padding rows of a short last group are left as they are).
+void pack_weight(const Weight& w, uint8_t* dst);
+
+// An owning, 64-byte aligned copy of w in the packed layout (huge pages where it is big enough;
+// the model packs all its weights into one buffer instead).
 class PackedWeight {
   public:
     PackedWeight() = default;
     explicit PackedWeight(const Weight& w);
-    const uint8_t* data() const { return data_.get(); }
-    size_t size() const { return size_; }
+    const uint8_t* data() const { return reinterpret_cast<const uint8_t*>(buf_.data()); }
+    size_t size() const { return buf_.size(); }
 
   private:
-    struct Free {
-        void operator()(uint8_t* p) const;
-    };
-    std::unique_ptr<uint8_t[], Free> data_;
-    size_t size_ = 0;
+    HugeBuffer buf_;
 };
 
 }  // namespace ferry::kernels

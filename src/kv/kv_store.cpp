@@ -1,25 +1,20 @@
 #include "kv/kv_store.h"
 
 #include <cstring>
-#include <new>
 #include <stdexcept>
 
 namespace ferry::kv {
 
 namespace {
-std::byte* alloc_zeroed(size_t n) {
-    auto* p = static_cast<std::byte*>(::operator new[](n, std::align_val_t{64}));
+HugeBuffer alloc_resident(size_t n) {
+    HugeBuffer b(n);
     // Touch the whole pool now: a reservation that only becomes resident when traffic comes
     // would make memory use look smaller than it is (and `ferry plan` disagree with it), and
     // would move page faults onto the first requests.
-    std::memset(p, 0, n);
-    return p;
+    std::memset(b.data(), 0, n);
+    return b;
 }
 }  // namespace
-
-void KvStore::Free::operator()(std::byte* p) const {
-    ::operator delete[](p, std::align_val_t{64});
-}
 
 size_t KvStore::bytes_per_block(int n_layer, int block_size, int kv_dim, int head_dim, KvDType t) {
     const int hd = head_dim > 0 ? head_dim : kv_dim;
@@ -42,8 +37,8 @@ KvStore::KvStore(int n_layer, int64_t n_blocks, int block_size, int kv_dim, int 
     if (fmt_.dtype == KvDType::Int8 && fmt_.k_scales.size() != size_t(n_layer) * kv_dim)
         throw std::invalid_argument("KvStore: int8 keys need n_layer x kv_dim channel scales");
     const size_t per_layer_blocks = static_cast<size_t>(n_layer) * n_blocks;
-    k_.reset(alloc_zeroed(per_layer_blocks * region_bytes(true)));
-    v_.reset(alloc_zeroed(per_layer_blocks * region_bytes(false)));
+    k_ = alloc_resident(per_layer_blocks * region_bytes(true));
+    v_ = alloc_resident(per_layer_blocks * region_bytes(false));
 }
 
 void KvStore::write(int layer, int64_t block, int slot, const float* k, const float* v) {

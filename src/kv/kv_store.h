@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "core/huge_buffer.h"
 #include "kv/kv_dtype.h"
 
 namespace ferry::kv {
@@ -36,10 +37,10 @@ class KvStore {
 
     // Region base addresses, as the attention kernels take them.
     const std::byte* k(int layer, int64_t block) const {
-        return k_.get() + offset(layer, block, true);
+        return k_.data() + offset(layer, block, true);
     }
     const std::byte* v(int layer, int64_t block) const {
-        return v_.get() + offset(layer, block, false);
+        return v_.data() + offset(layer, block, false);
     }
     // Where a head's rows sit in a region (attention kernels walk it).
     KvBlockLayout layout() const {
@@ -75,9 +76,6 @@ class KvStore {
     void copy_block(int64_t src, int64_t dst);
 
   private:
-    struct Free {
-        void operator()(std::byte* p) const;
-    };
     size_t region_bytes(bool key) const {
         return kv_region_bytes(fmt_.dtype, key, block_size_, kv_dim_, kv_dim_ / head_dim_);
     }
@@ -85,7 +83,7 @@ class KvStore {
         return (static_cast<size_t>(layer) * n_blocks_ + block) * region_bytes(key);
     }
     std::byte* mut(int layer, int64_t block, bool key) {
-        return (key ? k_ : v_).get() + offset(layer, block, key);
+        return (key ? k_ : v_).data() + offset(layer, block, key);
     }
     int n_layer_;
     int64_t n_blocks_;
@@ -93,7 +91,7 @@ class KvStore {
     int kv_dim_;
     int head_dim_;
     KvFormat fmt_;
-    std::unique_ptr<std::byte[], Free> k_, v_;
+    HugeBuffer k_, v_;                   // huge pages: attention streams through them every step
     std::atomic<int64_t> k_clipped_{0};  // write() runs for several slots at once
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "core/progress.h"
@@ -109,20 +110,35 @@ void LlamaModel::make_resident(bool progress) {
     auto bytes = [](const Weight& w) { return w.row_stride * static_cast<size_t>(w.rows); };
     int64_t total = 0;
     for (const Weight* w : all) total += static_cast<int64_t>(bytes(*w));
+    auto packs = [](const Weight& w) {
+        return kernels::packable(w.type) && w.cols % kernels::packed_tile_cols(w.type) == 0;
+    };
+    // Every matrix a token reads lives in one anonymous buffer backed by huge pages (each alone
+    // is < 2 MiB, and file pages are 4 KiB ones): packed for the integer kernels, or copied
+    // as it is for the float ones. Either way its file pages are then released.
+    auto slot = [&](const Weight& w) {
+        return ((packs(w) ? kernels::packed_bytes(w) : bytes(w)) + 63) / 64 * 64;
+    };
+    size_t resident_total = 0;
+    for (const Weight* w : all) resident_total += slot(*w);
+    resident_ = HugeBuffer(resident_total);
+    size_t at = 0;
     Progress bar("loading weights", total, progress);
     int64_t done = 0;
-    volatile uint8_t sink = 0;
     for (Weight* w : all) {
-        if (kernels::packable(w->type) && w->cols % kernels::packed_tile_cols(w->type) == 0) {
-            packed_.emplace_back(*w);
-            w->packed = packed_.back().data();
+        auto* dst = reinterpret_cast<uint8_t*>(resident_.data()) + at;
+        at += slot(*w);
+        if (packs(*w)) {
+            kernels::pack_weight(*w, dst);
+            w->packed = dst;
             // The packed copy serves every integer product; the original pages are read again
             // only by float activations, tools that read the file and (tied) embedding lookups,
             // which touch just their rows.
             file_->release(w->data, bytes(*w));
-        } else if (progress) {
-            // Resident before the first token (one byte per page).
-            for (size_t off = 0; off < bytes(*w); off += 4096) sink = sink + w->data[off];
+        } else {
+            std::memcpy(dst, w->data, bytes(*w));
+            file_->release(w->data, bytes(*w));
+            w->data = dst;
         }
         done += static_cast<int64_t>(bytes(*w));
         bar.update(done);

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "core/huge_buffer.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "gguf/gguf_file.h"
@@ -44,8 +45,8 @@ struct LayerWeights {
 class LlamaModel {
   public:
     // Binds every tensor by name and checks its shape and type; fails with the tensor's name.
-    // Then packs the Q4_0/Q4_1/Q8_0/Q4_K/Q6_K matrices for the integer kernels (and, with progress,
-    // makes the other matrices resident), under a progress bar.
+    // Then makes the matrices resident in huge pages: Q4_0/Q4_1/Q8_0/Q4_K/Q6_K ones packed for
+    // the integer kernels, the others copied; with progress, under a progress bar.
     static Expected<std::unique_ptr<LlamaModel>> load(std::shared_ptr<gguf::File> file,
                                                       bool progress = false);
 
@@ -76,8 +77,8 @@ class LlamaModel {
 
   private:
     LlamaModel() = default;
-    // Interleaved copies of the packable matrices for the integer kernels, whose file
-    // pages are then released; the other matrices are touched when `progress` (the CLI).
+    // Copies of the matrices in one huge-page buffer, interleaved for the integer kernels
+    // where they can be; their file pages are then released.
     void make_resident(bool progress);
     std::shared_ptr<gguf::File> file_;
     LlamaConfig cfg_;
@@ -85,7 +86,7 @@ class LlamaModel {
     kernels::Weight output_;
     const float* output_norm_ = nullptr;
     std::vector<LayerWeights> layers_;
-    std::vector<kernels::PackedWeight> packed_;
+    HugeBuffer resident_;  // every matrix a token reads, packed or copied, one after another
     ActivationObserver* observer_ = nullptr;
 };
 
