@@ -95,11 +95,11 @@ def main():
         model = variant(a.model, wtype, a.cache)
         llama = LlamaRunner(model, a.prompt, a.gen, a.threads)
         run_ferry(a.ferry, model, a.prompt, a.gen, a.threads)  # warm the page cache
-        fp, fd, lp, ld = [], [], [], []
+        fp, fd, lp, ld, bws = [], [], [], [], []
         extra = {}
         for i in range(a.repeats):
             p, d, extra = run_ferry(a.ferry, model, a.prompt, a.gen, a.threads)
-            fp.append(p), fd.append(d)
+            fp.append(p), fd.append(d), bws.append(extra.get("read_bandwidth_gbs") or 0)
             p, d = llama.run()
             lp.append(p), ld.append(d)
             print(f"  {wtype} run {i + 1}/{a.repeats}: ferry {fp[-1]:.0f}/{fd[-1]:.1f}  "
@@ -113,8 +113,12 @@ def main():
             "llamacpp_prefill_tokens_per_s": med(lp), "llamacpp_decode_tokens_per_s": med(ld),
             "prefill_ratio": med(fp) / med(lp) if med(lp) else None,
             "decode_ratio": med(fd) / med(ld) if med(ld) else None,
-            "ferry_roofline_fraction": med(fd) / extra.get("roofline_decode_tokens_per_s", 1),
-            "read_bandwidth_gbs": extra.get("read_bandwidth_gbs"),
+            # The roofline from the median of every run's bandwidth probes: one probe on a
+            # shared machine can read well above or below what the runs around it saw.
+            "ferry_roofline_fraction": (med(fd) / (med(bws) * 1e9 / extra["weight_bytes_per_token"])
+                                        if med(bws) else None),
+            "read_bandwidth_gbs": med(bws),
+            "weight_bytes_per_token": extra.get("weight_bytes_per_token"),
             "ferry_runs": {"prefill": fp, "decode": fd}, "llamacpp_runs": {"prefill": lp, "decode": ld},
         })
 
@@ -124,12 +128,13 @@ def main():
     print(f"llama-cpp-python {llama_cpp.__version__}; {a.prompt} prompt tokens, {a.gen} generated, "
           f"{a.threads} threads, median of {a.repeats} alternating runs (tok/s)")
     print(f"{'type':6} {'ferry pp':>9} {'llama pp':>9} {'ratio':>6} | {'ferry tg':>9} {'llama tg':>9} "
-          f"{'ratio':>6} | {'roofline':>8}")
+          f"{'ratio':>6} | {'roofline':>8} {'GB/s':>5}")
     for r in results:
         print(f"{r['weight_type']:6} {r['ferry_prefill_tokens_per_s']:9.1f} "
               f"{r['llamacpp_prefill_tokens_per_s']:9.1f} {r['prefill_ratio']:6.2f} | "
               f"{r['ferry_decode_tokens_per_s']:9.1f} {r['llamacpp_decode_tokens_per_s']:9.1f} "
-              f"{r['decode_ratio']:6.2f} | {100 * r['ferry_roofline_fraction']:7.0f}%")
+              f"{r['decode_ratio']:6.2f} | {100 * (r['ferry_roofline_fraction'] or 0):7.0f}% "
+              f"{r['read_bandwidth_gbs']:5.1f}")
 
 
 if __name__ == "__main__":

@@ -86,7 +86,10 @@ void bench_decode(const DecodeBenchOptions& o) {
 
     if (!o.json)
         std::fprintf(stderr, "measuring this machine's read bandwidth and peak FLOP/s ...\n");
-    const double bw = measure_read_bandwidth_gbs(threads);
+    // Sampled again after every measured run and the median taken: on a shared machine the
+    // bandwidth at hand moves from one second to the next, and the roofline should describe
+    // the moments the runs saw, not one probe before them.
+    std::vector<double> bw_samples{measure_read_bandwidth_gbs(threads)};
     const double peak_gflops = measure_peak_gflops_f32(threads);
 
     engine::Generator gen(*lm.model, threads, run_ctx, o.kv_dtype.format(lm));
@@ -123,6 +126,7 @@ void bench_decode(const DecodeBenchOptions& o) {
         auto st = once({proposer.get(), spec_cfg.k, spec_cfg.adaptive}, &spec_out);
         if (speculate && plain_out != spec_out) identical = false;
         if (r == 0) continue;
+        bw_samples.push_back(measure_read_bandwidth_gbs(threads));
         prefill.push_back(st.prefill_tokens_per_s());
         decode.push_back(st.decode_tokens_per_s());
         ttft.push_back(st.ttft_ms);
@@ -139,6 +143,8 @@ void bench_decode(const DecodeBenchOptions& o) {
     }
     bar.finish();
 
+    const Summary bws = summarize(bw_samples);
+    const double bw = bws.median;
     const double wbytes = static_cast<double>(lm.model->weight_bytes_per_token());
     const double roofline = bw * 1e9 / wbytes;
     const Summary pf = summarize(prefill), dc = summarize(decode), tt = summarize(ttft),
@@ -203,6 +209,7 @@ void bench_decode(const DecodeBenchOptions& o) {
          {std::pair{"prefill_tokens_per_s", pf}, std::pair{"decode_tokens_per_s", dc},
           std::pair{"ttft_ms", tt}, std::pair{"tpot_ms", tp}})
         j["range"][key] = {{"median", s.median}, {"min", s.min}, {"max", s.max}};
+    j["range"]["read_bandwidth_gbs"] = {{"median", bws.median}, {"min", bws.min}, {"max", bws.max}};
     if (o.json) {
         std::printf("%s\n", j.dump(2).c_str());
         return;
@@ -219,8 +226,10 @@ void bench_decode(const DecodeBenchOptions& o) {
                 dc.max, tp.median);
     std::printf("kv cache   %s, %.0f bytes per token\n", kv::kv_dtype_name(gen.kv_store().dtype()),
                 kv_per_token);
-    std::printf("roofline   %.1f GB/s read / %.1f MiB per token = %.1f tok/s; decode at %.0f %%\n",
-                bw, wbytes / 1048576.0, roofline, 100.0 * dc.median / roofline);
+    std::printf(
+        "roofline   %.1f GB/s read [%.1f .. %.1f] / %.1f MiB per token = %.1f tok/s; "
+        "decode at %.0f %%\n",
+        bw, bws.min, bws.max, wbytes / 1048576.0, roofline, 100.0 * dc.median / roofline);
     std::printf(
         "           with the KV cache read at the mean context (+%.1f MiB): %.1f tok/s; "
         "decode at %.0f %%\n",
