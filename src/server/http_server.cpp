@@ -252,7 +252,7 @@ class Session : public std::enable_shared_from_this<Session> {
             ApiError e;
             e.status = 405;
             e.message = fmt::format("{} takes {}", path, want_get ? "GET" : "POST");
-            return send_error(e);
+            return send_error(e, {}, {}, want_get ? "GET, HEAD" : "POST");
         }
         if (r == R::Page) return send_text(200, chat_page_html(), "text/html; charset=utf-8");
         if (r == R::Health) {
@@ -617,9 +617,11 @@ class Session : public std::enable_shared_from_this<Session> {
         send_error(e);
     }
 
-    void send_error(const ApiError& e, const std::string& method = {},
-                    const std::string& path = {}) {
+    // `allow`: the methods a 405's route takes (RFC 9110 requires the header with it).
+    void send_error(const ApiError& e, const std::string& method = {}, const std::string& path = {},
+                    const char* allow = nullptr) {
         auto res = make_response(e.status, error_body(e), "application/json");
+        if (allow) res->set(http::field::allow, allow);
         if (e.status == 429) res->set(http::field::retry_after, "1");
         if (e.status == 503) res->set(http::field::retry_after, "5");
         if (e.status == 401) res->set(http::field::www_authenticate, "Bearer");

@@ -218,7 +218,10 @@ def test_errors_via_openai_client(client):
 
 def test_http_errors(server):
     assert httpx.get(server.url + "/v1/nothing").status_code == 404
-    assert httpx.get(server.url + "/v1/completions").status_code == 405
+    r = httpx.get(server.url + "/v1/completions")
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    r = httpx.post(server.url + "/v1/models", content=b"{}")
+    assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD"
     r = httpx.post(server.url + "/v1/completions", content=b'{"prompt": "x' + b"a" * (5 << 20) + b'"}')
     assert r.status_code == 413 and r.json()["error"]["message"]
     r = httpx.post(server.url + "/v1/completions", content=b'{"prompt": ')
