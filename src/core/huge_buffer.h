@@ -1,9 +1,9 @@
 // A large, zero-filled, 64-byte aligned buffer for the data the hot loops stream through every
 // step (packed weights, the KV pool). On Linux it is an anonymous mapping aligned to 2 MiB and
 // marked for transparent huge pages: a decode step reads ~90 MiB of weights, which is ~23,000
-// 4 KiB pages and as many TLB misses, against ~46 with 2 MiB pages (measured: +7-8 % decode
-// tokens/s on one and two threads). Where huge pages are unavailable it is an ordinary
-// allocation and behaves the same, only without the gain.
+// 4 KiB pages and as many TLB misses, against ~46 with 2 MiB pages (measured A / B: q4_1 decode
+// 197-242 -> 234-256 tok/s on two threads, f16 85-90 -> 107-108; docs/performance.md). Where
+// huge pages are unavailable it is an ordinary allocation and behaves the same, only slower.
 #pragma once
 
 #include <cstddef>

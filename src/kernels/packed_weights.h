@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+
 #include "core/huge_buffer.h"
 #include "kernels/kernels.h"
 

@@ -11,7 +11,7 @@ HugeBuffer alloc_resident(size_t n) {
     // Touch the whole pool now: a reservation that only becomes resident when traffic comes
     // would make memory use look smaller than it is (and `ferry plan` disagree with it), and
     // would move page faults onto the first requests.
-    std::memset(b.data(), 0, n);
+    if (n) std::memset(b.data(), 0, n);
     return b;
 }
 }  // namespace
