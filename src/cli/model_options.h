@@ -11,8 +11,8 @@
 
 namespace ferry::cli {
 
-// --activations f32|int16|int8: what Q4_0/Q4_1/Q8_0/Q4_K/Q6_K weights meet their activations as
-// (kernels::Activations); unset keeps the default (int16, or FERRY_ACTIVATIONS).
+// --activations f32|int16|int8: what Q4_0/Q4_1/Q8_0/Q4_K/Q6_K/int4 weights meet their activations
+// as (kernels::Activations); unset keeps the default (int16, or FERRY_ACTIVATIONS).
 struct ActivationsOption {
     std::string name;
 

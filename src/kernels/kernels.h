@@ -24,8 +24,8 @@ CpuLevel cpu_level();           // what is used (FERRY_CPU_LEVEL may lower it)
 void set_cpu_level(CpuLevel l);
 const char* cpu_level_name(CpuLevel l);
 
-// What Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K weights meet their activations as (docs/performance.md
-// says why the default is Int16):
+// What Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K / int4 weights meet their activations as
+// (docs/performance.md says why the default is Int16):
 //  - F32: float activations against weights widened to floats (exact float32 math);
 //  - Int16: each block of 32 activations rounded to a 16-bit grid (amax / 16256 steps), in
 //    integer dot products (VNNI vpdpbusd / maddubs / sdot) over interleaved weights;
@@ -48,7 +48,7 @@ struct Weight {
     int64_t cols = 0;
     size_t row_stride = 0;  // bytes between rows
     // The same matrix in kernels/packed_weights.h's interleaved layout (Q4_0, Q4_1, Q8_0, Q4_K,
-    // Q6_K), which the integer kernels read; null where nobody packed it (the reference then
+    // Q6_K, int4), which the integer kernels read; null where nobody packed it (the reference then
     // computes the integer product from `data`, slowly but with the same result).
     const uint8_t* packed = nullptr;
     const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_stride; }

@@ -4,6 +4,7 @@
 
 #include "quant/block_formats.h"
 #include "quant/dequantize.h"
+#include "quant/ferry_types.h"
 
 namespace ferry::kernels {
 using namespace ferry::quant;
@@ -89,6 +90,18 @@ void pack_block(DType type, const uint8_t* src, uint8_t* t, int i) {
     }
 }
 
+// Row i's 32 columns from c0 of an int4 row (groups of G) into its tile.
+template <int G>
+void pack_int4(const uint8_t* row, int64_t c0, uint8_t* t, int i) {
+    BlockInt4<G> blk;
+    std::memcpy(&blk, row + (c0 / G) * sizeof(blk), sizeof(blk));
+    const uint8_t* qs = blk.qs + (c0 % G) / 2;  // this 32-column chunk's 16 bytes
+    for (int c = 0; c < 4; ++c)
+        for (int k = 0; k < 4; ++k) t[64 * c + 4 * i + k] = qs[4 * c + k];
+    put16(t + 256, i, blk.d);
+    t[kPackedInt4Zero + i] = blk.z;
+}
+
 }  // namespace
 
 bool packable(DType t) {
@@ -104,6 +117,17 @@ size_t packed_bytes(const Weight& w) {
 void pack_weight(const Weight& w, uint8_t* dst) {
     const int64_t nt = w.cols / packed_tile_cols(w.type);
     const size_t tile = packed_tile_bytes(w.type);
+    if (packed_int4(w.type)) {
+        for (int64_t r = 0; r < w.rows; ++r)
+            for (int64_t b = 0; b < nt; ++b) {
+                uint8_t* t = dst + static_cast<size_t>(r / kPackRows * nt + b) * tile;
+                const int i = static_cast<int>(r % kPackRows);
+                if (w.type == DType::INT4_G32) pack_int4<32>(w.row(r), 32 * b, t, i);
+                if (w.type == DType::INT4_G64) pack_int4<64>(w.row(r), 32 * b, t, i);
+                if (w.type == DType::INT4_G128) pack_int4<128>(w.row(r), 32 * b, t, i);
+            }
+        return;
+    }
     const size_t block_bytes = dtype_info(w.type).block_bytes;
     for (int64_t r = 0; r < w.rows; ++r) {
         const int64_t g = r / kPackRows;

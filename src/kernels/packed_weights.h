@@ -1,4 +1,5 @@
-// Q4_0, Q4_1, Q8_0, Q4_K and Q6_K matrices re-laid for the integer kernels, once at model load.
+// Q4_0, Q4_1, Q8_0, Q4_K, Q6_K and ferry's int4 matrices re-laid for the integer kernels, once at
+// model load.
 //
 // GGUF stores a row's blocks one after another, each with its scale beside its values. An
 // integer kernel wants the opposite: 16 rows side by side, so one 64-byte vector holds 4 weights
@@ -21,6 +22,9 @@
 //   Q6_K (256 columns): 8 blocks of 4 chunks of the low 4 bits as Q4_0's, then 2 chunks of the
 //              high 2 bits (chunk g, byte 4i + k: bits 2t, 2t+1 = vector 4g + t's weight k),
 //              then scales[16][16] (int8, per 16 elements), then d[16] (fp16).
+//   int4_g32/64/128 (ferry's, 32 columns whatever the group): 4 chunks as Q4_0's, then d[16]
+//              (fp16), then z[16] (the zero points, bytes), 16 bytes of padding; a group of 64
+//              or 128 gives each of its 32-column tiles its d and z.
 //
 // A last group with fewer than 16 rows is padded with zero rows (their outputs are not stored).
 #pragma once
@@ -41,13 +45,16 @@ bool packable(DType t);
 constexpr int packed_tile_cols(DType t) {
     return t == DType::Q4_K || t == DType::Q6_K ? 256 : 32;
 }
-// Bytes of one tile of 16 rows: Q4_0 288, Q4_1 320, Q8_0 544 (as in the file), Q4_K 2368,
-// Q6_K 3360; 0 for other types. constexpr so the kernels' tile strides are constants.
+// Bytes of one tile of 16 rows: Q4_0 288, Q4_1 and int4 320, Q8_0 544 (as in the file), Q4_K
+// 2368, Q6_K 3360; 0 for other types. constexpr so the kernels' tile strides are constants.
 constexpr size_t packed_tile_bytes(DType t) {
     switch (t) {
         case DType::Q4_0:
             return 16 * 18;
         case DType::Q4_1:
+        case DType::INT4_G32:
+        case DType::INT4_G64:
+        case DType::INT4_G128:
             return 16 * 20;
         case DType::Q8_0:
             return 16 * 34;
@@ -72,6 +79,11 @@ constexpr int packed_act_offset(DType t, int v) {
     return t == DType::Q8_0 ? 4 * v : (v % 2 ? 16 : 0) + 4 * (v / 2);
 }
 constexpr int kPackedQ6High = 256;  // a Q6_K block's high-bit chunks, from the block's start
+// The int4 types share one tile format (the kernels instantiate INT4_G32 for all three).
+constexpr bool packed_int4(DType t) {
+    return t == DType::INT4_G32 || t == DType::INT4_G64 || t == DType::INT4_G128;
+}
+constexpr int kPackedInt4Zero = 256 + 32;  // an int4 tile's z[16], from its start
 // The scales, from the tile's start: d[16] (fp16) and, for Q4_1, m[16] right after.
 constexpr int packed_scales_offset(DType t) {
     return t == DType::Q4_K   ? 8 * 256

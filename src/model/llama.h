@@ -45,7 +45,7 @@ struct LayerWeights {
 class LlamaModel {
   public:
     // Binds every tensor by name and checks its shape and type; fails with the tensor's name.
-    // Then makes the matrices resident in huge pages: Q4_0/Q4_1/Q8_0/Q4_K/Q6_K ones packed for
+    // Then makes the matrices resident in huge pages: Q4_0/Q4_1/Q8_0/Q4_K/Q6_K/int4 ones packed for
     // the integer kernels, the others copied; with progress, under a progress bar.
     static Expected<std::unique_ptr<LlamaModel>> load(std::shared_ptr<gguf::File> file,
                                                       bool progress = false);

@@ -19,8 +19,10 @@
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "kernel_levels.h"
+#include "kernels/cpu/quantize_activations.h"
 #include "kernels/cpu/reference.h"
 #include "kernels/kernels.h"
+#include "kernels/packed_weights.h"
 #include "quant/dequantize.h"
 #include "quant/ferry_types.h"
 #include "quant/quantize.h"
@@ -319,6 +321,7 @@ using ferry::testing::LevelGuard;
 struct Matrix {
     kernels::Weight w;
     std::vector<uint8_t> bytes;
+    kernels::PackedWeight packed;  // int4: as the model packs it, for the integer kernels
 };
 
 // Rows quantized from heavy-tailed data, with an all-zero row and (fp8) every finite code.
@@ -338,14 +341,33 @@ Matrix make_matrix(DType t, int64_t rows, int64_t cols, uint32_t seed) {
         m.bytes.insert(m.bytes.end(), q->begin(), q->end());
     }
     m.w = kernels::Weight{t, m.bytes.data(), rows, cols, row_bytes(t, cols)};
+    if (kernels::packable(t)) {
+        m.packed = kernels::PackedWeight(m.w);
+        m.w.packed = m.packed.data();
+    }
     return m;
 }
 
+// int4 meets integer activations as Q4_0 does (unless they are f32): then every level must give
+// ref::dot_act's bits on the reference's quantized activations; the other types (and int4
+// under f32 activations) the float product within rounding.
 void check_matmul(const Matrix& m, const std::vector<float>& x, int64_t nt, ThreadPool& pool,
                   const std::string& what) {
     const auto& w = m.w;
     std::vector<float> y(static_cast<size_t>(nt * w.rows), -1.0f), deq(w.cols);
     kernels::matmul(w, x.data(), nt, y.data(), pool);
+    const kernels::Activations act = kernels::activations();
+    if (kernels::packable(w.type) && act != kernels::Activations::F32 && w.cols % 32 == 0) {
+        const int64_t nb = w.cols / 32;
+        std::vector<kernels::ActBlock> xa(static_cast<size_t>(nb * nt));
+        kernels::ref::quantize_act(x.data(), xa.data(), nt * w.cols, act);
+        for (int64_t r = 0; r < w.rows; ++r)
+            for (int64_t t = 0; t < nt; ++t) {
+                const float want = kernels::ref::dot_act(w.type, w.row(r), &xa[t * nb], nb, act);
+                ASSERT_EQ(y[t * w.rows + r], want) << what << " row " << r << " token " << t;
+            }
+        return;
+    }
     for (int64_t r = 0; r < w.rows; ++r) {
         ASSERT_TRUE(dequantize_row(w.type, w.row(r), deq.data(), w.cols).ok());
         for (int64_t t = 0; t < nt; ++t) {
@@ -380,8 +402,14 @@ TEST(FerryTypes, MatmulEveryLevelMatchesReferenceOnOddShapes) {
                         const std::string what = std::string(kernels::cpu_level_name(level)) + " " +
                                                  name(t) + " " + std::to_string(rows) + "x" +
                                                  std::to_string(cols) + " t" + std::to_string(nt);
-                        check_matmul(m, x, nt, pool1, what + " 1 thread");
-                        check_matmul(m, x, nt, pool2, what + " 2 threads");
+                        for (kernels::Activations a : ferry::testing::kAllActivations) {
+                            if (!kernels::packable(t) && a != kernels::activations()) continue;
+                            ferry::testing::ActivationsGuard ag(a);
+                            const std::string mode =
+                                std::string(" act ") + kernels::activations_name(a);
+                            check_matmul(m, x, nt, pool1, what + mode + " 1 thread");
+                            check_matmul(m, x, nt, pool2, what + mode + " 2 threads");
+                        }
                     }
                 }
         }
@@ -401,6 +429,9 @@ TEST(FerryTypes, EveryLevelDequantizesExactlyAsTheReference) {
             if (t == DType::W8A8) continue;
             const int64_t cols = dtype_info(t).block_size == 1 ? 45 : 128;
             const Matrix m = make_matrix(t, 5, cols, 99);
+            // int4's integer path quantizes the one-hot activations (as w8a8's does); its float
+            // path is the one that dequantizes.
+            ferry::testing::ActivationsGuard ag(kernels::Activations::F32);
             std::vector<float> eye(static_cast<size_t>(cols * cols), 0.0f);
             for (int64_t i = 0; i < cols; ++i) eye[static_cast<size_t>(i * cols + i)] = 1.0f;
             std::vector<float> y(static_cast<size_t>(cols * 5)), deq(cols), row(cols);

@@ -5,7 +5,7 @@
 // It follows x86_kernels.inc's shapes with 4-float vectors: float activations meet weights
 // widened in a per-thread buffer (long batches) or in registers (short ones), with the same
 // values and summation order on both paths so a token's output never depends on the batch; with
-// integer activations (Activations::Int16 / Int8, the default) Q4_0/Q4_1/Q8_0/Q4_K/Q6_K use
+// integer activations (Activations::Int16 / Int8, the default) Q4_0/Q4_1/Q8_0/Q4_K/Q6_K/int4 use
 // integer dot products over the packed layout (SDOT where the target has it, widening
 // multiplies otherwise).
 #include "kernels/cpu/simd.h"
@@ -221,6 +221,13 @@ void group_packed(const uint8_t* tiles, int64_t n_tiles, const ActBlock* x, floa
                 int32x4_t p = vaddq_s32(pe, po);
                 if constexpr (k16) p = vaddq_s32(vshlq_n_s32(p, 7), vaddq_s32(le, lo));
                 if constexpr (T == DType::Q4_0) p = vsubq_s32(p, vdupq_n_s32(8 * a.s));
+                if constexpr (packed_int4(T)) {  // q - z per row
+                    uint32_t zb;
+                    std::memcpy(&zb, tp + kPackedInt4Zero + 4 * q, 4);
+                    const int32x4_t z = vreinterpretq_s32_u32(
+                        vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(zb))))));
+                    p = vmlsq_n_s32(p, z, a.s);
+                }
                 vf dw, mw = vzero();
                 if constexpr (T == DType::Q4_K) {
                     const uint16_t* dd = reinterpret_cast<const uint16_t*>(tp + PackedQ4K::d);
@@ -277,6 +284,10 @@ bool matmul_packed(const Weight& w, const ActBlock* x, Activations a, int64_t nt
             return matmul_packed_a<DType::Q4_0>(w, x, a, nt, y, ldy, r0, r1), true;
         case DType::Q4_1:
             return matmul_packed_a<DType::Q4_1>(w, x, a, nt, y, ldy, r0, r1), true;
+        case DType::INT4_G32:
+        case DType::INT4_G64:
+        case DType::INT4_G128:  // one tile format for the three
+            return matmul_packed_a<DType::INT4_G32>(w, x, a, nt, y, ldy, r0, r1), true;
         case DType::Q8_0:
             return matmul_packed_a<DType::Q8_0>(w, x, a, nt, y, ldy, r0, r1), true;
         case DType::Q4_K:

@@ -1,6 +1,6 @@
-// Activations quantized on the fly, so Q4_0/Q4_1/Q8_0/Q4_K/Q6_K weights meet them in integer dot
-// products (VNNI vpdpbusd, AVX2 maddubs, NEON sdot) instead of being widened to floats element
-// by element.
+// Activations quantized on the fly, so Q4_0/Q4_1/Q8_0/Q4_K/Q6_K (and ferry's int4) weights meet
+// them in integer dot products (VNNI vpdpbusd, AVX2 maddubs, NEON sdot) instead of being widened to
+// floats element by element.
 //
 // A block of 32 activations becomes integers v on a grid of step d (x ~= d * v). The 16-bit
 // grid (Activations::Int16, |v| <= 16256) is stored as two int8 planes, v = 128 * hi + lo with
