@@ -52,7 +52,8 @@ class LlamaModel {
 
     const LlamaConfig& config() const { return cfg_; }
     const gguf::File& file() const { return *file_; }
-    // Bytes of weights one decode step reads (every matrix once, one embedding row).
+    // Bytes of weights one decode step reads (every matrix once, packed where the integer path
+    // reads it packed, and one embedding row).
     size_t weight_bytes_per_token() const;
     int64_t parameter_count() const;
 
