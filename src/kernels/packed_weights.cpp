@@ -28,22 +28,34 @@ void put_nibbles(uint8_t* chunks, int i, const uint8_t* q) {
                 static_cast<uint8_t>((q[4 * c + k] & 0xF) | (q[16 + 4 * c + k] & 0xF) << 4);
 }
 
-// One row's block or super-block into its tile at row i.
-void pack_block(DType type, const uint8_t* src, uint8_t* t, int i) {
+// Row i's bytes qs[0 .. 4 * chunks) as its part of chunks 64-byte chunks (xor: Q8_0's + 128).
+void put_chunks(uint8_t* t, int i, const uint8_t* qs, int chunks, uint8_t xor_mask) {
+    for (int c = 0; c < chunks; ++c)
+        for (int k = 0; k < 4; ++k) t[64 * c + 4 * i + k] = qs[4 * c + k] ^ xor_mask;
+}
+
+// Row i's tile-th tile (its block or super-block; an int4 row's 32 columns) into t.
+void pack_block(DType type, const uint8_t* row, int64_t tile, uint8_t* t, int i) {
+    const uint8_t* src = row + tile * dtype_info(type).block_bytes;
     switch (type) {
         case DType::Q4_0:
         case DType::Q4_1:
         case DType::Q8_0: {
             const int chunks = type == DType::Q8_0 ? 8 : 4;
             const int qs_off = type == DType::Q4_1 ? 4 : 2;
-            for (int c = 0; c < chunks; ++c)
-                for (int k = 0; k < 4; ++k) {
-                    const uint8_t q = src[qs_off + 4 * c + k];
-                    t[64 * c + 4 * i + k] = type == DType::Q8_0 ? q ^ 0x80 : q;
-                }
+            put_chunks(t, i, src + qs_off, chunks, type == DType::Q8_0 ? 0x80 : 0);
             uint8_t* scales = t + 64 * chunks;
             std::memcpy(scales + 2 * i, src, 2);                                    // d
             if (type == DType::Q4_1) std::memcpy(scales + 32 + 2 * i, src + 2, 2);  // m
+            break;
+        }
+        case DType::INT4_G32:
+        case DType::INT4_G64:
+        case DType::INT4_G128: {
+            const Int4Chunk c = int4_chunk(type, row, 32 * tile);
+            put_chunks(t, i, c.qs, 4, 0);
+            put16(t + packed_scales_offset(type), i, c.d);
+            t[kPackedInt4Zero + i] = c.z;
             break;
         }
         case DType::Q4_K: {
@@ -90,18 +102,6 @@ void pack_block(DType type, const uint8_t* src, uint8_t* t, int i) {
     }
 }
 
-// Row i's 32 columns from c0 of an int4 row (groups of G) into its tile.
-template <int G>
-void pack_int4(const uint8_t* row, int64_t c0, uint8_t* t, int i) {
-    BlockInt4<G> blk;
-    std::memcpy(&blk, row + (c0 / G) * sizeof(blk), sizeof(blk));
-    const uint8_t* qs = blk.qs + (c0 % G) / 2;  // this 32-column chunk's 16 bytes
-    for (int c = 0; c < 4; ++c)
-        for (int k = 0; k < 4; ++k) t[64 * c + 4 * i + k] = qs[4 * c + k];
-    put16(t + 256, i, blk.d);
-    t[kPackedInt4Zero + i] = blk.z;
-}
-
 }  // namespace
 
 bool packable(DType t) {
@@ -117,29 +117,20 @@ size_t packed_bytes(const Weight& w) {
 void pack_weight(const Weight& w, uint8_t* dst) {
     const int64_t nt = w.cols / packed_tile_cols(w.type);
     const size_t tile = packed_tile_bytes(w.type);
-    if (packed_int4(w.type)) {
-        for (int64_t r = 0; r < w.rows; ++r)
-            for (int64_t b = 0; b < nt; ++b) {
-                uint8_t* t = dst + static_cast<size_t>(r / kPackRows * nt + b) * tile;
-                const int i = static_cast<int>(r % kPackRows);
-                if (w.type == DType::INT4_G32) pack_int4<32>(w.row(r), 32 * b, t, i);
-                if (w.type == DType::INT4_G64) pack_int4<64>(w.row(r), 32 * b, t, i);
-                if (w.type == DType::INT4_G128) pack_int4<128>(w.row(r), 32 * b, t, i);
-            }
-        return;
-    }
-    const size_t block_bytes = dtype_info(w.type).block_bytes;
     for (int64_t r = 0; r < w.rows; ++r) {
         const int64_t g = r / kPackRows;
-        const uint8_t* row = w.row(r);
         for (int64_t b = 0; b < nt; ++b)
-            pack_block(w.type, row + b * block_bytes, dst + static_cast<size_t>(g * nt + b) * tile,
+            pack_block(w.type, w.row(r), b, dst + static_cast<size_t>(g * nt + b) * tile,
                        static_cast<int>(r % kPackRows));
     }
 }
 
+bool packable(const Weight& w) {
+    return packable(w.type) && w.cols % packed_tile_cols(w.type) == 0;
+}
+
 PackedWeight::PackedWeight(const Weight& w) {
-    if (!packable(w.type) || w.cols % packed_tile_cols(w.type) != 0) return;
+    if (!packable(w)) return;
     const size_t n = packed_bytes(w);
     if (n == 0) return;
     buf_ = HugeBuffer(n);

@@ -66,6 +66,8 @@ constexpr size_t packed_tile_bytes(DType t) {
             return 0;
     }
 }
+// Whether this matrix can be packed: its type has a layout and its columns fill whole tiles.
+bool packable(const Weight& w);
 size_t packed_bytes(const Weight& w);
 
 // Where things are inside a tile, for the packer and every level's kernel (bytes).

@@ -110,14 +110,11 @@ void LlamaModel::make_resident(bool progress) {
     auto bytes = [](const Weight& w) { return w.row_stride * static_cast<size_t>(w.rows); };
     int64_t total = 0;
     for (const Weight* w : all) total += static_cast<int64_t>(bytes(*w));
-    auto packs = [](const Weight& w) {
-        return kernels::packable(w.type) && w.cols % kernels::packed_tile_cols(w.type) == 0;
-    };
     // Every matrix a token reads lives in one anonymous buffer backed by huge pages (each alone
     // is < 2 MiB, and file pages are 4 KiB ones): packed for the integer kernels, or copied
     // as it is for the float ones. Either way its file pages are then released.
     auto slot = [&](const Weight& w) {
-        return ((packs(w) ? kernels::packed_bytes(w) : bytes(w)) + 63) / 64 * 64;
+        return ((kernels::packable(w) ? kernels::packed_bytes(w) : bytes(w)) + 63) / 64 * 64;
     };
     size_t resident_total = 0;
     for (const Weight* w : all) resident_total += slot(*w);
@@ -128,7 +125,7 @@ void LlamaModel::make_resident(bool progress) {
     for (Weight* w : all) {
         auto* dst = reinterpret_cast<uint8_t*>(resident_.data()) + at;
         at += slot(*w);
-        if (packs(*w)) {
+        if (kernels::packable(*w)) {
             kernels::pack_weight(*w, dst);
             w->packed = dst;
             // The packed copy serves every integer product; the original pages are read again

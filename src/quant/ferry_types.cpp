@@ -5,6 +5,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 
@@ -164,6 +165,17 @@ void quantize_row_int4(DType type, const float* x, void* dst, int64_t n) {
         default:
             break;
     }
+}
+
+Int4Chunk int4_chunk(DType t, const uint8_t* row, int64_t c0) {
+    static_assert(offsetof(BlockInt4<32>, qs) == 4 && offsetof(BlockInt4<128>, qs) == 4);
+    const DTypeInfo& info = dtype_info(t);
+    const uint8_t* blk = row + (c0 / info.block_size) * info.block_bytes;
+    Int4Chunk c;
+    std::memcpy(&c.d, blk, 2);
+    c.z = blk[2];
+    c.qs = blk + 4 + (c0 % info.block_size) / 2;
+    return c;
 }
 
 }  // namespace ferry::quant

@@ -48,6 +48,16 @@ static_assert(sizeof(BlockInt4<128>) == 68);
 constexpr bool is_int4(DType t) {
     return t == DType::INT4_G32 || t == DType::INT4_G64 || t == DType::INT4_G128;
 }
+// The 32 columns from c0 (a multiple of 32) of an int4 row: their group's scale and zero point,
+// and their 16 bytes of nibbles in Q4_0's order. For the integer kernels, which work in 32-column
+// blocks whatever the group size.
+struct Int4Chunk {
+    uint16_t d;  // fp16
+    uint8_t z;
+    const uint8_t* qs;
+};
+Int4Chunk int4_chunk(DType t, const uint8_t* row, int64_t c0);
+
 constexpr bool is_ferry_type(DType t) {
     return t == DType::INT8 || t == DType::FP8 || t == DType::W8A8 || is_int4(t);
 }

@@ -135,11 +135,14 @@ inline int8x16_t bcast4(const int8_t* p) {
     return vreinterpretq_s8_s32(vdupq_n_s32(v));
 }
 
-// 4 bytes (one per row of a quad) widened to floats.
-inline vf u8x4_to_f32(const uint8_t* p) {
+// 4 bytes (one per row of a quad) widened to 32 bits, or to floats.
+inline uint32x4_t u8x4_to_u32(const uint8_t* p) {
     uint32_t v;
     std::memcpy(&v, p, 4);
-    return vcvtq_f32_u32(vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(v))))));
+    return vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(v)))));
+}
+inline vf u8x4_to_f32(const uint8_t* p) {
+    return vcvtq_f32_u32(u8x4_to_u32(p));
 }
 inline vf i8x4_to_f32(const uint8_t* p) {
     uint32_t v;
@@ -221,13 +224,9 @@ void group_packed(const uint8_t* tiles, int64_t n_tiles, const ActBlock* x, floa
                 int32x4_t p = vaddq_s32(pe, po);
                 if constexpr (k16) p = vaddq_s32(vshlq_n_s32(p, 7), vaddq_s32(le, lo));
                 if constexpr (T == DType::Q4_0) p = vsubq_s32(p, vdupq_n_s32(8 * a.s));
-                if constexpr (packed_int4(T)) {  // q - z per row
-                    uint32_t zb;
-                    std::memcpy(&zb, tp + kPackedInt4Zero + 4 * q, 4);
-                    const int32x4_t z = vreinterpretq_s32_u32(
-                        vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(zb))))));
-                    p = vmlsq_n_s32(p, z, a.s);
-                }
+                if constexpr (packed_int4(T))  // q - z per row
+                    p = vmlsq_n_s32(
+                        p, vreinterpretq_s32_u32(u8x4_to_u32(tp + kPackedInt4Zero + 4 * q)), a.s);
                 vf dw, mw = vzero();
                 if constexpr (T == DType::Q4_K) {
                     const uint16_t* dd = reinterpret_cast<const uint16_t*>(tp + PackedQ4K::d);

@@ -197,33 +197,12 @@ float dot_act_q6_k(const uint8_t* row, const ActBlock* x, int64_t nb, bool wide)
     }
     return facc;
 }
-// ferry's int4 groups: x = d (q - z), the zero point taken off in integers as Q4_0's 8 is.
-template <int G>
-float dot_act_int4(const uint8_t* row, const ActBlock* x, int64_t nb, bool wide) {
-    float facc = 0;
-    for (int64_t b = 0; b < nb; ++b) {
-        BlockInt4<G> blk;
-        std::memcpy(&blk, row + (32 * b / G) * sizeof(blk), sizeof(blk));
-        const uint8_t* qs = blk.qs + (32 * b % G) / 2;
-        const ActBlock& a = x[b];
-        auto v = [&](int j) { return wide ? 128 * int32_t{a.hi[j]} + a.lo[j] : int32_t{a.hi[j]}; };
-        int32_t p = 0;
-        for (int j = 0; j < QK / 2; ++j)
-            p += int32_t{qs[j] & 0x0F} * v(j) + int32_t{qs[j] >> 4} * v(j + QK / 2);
-        p -= int32_t{blk.z} * a.s;
-        facc = std::fma(static_cast<float>(p), fp16_to_fp32(blk.d) * a.d, facc);
-    }
-    return facc;
-}
 }  // namespace
 
 float dot_act(DType type, const uint8_t* row, const ActBlock* x, int64_t nb, Activations act) {
     const bool wide = act == Activations::Int16;
     if (type == DType::Q4_K) return dot_act_q4_k(row, x, nb, wide);
     if (type == DType::Q6_K) return dot_act_q6_k(row, x, nb, wide);
-    if (type == DType::INT4_G32) return dot_act_int4<32>(row, x, nb, wide);
-    if (type == DType::INT4_G64) return dot_act_int4<64>(row, x, nb, wide);
-    if (type == DType::INT4_G128) return dot_act_int4<128>(row, x, nb, wide);
     float facc = 0, macc = 0;
     for (int64_t b = 0; b < nb; ++b) {
         const ActBlock& a = x[b];
@@ -235,12 +214,19 @@ float dot_act(DType type, const uint8_t* row, const ActBlock* x, int64_t nb, Act
             for (int j = 0; j < QK; ++j) p += int32_t{blk.qs[j]} * v(j);
             dw = fp16_to_fp32(blk.d);
         } else {
-            // Q4_0 and Q4_1 share the nibble layout; Q4_0's offset comes off in integers.
-            const uint8_t* qs = type == DType::Q4_0 ? reinterpret_cast<const BlockQ4_0*>(row)[b].qs
-                                                    : reinterpret_cast<const BlockQ4_1*>(row)[b].qs;
+            // Q4_0, Q4_1 and int4 share the nibble layout; Q4_0's offset and int4's zero point
+            // come off in integers.
+            const Int4Chunk c = is_int4(type) ? int4_chunk(type, row, 32 * b) : Int4Chunk{};
+            const uint8_t* qs = is_int4(type) ? c.qs
+                                : type == DType::Q4_0
+                                    ? reinterpret_cast<const BlockQ4_0*>(row)[b].qs
+                                    : reinterpret_cast<const BlockQ4_1*>(row)[b].qs;
             for (int j = 0; j < QK / 2; ++j)
                 p += int32_t{qs[j] & 0x0F} * v(j) + int32_t{qs[j] >> 4} * v(j + QK / 2);
-            if (type == DType::Q4_0) {
+            if (is_int4(type)) {
+                p -= int32_t{c.z} * a.s;
+                dw = fp16_to_fp32(c.d);
+            } else if (type == DType::Q4_0) {
                 p -= 8 * a.s;
                 dw = fp16_to_fp32(reinterpret_cast<const BlockQ4_0*>(row)[b].d);
             } else {
