@@ -3,6 +3,7 @@
 // read bandwidth / weight bytes per token.
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -80,8 +81,13 @@ std::vector<int32_t> bench_prompt(const DecodeBenchOptions& o, const engine::Loa
 void bench_decode(const DecodeBenchOptions& o) {
     engine::LoadedModel lm = o.model.load(!o.json);
     const int threads = o.model.resolved_threads();
-    const int ctx = std::max(o.model.resolved_ctx(lm), 0);
-    auto prompt = bench_prompt(o, lm, std::max(ctx, o.prompt_tokens + o.gen_tokens));
+    // A benchmark sizes its cache to what it runs, so the usual 4096 cap does not apply; the
+    // model's trained context, or an explicit --ctx, does.
+    const int trained = lm.model->config().n_ctx_train;
+    const int ctx = o.model.ctx > 0 ? o.model.ctx
+                    : trained > 0   ? trained
+                                    : std::numeric_limits<int>::max();
+    auto prompt = bench_prompt(o, lm, ctx);
     const int run_ctx = static_cast<int>(prompt.size()) + o.gen_tokens;
 
     if (!o.json)

@@ -26,6 +26,12 @@ def test_bench_decode_json_keys(model_path):
     assert rng["min"] <= rng["median"] <= rng["max"]
 
 
+def test_bench_decode_keeps_an_explicit_context(model_path):
+    # 8 + 20 tokens do not fit a 16-token context: said, not silently enlarged.
+    expect_clean_error(run_ferry("bench", "decode", "-p", "8", "-n", "20", "-c", "16", "-t", "1"),
+                       "exceed the context of 16")
+
+
 def test_bench_throughput_json_keys(model_path):
     r = run_ferry("bench", "throughput", "--num-prompts", "6", "--input-len", "8-40",
                   "--output-len", "2-6", "--max-num-seqs", "4", "--json")
