@@ -242,6 +242,12 @@ bool Engine::step() {
     const int n_vocab = runner_->n_vocab();
     size_t row = 0;
     std::vector<Sequence*> targets;
+    struct Pick {
+        Sequence* seq;
+        const float* logits;
+        int32_t token = -1;
+    };
+    std::vector<Pick> picks;
     for (const auto& s : out.seqs) {
         if (!s.wants_logits) continue;
         const float* l = logits.data() + row * n_vocab;
@@ -254,8 +260,22 @@ bool Engine::step() {
         }
         targets.assign(1, s.seq);
         if (!r.forked && r.params.n > 1) fork(r, *s.seq, targets);
-        for (Sequence* t : targets) sample_and_emit(*t, l);
+        for (Sequence* t : targets) picks.push_back({t, l});
     }
+    // A draw reads only its own sequence's logits, history and generator, so a batch's draws
+    // run over the pool (64 greedy picks over 49152 logits held the other core idle); tokens
+    // are then emitted in batch order on this thread, as streams and stops expect.
+    auto draw = [&](int64_t i) {
+        Pick& p = picks[i];
+        p.token = p.seq->sampler->sample({p.logits, size_t(n_vocab)}, p.seq->tokens);
+    };
+    if (picks.size() >= 4) {
+        runner_->pool().run_tasks(static_cast<int64_t>(picks.size()), draw);
+    } else {
+        for (size_t i = 0; i < picks.size(); ++i) draw(static_cast<int64_t>(i));
+    }
+    for (const Pick& p : picks)
+        if (p.seq->status != SeqStatus::Finished) emit(*p.seq, p.token, p.logits);
     {
         std::lock_guard lock(metrics_mu_);
         ++metrics_.steps;
@@ -340,10 +360,6 @@ void Engine::verify_and_emit(Sequence& seq, const float* logits) {
     // The accepted draft tokens' keys and values are valid; the rejected ones' blocks go back.
     scheduler_->on_computed(&seq, accepted);
     scheduler_->trim_blocks(&seq);
-}
-
-void Engine::sample_and_emit(Sequence& seq, const float* logits) {
-    emit(seq, seq.sampler->sample({logits, size_t(runner_->n_vocab())}, seq.tokens), logits);
 }
 
 // Appends one token to a sequence, streams it, and finishes the sequence on a stop or length.

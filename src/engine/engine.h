@@ -103,7 +103,6 @@ class Engine {
     void fork(Request& req, Sequence& parent, std::vector<Sequence*>& out);
     void propose_drafts();
     void verify_and_emit(Sequence& seq, const float* logits);
-    void sample_and_emit(Sequence& seq, const float* logits);
     void emit(Sequence& seq, int32_t tok, const float* logits);
     void finish(Sequence& seq, FinishReason reason, TokenEvent* last);
     void abort_now(RequestId id);

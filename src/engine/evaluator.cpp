@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/kernels.h"
 #include "kv/kv_store.h"
 
 namespace ferry::engine {
@@ -52,10 +53,6 @@ void log_softmax(const float* x, int64_t n, std::vector<double>& out) {
     for (int64_t i = 0; i < n; ++i) sum += std::exp(x[i] - mx);
     const double lse = mx + std::log(sum);
     for (int64_t i = 0; i < n; ++i) out[i] = x[i] - lse;
-}
-
-int64_t argmax(const float* x, int64_t n) {
-    return std::max_element(x, x + n) - x;
 }
 
 }  // namespace
@@ -121,7 +118,7 @@ Expected<EvalResult> evaluate(const model::LlamaModel& model, const model::Llama
             }
             kls.push_back(std::max(0.0, kl));  // rounding can make an exact 0 slightly negative
             r.max_abs_logit_diff = std::max(r.max_abs_logit_diff, maxdiff);
-            if (argmax(lg, n_vocab) == argmax(rl, n_vocab)) ++top1;
+            if (kernels::argmax(lg, n_vocab) == kernels::argmax(rl, n_vocab)) ++top1;
         }
         prev_end = end;
         ++r.n_windows;

@@ -4,11 +4,9 @@
 #include <cmath>
 #include <unordered_map>
 
-namespace ferry::engine {
+#include "kernels/kernels.h"
 
-int32_t argmax(std::span<const float> logits) {
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
+namespace ferry::engine {
 
 Sampler::Sampler(const SamplingParams& params)
     : params_(params), rng_(params.has_seed ? params.seed : std::random_device{}()) {}
@@ -44,9 +42,9 @@ std::vector<Sampler::Candidate> Sampler::candidates(std::span<const float> logit
         l = penalised;
     }
 
-    // The `keep` best by logit (lowest id on ties), best first. A bounded heap (the worst kept
-    // on top) instead of sorting a candidate per vocabulary entry: greedy and top-k decoding
-    // pick from 49152 logits per token, once per sequence per step.
+    // The `keep` best by logit (lowest id on ties), best first: greedy and top-k decoding pick
+    // from 49152 logits per token, once per sequence per step. Greedy takes the vector argmax
+    // kernel; top-k a bounded heap (the worst kept on top) instead of sorting the vocabulary.
     const auto n_vocab = static_cast<int32_t>(l.size());
     auto before = [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
     size_t keep = l.size();
@@ -55,7 +53,9 @@ std::vector<Sampler::Candidate> Sampler::candidates(std::span<const float> logit
     else if (p.top_k > 0)
         keep = std::min(keep, size_t(p.top_k));
     std::vector<int32_t> best;
-    if (keep == l.size()) {
+    if (keep == 1) {
+        best.push_back(static_cast<int32_t>(kernels::argmax(l.data(), n_vocab)));
+    } else if (keep == l.size()) {
         best.resize(l.size());
         for (int32_t i = 0; i < n_vocab; ++i) best[i] = i;
         std::sort(best.begin(), best.end(), before);

@@ -58,7 +58,4 @@ class Sampler {
     std::mt19937_64 rng_;
 };
 
-// Index of the largest logit (lowest index on ties).
-int32_t argmax(std::span<const float> logits);
-
 }  // namespace ferry::engine

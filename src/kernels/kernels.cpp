@@ -343,6 +343,11 @@ void softmax(float* x, int64_t n) {
     ref::softmax(x, n);
 }
 
+int64_t argmax(const float* x, int64_t n) {
+    if (const LevelKernels* lk = table()) return lk->argmax(x, n);
+    return ref::argmax(x, n);
+}
+
 void attend(const float* q, const float* k, const float* v, size_t stride, int64_t n_kv,
             int head_dim, float scale, float* out) {
     if (const LevelKernels* lk = table())

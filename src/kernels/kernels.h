@@ -84,6 +84,10 @@ void silu_mul(float* gate, const float* up, int64_t n);
 
 void softmax(float* x, int64_t n);
 
+// The index of the largest of x[0, n), the lowest on ties; NaN never wins (0 when nothing but
+// NaN is there, or n is 0). Greedy decoding's pick over the vocabulary, every sequence every step.
+int64_t argmax(const float* x, int64_t n);
+
 // One query vector against n_kv cached positions (keys and values `stride` floats apart),
 // with a streaming softmax so no score vector is ever materialised.
 void attend(const float* q, const float* k, const float* v, size_t stride, int64_t n_kv,

@@ -383,6 +383,57 @@ TEST(Kernels, ElementwiseOpsMatchReference) {
     }
 }
 
+// Greedy decoding's pick: the first index of the largest value, NaN never chosen, on every
+// level and every tail length; the reference is checked against the definition itself.
+TEST(Kernels, ArgmaxIsTheFirstLargestIgnoringNaN) {
+    LevelGuard guard;
+    std::mt19937 rng(11);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const float inf = std::numeric_limits<float>::infinity();
+    auto first_largest = [](const std::vector<float>& x) {
+        int64_t best = 0;
+        bool found = false;
+        for (size_t i = 0; i < x.size(); ++i)
+            if (!std::isnan(x[i]) && (!found || x[i] > x[best])) best = int64_t(i), found = true;
+        return best;
+    };
+    std::vector<std::vector<float>> cases;
+    for (int64_t n : {1, 2, 7, 8, 15, 16, 17, 31, 33, 64, 100, 49152}) {
+        auto x = random_floats(n, rng, 10.0f);
+        cases.push_back(x);
+        // Ties: the maximum copied later (and earlier) must give its first position.
+        const int64_t at = std::uniform_int_distribution<int64_t>(0, n - 1)(rng);
+        x[at] = 50.0f;
+        x[n - 1] = 50.0f;
+        cases.push_back(x);
+        // NaN at the front, in the maximum's place and in the tail.
+        auto y = x;
+        y[0] = nan;
+        y[at] = nan;
+        y[n - 1] = nan;
+        cases.push_back(y);
+        cases.push_back(std::vector<float>(n, nan));
+        cases.push_back(std::vector<float>(n, -inf));
+        auto z = std::vector<float>(n, -1.0f);
+        z[n / 2] = -0.0f;
+        z[n - 1] = 0.0f;  // -0 == +0: the first of them
+        cases.push_back(z);
+        auto w = random_floats(n, rng);
+        w[n - 1] = inf;
+        cases.push_back(w);
+    }
+    for (const auto& x : cases) {
+        const int64_t want = first_largest(x);
+        EXPECT_EQ(kernels::ref::argmax(x.data(), int64_t(x.size())), want) << x.size();
+        for (CpuLevel level : simd_levels()) {
+            kernels::set_cpu_level(level);
+            EXPECT_EQ(kernels::argmax(x.data(), int64_t(x.size())), want)
+                << "level " << int(level) << " n " << x.size();
+        }
+    }
+    EXPECT_EQ(kernels::argmax(nullptr, 0), 0);
+}
+
 TEST(Kernels, AttendMatchesReference) {
     LevelGuard guard;
     std::mt19937 rng(7);

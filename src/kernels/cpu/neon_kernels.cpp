@@ -561,6 +561,24 @@ void softmax(float* x, int64_t n) {
     for (; i < n; ++i) x[i] *= 1.0f / sum;
 }
 
+// Two passes, as on x86: the largest value (maxnm ignores a NaN operand), then where it first
+// occurs.
+int64_t argmax(const float* x, int64_t n) {
+    vf mv = vset1(-__builtin_inff());
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL) mv = vmaxnmq_f32(mv, vld1q_f32(x + i));
+    float mx = vmaxvq_f32(mv);
+    for (int64_t j = i; j < n; ++j) mx = x[j] > mx ? x[j] : mx;
+    const vf vm = vset1(mx);
+    for (i = 0; i + VL <= n; i += VL)
+        if (vmaxvq_u32(vceqq_f32(vld1q_f32(x + i), vm)))
+            for (int64_t j = i;; ++j)
+                if (x[j] == mx) return j;
+    for (; i < n; ++i)
+        if (x[i] == mx) return i;
+    return 0;
+}
+
 // Online softmax over blocks of positions: one max/rescale per block instead of per position.
 // q and the running output live in local arrays (head_dim up to kMaxHeadDim), registers for
 // the small head dims.
@@ -617,6 +635,7 @@ constexpr LevelKernels make_table() {
     t.rmsnorm = rmsnorm;
     t.silu_mul = silu_mul;
     t.softmax = softmax;
+    t.argmax = argmax;
     t.attend = attend;
     return t;
 }

@@ -263,6 +263,13 @@ void softmax(float* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+int64_t argmax(const float* x, int64_t n) {
+    int64_t best = -1;
+    for (int64_t i = 0; i < n; ++i)
+        if (!std::isnan(x[i]) && (best < 0 || x[i] > x[best])) best = i;
+    return best < 0 ? 0 : best;
+}
+
 void attend(const float* q, const float* k, const float* v, size_t stride, int64_t n_kv,
             int head_dim, float scale, float* out) {
     // Online softmax (running max m, running denominator l): one pass over the cache.

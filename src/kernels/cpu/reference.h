@@ -25,6 +25,7 @@ float dot_act(DType type, const uint8_t* row, const ActBlock* x, int64_t nb, Act
 void rmsnorm(const float* x, const float* weight, float* out, int64_t n, float eps);
 void silu_mul(float* gate, const float* up, int64_t n);
 void softmax(float* x, int64_t n);
+int64_t argmax(const float* x, int64_t n);
 void attend(const float* q, const float* k, const float* v, size_t stride, int64_t n_kv,
             int head_dim, float scale, float* out);
 

@@ -37,6 +37,7 @@ struct LevelKernels {
     void (*quantize_token_q8)(const float* x, int64_t n, int8_t* q, float* d);
     void (*matmul_w8a8)(const Weight& w, const TokenQ8& x, int64_t n_tokens, float* y, int64_t ldy,
                         int64_t r0, int64_t r1);
+    int64_t (*argmax)(const float* x, int64_t n);  // exactly ref::argmax's index
 };
 
 const LevelKernels* avx2_kernels();    // nullptr where not compiled (non-x86)
