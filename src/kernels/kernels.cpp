@@ -320,17 +320,9 @@ void rope_angles(int64_t pos, int rope_dim, float theta_base, float* cos_sin) {
 
 void rope(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin,
           RopeStyle style) {
-    for (int i = 0; i < rope_dim / 2; ++i) {
-        const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
-        for (int h = 0; h < n_heads; ++h) {
-            float* v = x + static_cast<int64_t>(h) * head_dim;
-            const int a = style == RopeStyle::Normal ? 2 * i : i;
-            const int b = style == RopeStyle::Normal ? 2 * i + 1 : i + rope_dim / 2;
-            const float x0 = v[a], x1 = v[b];
-            v[a] = x0 * c - x1 * s;
-            v[b] = x0 * s + x1 * c;
-        }
-    }
+    if (const LevelKernels* lk = table())
+        return lk->rope(x, n_heads, head_dim, rope_dim, cos_sin, style);
+    ref::rope(x, n_heads, head_dim, rope_dim, cos_sin, style);
 }
 
 void silu_mul(float* gate, const float* up, int64_t n) {

@@ -383,6 +383,56 @@ TEST(Kernels, ElementwiseOpsMatchReference) {
     }
 }
 
+// RoPE on every level equals the reference bit for bit (both pair layouts, partial rotary
+// dims, vector tails), and the reference is a rotation: norms of each pair are kept and
+// position 0 changes nothing.
+TEST(Kernels, RopeMatchesReferenceBitForBit) {
+    LevelGuard guard;
+    std::mt19937 rng(12);
+    struct Shape {
+        int n_heads, head_dim, rope_dim;
+    };
+    const Shape shapes[] = {{9, 64, 64}, {3, 64, 64}, {2, 64, 32}, {1, 128, 128},
+                            {4, 80, 80}, {2, 24, 24}, {1, 6, 6},   {3, 10, 4}};
+    for (const Shape& sh : shapes)
+        for (auto style : {kernels::RopeStyle::Normal, kernels::RopeStyle::Neox})
+            for (int64_t pos : {0L, 1L, 77L, 4095L, 100000L}) {
+                std::vector<float> cs(sh.rope_dim);
+                kernels::rope_angles(pos, sh.rope_dim, 10000.0f, cs.data());
+                const auto x = random_floats(int64_t(sh.n_heads) * sh.head_dim, rng, 30.0f);
+                auto want = x;
+                kernels::ref::rope(want.data(), sh.n_heads, sh.head_dim, sh.rope_dim, cs.data(),
+                                   style);
+                if (pos == 0) {
+                    EXPECT_EQ(want, x);
+                }
+                const int half = sh.rope_dim / 2;
+                for (int h = 0; h < sh.n_heads; ++h)
+                    for (int i = 0; i < half; ++i) {
+                        const int a = style == kernels::RopeStyle::Normal ? 2 * i : i;
+                        const int b = style == kernels::RopeStyle::Normal ? 2 * i + 1 : i + half;
+                        const float* o = &x[size_t(h) * sh.head_dim];
+                        const float* r = &want[size_t(h) * sh.head_dim];
+                        const double n0 = double(o[a]) * o[a] + double(o[b]) * o[b];
+                        const double n1 = double(r[a]) * r[a] + double(r[b]) * r[b];
+                        ASSERT_NEAR(n1, n0, 1e-5 * (1 + n0));
+                    }
+                for (int h = 0; h < sh.n_heads; ++h)  // dims past rope_dim are left alone
+                    for (int d = sh.rope_dim; d < sh.head_dim; ++d)
+                        ASSERT_EQ(want[size_t(h) * sh.head_dim + d],
+                                  x[size_t(h) * sh.head_dim + d]);
+                for (CpuLevel level : simd_levels()) {
+                    kernels::set_cpu_level(level);
+                    auto got = x;
+                    kernels::rope(got.data(), sh.n_heads, sh.head_dim, sh.rope_dim, cs.data(),
+                                  style);
+                    ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+                        << "level " << int(level) << " head_dim " << sh.head_dim << " rope_dim "
+                        << sh.rope_dim << " style " << int(style) << " pos " << pos;
+                }
+            }
+}
+
 // Greedy decoding's pick: the first index of the largest value, NaN never chosen, on every
 // level and every tail length; the reference is checked against the definition itself.
 TEST(Kernels, ArgmaxIsTheFirstLargestIgnoringNaN) {

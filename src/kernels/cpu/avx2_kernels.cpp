@@ -16,9 +16,6 @@
 
 namespace ferry::kernels::avx2 {
 #include "kernels/cpu/x86_kernels.inc"
-
-const LevelKernels kTable = {quantize_act, matmul_packed, matmul_rows,       rmsnorm,     silu_mul,
-                             softmax,      attend,        quantize_token_q8, matmul_w8a8, argmax};
 }  // namespace ferry::kernels::avx2
 
 #undef FERRY_AVX512

@@ -538,6 +538,48 @@ void silu_mul(float* gate, const float* up, int64_t n) {
     for (; i < n; ++i) gate[i] = gate[i] / (1.0f + __builtin_expf(-gate[i])) * up[i];
 }
 
+// RoPE, bit for bit the reference (products rounded on their own, never fused): vld2 splits
+// adjacent pairs into their first and second elements, and cos_sin into cosines and sines.
+void rope(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin,
+          RopeStyle style) {
+    const int half = rope_dim / 2;
+    for (int h = 0; h < n_heads; ++h) {
+        float* v = x + static_cast<int64_t>(h) * head_dim;
+        int i = 0;
+        if (style == RopeStyle::Normal) {
+            for (; i + VL <= half; i += VL) {
+                const float32x4x2_t xv = vld2q_f32(v + 2 * i), cs = vld2q_f32(cos_sin + 2 * i);
+                float32x4x2_t o;
+                o.val[0] =
+                    vsubq_f32(vmulq_f32(xv.val[0], cs.val[0]), vmulq_f32(xv.val[1], cs.val[1]));
+                o.val[1] =
+                    vaddq_f32(vmulq_f32(xv.val[0], cs.val[1]), vmulq_f32(xv.val[1], cs.val[0]));
+                vst2q_f32(v + 2 * i, o);
+            }
+            for (; i < half; ++i) {
+                const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+                const float x0 = v[2 * i], x1 = v[2 * i + 1];
+                v[2 * i] = x0 * c - x1 * s;
+                v[2 * i + 1] = x0 * s + x1 * c;
+            }
+        } else {
+            for (; i + VL <= half; i += VL) {
+                const float32x4x2_t cs = vld2q_f32(cos_sin + 2 * i);
+                const vf x0 = vld1q_f32(v + i), x1 = vld1q_f32(v + i + half);
+                vst1q_f32(v + i, vsubq_f32(vmulq_f32(x0, cs.val[0]), vmulq_f32(x1, cs.val[1])));
+                vst1q_f32(v + i + half,
+                          vaddq_f32(vmulq_f32(x0, cs.val[1]), vmulq_f32(x1, cs.val[0])));
+            }
+            for (; i < half; ++i) {
+                const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+                const float x0 = v[i], x1 = v[i + half];
+                v[i] = x0 * c - x1 * s;
+                v[i + half] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
 void softmax(float* x, int64_t n) {
     vf mv = vset1(-__builtin_inff());
     int64_t i = 0;
@@ -634,6 +676,7 @@ constexpr LevelKernels make_table() {
     t.matmul_rows = matmul_rows;
     t.rmsnorm = rmsnorm;
     t.silu_mul = silu_mul;
+    t.rope = rope;
     t.softmax = softmax;
     t.argmax = argmax;
     t.attend = attend;

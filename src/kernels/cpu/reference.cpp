@@ -247,6 +247,21 @@ void rmsnorm(const float* x, const float* weight, float* out, int64_t n, float e
     for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
 }
 
+void rope(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin,
+          RopeStyle style) {
+    for (int i = 0; i < rope_dim / 2; ++i) {
+        const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+        for (int h = 0; h < n_heads; ++h) {
+            float* v = x + static_cast<int64_t>(h) * head_dim;
+            const int a = style == RopeStyle::Normal ? 2 * i : i;
+            const int b = style == RopeStyle::Normal ? 2 * i + 1 : i + rope_dim / 2;
+            const float x0 = v[a], x1 = v[b];
+            v[a] = x0 * c - x1 * s;
+            v[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
 void silu_mul(float* gate, const float* up, int64_t n) {
     for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }

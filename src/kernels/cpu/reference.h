@@ -23,6 +23,9 @@ float vec_dot(DType type, const uint8_t* row, const float* x, int64_t n);
 float dot_act(DType type, const uint8_t* row, const ActBlock* x, int64_t nb, Activations act);
 
 void rmsnorm(const float* x, const float* weight, float* out, int64_t n, float eps);
+// Each pair's products rounded on their own, then subtracted / added (never fused): the SIMD
+// levels reproduce it bit for bit.
+void rope(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin, RopeStyle style);
 void silu_mul(float* gate, const float* up, int64_t n);
 void softmax(float* x, int64_t n);
 int64_t argmax(const float* x, int64_t n);
