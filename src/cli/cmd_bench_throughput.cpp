@@ -64,6 +64,8 @@ std::vector<Item> make_workload(const ThroughputOptions& o, const engine::Loaded
     std::vector<Item> items;
     const auto& tok = *lm.tokenizer;
     if (!o.dataset.empty()) {
+        // A line without a length of its own draws one from --output-len.
+        const Range out = parse_range(o.output_len, "--output-len");
         std::ifstream in = open_or_exit(o.dataset);
         std::string line;
         int line_no = 0;
@@ -80,7 +82,7 @@ std::vector<Item> make_workload(const ThroughputOptions& o, const engine::Loaded
                     "each line must be a JSON object with a \"prompt\" string or chat "
                     "\"messages\"");
             std::vector<int32_t> ids;
-            int output_len = 128;
+            int output_len = std::uniform_int_distribution<int>(out.lo, out.hi)(rng);
             try {
                 if (j.contains("messages")) {
                     // A chat: rendered through the model's template, as the server would.
@@ -93,11 +95,14 @@ std::vector<Item> make_workload(const ThroughputOptions& o, const engine::Loaded
                 } else {
                     ids = tok.encode(j["prompt"].get<std::string>(), true, false);
                 }
-                if (j.contains("output_len")) {
-                    const auto& v = j["output_len"];
+                // vLLM's and SGLang's dataset scripts name the wanted length differently.
+                for (const char* key : {"output_len", "output_tokens", "max_tokens"}) {
+                    if (!j.contains(key)) continue;
+                    const auto& v = j[key];
                     if (!v.is_number_integer() || v.get<int64_t>() < 1)
-                        throw bad("\"output_len\" must be a positive integer");
+                        throw bad(fmt::format("\"{}\" must be a positive integer", key));
                     output_len = static_cast<int>(std::min<int64_t>(v.get<int64_t>(), 1 << 24));
+                    break;
                 }
             } catch (const nlohmann::json::exception& e) {
                 throw bad(e.what());
@@ -350,7 +355,9 @@ void add_bench_throughput_command(CLI::App& bench) {
         ->capture_default_str();
     cmd->add_option("--dataset", o->dataset,
                     "JSONL of {\"prompt\": text | \"messages\": [{role, content}], "
-                    "\"output_len\": N} instead of synthetic prompts");
+                    "\"output_len\": N} instead of synthetic prompts (output_tokens or "
+                    "max_tokens also name the length; without one it is drawn from "
+                    "--output-len)");
     cmd->add_option("--shared-prefix-len", o->shared_prefix_len,
                     "every prompt starts with the same L tokens")
         ->check(CLI::Range(0, 1 << 20));

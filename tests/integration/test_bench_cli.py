@@ -62,12 +62,28 @@ def test_bench_throughput_dataset(tmp_path, model_path):
     assert j["output_tokens_per_s"] > 0
 
 
+def test_bench_throughput_dataset_lengths(tmp_path, model_path):
+    # Each line's own length under any of the names other benchmarks use; a line without one
+    # draws from --output-len. Generation ignores EOS here, so the lengths add up exactly.
+    p = tmp_path / "lengths.jsonl"
+    p.write_text("\n".join(json.dumps(x) for x in (
+        {"prompt": "The capital of France is", "output_tokens": 3},
+        {"prompt": "Hello there", "max_tokens": 4},
+        {"prompt": "One two"})) + "\n")
+    r = run_ferry("bench", "throughput", "--dataset", p, "--output-len", "6", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["requests"] == 3
+    assert round(j["output_tokens_per_s"] * j["duration_s"]) == 3 + 4 + 6
+
+
 def test_bench_throughput_bad_dataset_lines(tmp_path, model_path):
     cases = {
         "not json\n": "line 1",
         json.dumps({"prompt": "ok"}) + "\n" + json.dumps({"text": "x"}) + "\n": "line 2",
         json.dumps({"prompt": "ok", "output_len": "eight"}) + "\n": "output_len",
         json.dumps({"prompt": "ok", "output_len": 0}) + "\n": "output_len",
+        json.dumps({"prompt": "ok", "max_tokens": -2}) + "\n": "max_tokens",
         json.dumps({"prompt": 5}) + "\n": "line 1",
         json.dumps({"prompt": ""}) + "\n": "empty",
         "\n\n": "no prompts",
