@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <unordered_map>
 
 #include "kernels/kernels.h"
@@ -11,55 +12,69 @@ namespace ferry::engine {
 Sampler::Sampler(const SamplingParams& params)
     : params_(params), rng_(params.has_seed ? params.seed : std::random_device{}()) {}
 
-std::vector<Sampler::Candidate> Sampler::candidates(std::span<const float> logits,
-                                                    std::span<const int32_t> history) const {
+std::span<const float> Sampler::adjusted(std::span<const float> logits,
+                                         std::span<const int32_t> history,
+                                         std::vector<float>& buf) const {
     const SamplingParams& p = params_;
     // Biases and penalties (CTRL-style repetition penalty; OpenAI-style presence / frequency)
     // change a copy; without them the logits are read where they are.
     std::span<const float> l = logits;
-    std::vector<float> penalised;
     if (!p.logit_bias.empty()) {
-        penalised.assign(logits.begin(), logits.end());
+        buf.assign(logits.begin(), logits.end());
         for (auto [id, bias] : p.logit_bias)
-            if (id >= 0 && size_t(id) < penalised.size()) penalised[id] += bias;
-        l = penalised;
+            if (id >= 0 && size_t(id) < buf.size()) buf[id] += bias;
+        l = buf;
     }
     const bool penalise =
         p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
     if (penalise && !history.empty()) {
-        if (penalised.empty()) penalised.assign(logits.begin(), logits.end());
+        if (l.data() != buf.data()) buf.assign(logits.begin(), logits.end());
         const size_t window = p.penalty_last_n < 0
                                   ? history.size()
                                   : std::min(history.size(), size_t(p.penalty_last_n));
         std::unordered_map<int32_t, int> counts;
         for (size_t i = history.size() - window; i < history.size(); ++i) ++counts[history[i]];
         for (auto [id, count] : counts) {
-            if (id < 0 || size_t(id) >= penalised.size()) continue;
-            float& v = penalised[id];
+            if (id < 0 || size_t(id) >= buf.size()) continue;
+            float& v = buf[id];
             v = v > 0 ? v / p.repetition_penalty : v * p.repetition_penalty;
             v -= p.presence_penalty + p.frequency_penalty * static_cast<float>(count);
         }
-        l = penalised;
+        l = buf;
+    }
+    return l;
+}
+
+namespace {
+// Every token's probability at temperature t: one vector softmax over the vocabulary.
+void softmax_at(std::span<const float> l, float t, std::vector<float>& prob) {
+    prob.resize(l.size());
+    const float inv = 1.0f / t;
+    for (size_t i = 0; i < l.size(); ++i) prob[i] = l[i] * inv;
+    kernels::softmax(prob.data(), static_cast<int64_t>(prob.size()));
+}
+}  // namespace
+
+std::vector<Sampler::Candidate> Sampler::candidates(std::span<const float> logits,
+                                                    std::span<const int32_t> history) const {
+    const SamplingParams& p = params_;
+    std::vector<float> buf;
+    const std::span<const float> l = adjusted(logits, history, buf);
+    const auto n_vocab = static_cast<int32_t>(l.size());
+    // Best by logit, lowest id on ties: the order candidates come in.
+    auto before = [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
+
+    if (p.greedy()) {
+        const auto id = static_cast<int32_t>(kernels::argmax(l.data(), n_vocab));
+        return {{id, l[id], 1.0f}};
     }
 
-    // The `keep` best by logit (lowest id on ties), best first: greedy and top-k decoding pick
-    // from 49152 logits per token, once per sequence per step. Greedy takes the vector argmax
-    // kernel; top-k a bounded heap (the worst kept on top) instead of sorting the vocabulary.
-    const auto n_vocab = static_cast<int32_t>(l.size());
-    auto before = [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
-    size_t keep = l.size();
-    if (p.greedy())
-        keep = 1;
-    else if (p.top_k > 0)
-        keep = std::min(keep, size_t(p.top_k));
-    std::vector<int32_t> best;
-    if (keep == 1) {
-        best.push_back(static_cast<int32_t>(kernels::argmax(l.data(), n_vocab)));
-    } else if (keep == l.size()) {
-        best.resize(l.size());
-        for (int32_t i = 0; i < n_vocab; ++i) best[i] = i;
-        std::sort(best.begin(), best.end(), before);
-    } else {
+    std::vector<Candidate> c;
+    if (p.top_k > 0 && p.top_k < n_vocab) {
+        // The top k through a bounded heap (the worst kept on top) instead of sorting the
+        // vocabulary, then their softmax at the temperature.
+        const auto keep = static_cast<size_t>(p.top_k);
+        std::vector<int32_t> best;
         best.reserve(keep + 1);
         for (int32_t i = 0; i < n_vocab; ++i) {
             if (best.size() < keep) {
@@ -72,16 +87,43 @@ std::vector<Sampler::Candidate> Sampler::candidates(std::span<const float> logit
             }
         }
         std::sort_heap(best.begin(), best.end(), before);
+        c.resize(best.size());
+        const float mx = l[best.front()];
+        double sum = 0;
+        for (size_t i = 0; i < best.size(); ++i) {
+            c[i] = {best[i], l[best[i]], std::exp((l[best[i]] - mx) / p.temperature)};
+            sum += c[i].p;
+        }
+        for (auto& x : c) x.p = static_cast<float>(x.p / sum);
+    } else {
+        // Every token is a candidate. Sorting 49152 of them per token cost more than the
+        // forward pass, so only those that can survive top-p and min-p are sorted: a token
+        // with p >= floor, for a floor lowered until the tokens above it hold top-p's mass
+        // (the tokens above any floor are a prefix of the order, so the prefix top-p keeps
+        // lies inside them).
+        std::vector<float> prob;
+        softmax_at(l, p.temperature, prob);
+        const float pmax = prob[kernels::argmax(l.data(), n_vocab)];
+        float floor = 0;
+        if (p.top_p < 1.0f) {
+            for (float t = pmax / 16; t >= std::numeric_limits<float>::min(); t /= 16) {
+                double mass = 0;
+                for (float x : prob) mass += x >= t ? x : 0.0f;
+                if (mass >= p.top_p) {
+                    floor = t;
+                    break;
+                }
+            }
+        }
+        if (p.min_p > 0.0f) floor = std::max(floor, p.min_p * pmax);
+        std::vector<int32_t> ids;
+        for (int32_t i = 0; i < n_vocab; ++i)
+            if (prob[i] >= floor) ids.push_back(i);
+        if (ids.empty()) ids.push_back(static_cast<int32_t>(kernels::argmax(l.data(), n_vocab)));
+        std::sort(ids.begin(), ids.end(), before);
+        c.resize(ids.size());
+        for (size_t i = 0; i < ids.size(); ++i) c[i] = {ids[i], l[ids[i]], prob[ids[i]]};
     }
-    std::vector<Candidate> c(best.size());
-    for (size_t i = 0; i < best.size(); ++i) c[i] = {best[i], l[best[i]], 0.0f};
-
-    // Softmax at the temperature (greedy keeps one candidate at p = 1).
-    const float temp = p.greedy() ? 1.0f : p.temperature;
-    const float mx = c.front().logit;
-    double sum = 0;
-    for (auto& x : c) sum += (x.p = std::exp((x.logit - mx) / temp));
-    for (auto& x : c) x.p = static_cast<float>(x.p / sum);
 
     // top-p: the smallest prefix whose mass reaches top_p.
     if (p.top_p < 1.0f) {
@@ -97,14 +139,33 @@ std::vector<Sampler::Candidate> Sampler::candidates(std::span<const float> logit
         while (n < c.size() && c[n].p >= floor) ++n;
         c.resize(n);
     }
-    sum = 0;
+    double sum = 0;
     for (auto& x : c) sum += x.p;
     for (auto& x : c) x.p = static_cast<float>(x.p / sum);
     return c;
 }
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
-    return draw(candidates(logits, history));
+    const SamplingParams& p = params_;
+    const bool untruncated = !p.greedy() && (p.top_k <= 0 || size_t(p.top_k) >= logits.size()) &&
+                             p.top_p >= 1.0f && p.min_p <= 0.0f;
+    if (!untruncated) return draw(candidates(logits, history));
+    // Plain sampling (OpenAI's defaults): a draw from the whole softmax needs no order, so
+    // the tokens are walked by id. The same distribution as draw(candidates()), one pass.
+    std::vector<float> buf, prob;
+    const std::span<const float> l = adjusted(logits, history, buf);
+    softmax_at(l, p.temperature, prob);
+    const double r = uniform();
+    double acc = 0;
+    int32_t last = -1;
+    for (size_t i = 0; i < prob.size(); ++i) {
+        if (!(prob[i] > 0)) continue;
+        acc += prob[i];
+        last = static_cast<int32_t>(i);
+        if (r < acc) return last;
+    }
+    // Rounding left the sum just under r (or nothing had mass): the last token that has some.
+    return last >= 0 ? last : static_cast<int32_t>(kernels::argmax(l.data(), int64_t(l.size())));
 }
 
 double Sampler::uniform() {

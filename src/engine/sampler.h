@@ -54,6 +54,10 @@ class Sampler {
     double uniform();
 
   private:
+    // The logits after bias and penalties: `logits` itself when neither applies, else buf.
+    std::span<const float> adjusted(std::span<const float> logits, std::span<const int32_t> history,
+                                    std::vector<float>& buf) const;
+
     SamplingParams params_;
     std::mt19937_64 rng_;
 };

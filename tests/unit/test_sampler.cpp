@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
+#include <vector>
 
 #include "engine/sampler.h"
 
@@ -107,4 +110,70 @@ TEST(Sampler, LogitBiasBansAndForcesAndStacksWithPenalties) {
     p.repetition_penalty = 1.5f;
     const std::vector<int32_t> history = {0};
     EXPECT_EQ(Sampler(p).sample(l, history), 1);
+}
+
+// With top-k off, top-p and min-p select from the whole vocabulary without sorting it; the
+// kept tokens, their order and probabilities must be those of a plain sort in double.
+TEST(Sampler, FullVocabularyTruncationMatchesASortedReference) {
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    std::vector<float> l(5000);
+    for (float& x : l) x = nd(rng);
+    l[17] = l[4000];  // a tie: the lower id first
+    for (float t : {0.7f, 1.0f, 1.5f})
+        for (float top_p : {1.0f, 0.5f, 0.9f, 0.99f})
+            for (float min_p : {0.0f, 0.05f}) {
+                std::vector<double> p(l.size());
+                double z = 0;
+                for (size_t i = 0; i < l.size(); ++i) z += p[i] = std::exp(double(l[i]) / t);
+                for (double& x : p) x /= z;
+                std::vector<int32_t> order(l.size());
+                for (size_t i = 0; i < l.size(); ++i) order[i] = int32_t(i);
+                std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+                    return l[a] > l[b] || (l[a] == l[b] && a < b);
+                });
+                size_t n = 0;
+                double mass = 0;
+                while (n < order.size() && (top_p >= 1.0f || mass < top_p)) mass += p[order[n++]];
+                size_t m = 1;
+                while (m < n && p[order[m]] >= min_p * p[order[0]]) ++m;
+                if (min_p > 0) n = m;
+
+                auto sp = plain(t);
+                sp.top_p = top_p;
+                sp.min_p = min_p;
+                const auto c = Sampler(sp).candidates(l, {});
+                // Float against double rounding may move a cut that falls within ~1e-6 of
+                // the mass by one token; the order and the values must agree.
+                ASSERT_LE(std::abs(double(c.size()) - double(n)), 1.0)
+                    << "t " << t << " top_p " << top_p << " min_p " << min_p;
+                double kept = 0;
+                for (size_t i = 0; i < std::min(c.size(), n); ++i) kept += p[order[i]];
+                for (size_t i = 0; i < std::min(c.size(), n); ++i) {
+                    ASSERT_EQ(c[i].id, order[i]) << i;
+                    ASSERT_NEAR(c[i].p, p[order[i]] / kept, 1e-5 + 1e-4 * p[order[i]] / kept);
+                }
+                if (top_p >= 1.0f && min_p == 0.0f) {
+                    EXPECT_EQ(c.size(), l.size());
+                }
+            }
+}
+
+// Plain sampling draws by id instead of through sorted candidates: the frequencies must
+// still be the softmax of the adjusted logits (here a repetition penalty, at t = 0.5).
+TEST(Sampler, UntruncatedDrawsFollowTheAdjustedSoftmax) {
+    const auto l = logits_of({0.0f, 1.0f, 2.0f, -30.0f});
+    auto p = plain(0.5f);
+    p.repetition_penalty = 1.5f;
+    Sampler s(p);
+    const std::vector<int32_t> history = {2};
+    std::map<int, int> counts;
+    const int n = 30000;
+    for (int i = 0; i < n; ++i) ++counts[s.sample(l, history)];
+    const double adj[] = {0.0, 1.0, 2.0 / 1.5};
+    double z = 0;
+    for (double a : adj) z += std::exp(a / 0.5);
+    for (int k = 0; k < 3; ++k)
+        EXPECT_NEAR(counts[k] / double(n), std::exp(adj[k] / 0.5) / z, 0.012) << k;
+    EXPECT_EQ(counts[3], 0);
 }
