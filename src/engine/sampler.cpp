@@ -120,7 +120,8 @@ std::vector<Sampler::Candidate> Sampler::candidates(std::span<const float> logit
         for (int32_t i = 0; i < n_vocab; ++i)
             if (prob[i] >= floor) ids.push_back(i);
         if (ids.empty()) ids.push_back(static_cast<int32_t>(kernels::argmax(l.data(), n_vocab)));
-        std::sort(ids.begin(), ids.end(), before);
+        // Untruncated, every token stays and the order decides nothing: they stay by id.
+        if (p.top_p < 1.0f || p.min_p > 0.0f) std::sort(ids.begin(), ids.end(), before);
         c.resize(ids.size());
         for (size_t i = 0; i < ids.size(); ++i) c[i] = {ids[i], l[ids[i]], prob[ids[i]]};
     }

@@ -44,7 +44,9 @@ class Sampler {
         float p;
     };
     // The candidates left after penalties and truncation, with normalised probabilities,
-    // sorted by descending probability (exposed for tests and logprobs).
+    // sorted by descending probability (the lowest id first on ties) — except when nothing is
+    // truncated (top-k, top-p and min-p all off), where every token is kept in id order:
+    // sorting the vocabulary per token would cost more than the forward pass.
     std::vector<Candidate> candidates(std::span<const float> logits,
                                       std::span<const int32_t> history) const;
 
