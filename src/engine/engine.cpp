@@ -12,6 +12,7 @@
 #include "engine/kv_calibration.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
+#include "kernels/kernels.h"
 
 namespace ferry::engine {
 
@@ -375,11 +376,14 @@ void Engine::emit(Sequence& seq, int32_t tok, const float* logits) {
     ev.index = seq.index;
     ev.token = tok;
     if (p.top_logprobs >= 0) {
-        // Log-probabilities of the model's own distribution (before sampling adjustments).
-        const float mx = *std::max_element(row.begin(), row.end());
-        double z = 0;
-        for (float x : row) z += std::exp(static_cast<double>(x - mx));
-        const float lse = mx + static_cast<float>(std::log(z));
+        // Log-probabilities of the model's own distribution (before sampling adjustments). The
+        // log-sum-exp from one vector softmax: p(top) = exp(l(top) - lse), so lse = l(top) -
+        // log p(top), without a double-precision exp per vocabulary entry on this thread.
+        thread_local std::vector<float> prob;
+        prob.assign(row.begin(), row.end());
+        kernels::softmax(prob.data(), n_vocab);
+        const int64_t top = kernels::argmax(row.data(), n_vocab);
+        const float lse = row[top] - std::log(prob[top]);
         ev.logprob = row[tok] - lse;
         std::vector<int32_t> ids(n_vocab);
         for (int i = 0; i < n_vocab; ++i) ids[i] = i;

@@ -56,6 +56,39 @@ TEST(Engine, MatchesSingleStreamGenerator) {
     EXPECT_EQ(got[0].tokens[0], expected);
 }
 
+// Log-probabilities streamed with a token are the model's log-softmax, computed here in
+// double from the Generator's logits for the same prompt (and the top list is its best k).
+TEST(Engine, LogprobsAreTheModelsLogSoftmax) {
+    const auto prompt = model().tokenizer->encode("The capital of France is", true, false);
+    Generator gen(*model().model, 2, 256);
+    auto logits = gen.logits_for(prompt);
+    ASSERT_TRUE(logits.ok());
+    const std::vector<float>& l = *logits;
+    double mx = l[0];
+    for (float x : l) mx = std::max(mx, double(x));
+    double z = 0;
+    for (float x : l) z += std::exp(double(x) - mx);
+    const double lse = mx + std::log(z);
+
+    Engine e(model(), small_config());
+    RequestParams p = greedy(1);
+    p.top_logprobs = 3;
+    std::vector<TokenEvent> events;
+    auto id = e.add_request(prompt, p, [&](const TokenEvent& ev) {
+        if (ev.token >= 0) events.push_back(ev);
+    });
+    ASSERT_TRUE(id.ok());
+    while (e.has_work()) e.step();
+    ASSERT_EQ(events.size(), 1u);
+    const TokenEvent& ev = events[0];
+    EXPECT_NEAR(ev.logprob, l[ev.token] - lse, 1e-4);
+    ASSERT_EQ(ev.top_logprobs.size(), 3u);
+    EXPECT_EQ(ev.top_logprobs[0].token, ev.token);  // greedy: the best one
+    for (const auto& [tok, lp] : ev.top_logprobs) EXPECT_NEAR(lp, l[tok] - lse, 1e-4);
+    EXPECT_GE(ev.top_logprobs[0].logprob, ev.top_logprobs[1].logprob);
+    EXPECT_GE(ev.top_logprobs[1].logprob, ev.top_logprobs[2].logprob);
+}
+
 TEST(Engine, TinyPoolForcesPreemptionAndKeepsOutputs) {
     const int n = 12;
     auto prompts = mixed_prompts(n, 2);
