@@ -48,6 +48,11 @@ struct ThroughputOptions {
     int shared_prefix_len = 0;
     std::string request_rate = "inf";
     uint64_t seed = 0;
+    // Greedy unless a temperature is given; then OpenAI-style plain sampling (vLLM's throughput
+    // benchmark samples at temperature 1, top-p 1), one seeded stream per request.
+    float temperature = 0;
+    int top_k = 0;
+    float top_p = 1;
     bool compare = false;
     bool json = false;
 };
@@ -173,7 +178,7 @@ struct Peaks {
 
 nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineConfig& cfg,
                             const std::vector<Item>& items, const std::string& label, bool quiet,
-                            const Peaks& peaks) {
+                            const Peaks& peaks, const engine::SamplingParams& sampling) {
     std::unique_ptr<engine::Engine> engine_ptr;
     try {
         engine_ptr = std::make_unique<engine::Engine>(lm, cfg);
@@ -184,7 +189,7 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
     static bool noted = false;  // once, also under --json (stderr) and --compare
     if (!std::exchange(noted, true)) note_kv_capped_context(eng, "bench throughput");
     engine::RequestParams base;
-    base.sampling.temperature = 0;
+    base.sampling = sampling;
     base.ignore_eos = true;
     Progress bar("bench throughput: " + label, static_cast<int64_t>(items.size()), !quiet);
 
@@ -200,6 +205,8 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
         while (next < items.size() && items[next].arrival_s <= elapsed()) {
             auto p = base;
             p.max_tokens = items[next].output_len;
+            p.sampling.seed = sampling.seed + next;  // each run of --compare draws the same
+            p.sampling.has_seed = true;
             auto id = eng.add_request(items[next].prompt, p, nullptr);
             if (!id) throw ExitError("request refused: " + id.error().message);
             ++next;
@@ -286,9 +293,16 @@ void bench_throughput(const ThroughputOptions& o) {
     const Peaks peaks{measure_read_bandwidth_gbs(cfg.n_threads),
                       measure_peak_gflops_f32(cfg.n_threads)};
 
+    engine::SamplingParams sampling;
+    sampling.temperature = o.temperature;
+    sampling.top_k = o.top_k;
+    sampling.top_p = o.top_p;
+    sampling.min_p = 0;
+    sampling.seed = o.seed;
+
     std::vector<nlohmann::json> rows;
     if (!o.compare) {
-        rows.push_back(run_workload(lm, cfg, items, "as configured", o.json, peaks));
+        rows.push_back(run_workload(lm, cfg, items, "as configured", o.json, peaks, sampling));
     } else {
         using C = engine::EngineConfig;
         auto with = [&](auto change) {
@@ -296,32 +310,38 @@ void bench_throughput(const ThroughputOptions& o) {
             change(c);
             return c;
         };
-        rows.push_back(
-            run_workload(lm, with([](C&) {}), items, "continuous+paged+prefix", o.json, peaks));
+        rows.push_back(run_workload(lm, with([](C&) {}), items, "continuous+paged+prefix", o.json,
+                                    peaks, sampling));
         rows.push_back(run_workload(lm, with([](C& c) { c.batching = C::Batching::Static; }), items,
-                                    "static batching", o.json, peaks));
+                                    "static batching", o.json, peaks, sampling));
         rows.push_back(run_workload(lm, with([](C& c) { c.kv_layout = C::KvLayout::Contiguous; }),
-                                    items, "contiguous kv", o.json, peaks));
+                                    items, "contiguous kv", o.json, peaks, sampling));
         rows.push_back(run_workload(lm, with([](C& c) { c.prefix_cache = false; }), items,
-                                    "prefix cache off", o.json, peaks));
+                                    "prefix cache off", o.json, peaks, sampling));
         if (cfg.kv_dtype != kv::KvDType::F32)
             rows.push_back(run_workload(lm, with([](C& c) { c.kv_dtype = kv::KvDType::F32; }),
-                                        items, "f32 kv", o.json, peaks));
+                                        items, "f32 kv", o.json, peaks, sampling));
         if (cfg.spec.method != engine::SpecMethod::Off)
             rows.push_back(run_workload(lm,
                                         with([](C& c) { c.spec.method = engine::SpecMethod::Off; }),
-                                        items, "speculation off", o.json, peaks));
+                                        items, "speculation off", o.json, peaks, sampling));
     }
     if (o.json) {
         nlohmann::json j = o.compare ? nlohmann::json{{"runs", rows}} : rows.front();
         j["model"] = lm.file->path();
         j["num_prompts"] = items.size();
         j["threads"] = cfg.n_threads;
+        j["sampling"] = {{"temperature", o.temperature}, {"top_k", o.top_k}, {"top_p", o.top_p}};
         std::printf("%s\n", j.dump(2).c_str());
         return;
     }
-    std::printf("%zu requests, %d threads, max %d seqs, %d tokens/step, block %d\n", items.size(),
-                cfg.n_threads, cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.block_size);
+    std::printf("%zu requests, %d threads, max %d seqs, %d tokens/step, block %d, %s\n",
+                items.size(), cfg.n_threads, cfg.max_num_seqs, cfg.max_num_batched_tokens,
+                cfg.block_size,
+                o.temperature > 0 ? fmt::format("sampled at temperature {} (top-k {}, top-p {})",
+                                                o.temperature, o.top_k, o.top_p)
+                                        .c_str()
+                                  : "greedy");
     std::printf("%-22s %8s %10s %10s %9s %9s %9s %9s %7s %6s %8s\n", "run", "req/s", "out tok/s",
                 "tot tok/s", "ttft p50", "ttft p99", "tpot p50", "kv waste", "peak kv", "preem",
                 "prefix");
@@ -364,6 +384,16 @@ void add_bench_throughput_command(CLI::App& bench) {
     cmd->add_option("--request-rate", o->request_rate, "Poisson arrivals per second, or inf")
         ->capture_default_str();
     cmd->add_option("--seed", o->seed, "workload seed")->capture_default_str();
+    cmd->add_option("--temperature,--temp", o->temperature,
+                    "sample at this temperature (0: greedy); top-k and top-p below, nothing else")
+        ->capture_default_str()
+        ->check(kFinite & CLI::Range(0.0, 100.0));
+    cmd->add_option("--top-k", o->top_k, "with --temperature: keep the k most likely (0: off)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1 << 30));
+    cmd->add_option("--top-p", o->top_p, "with --temperature: nucleus mass (1: off)")
+        ->capture_default_str()
+        ->check(kFinite & CLI::Range(0.0, 1.0));
     cmd->add_flag("--compare", o->compare,
                   "run the workload under static batching, contiguous KV and prefix cache off too");
     cmd->add_flag("--json", o->json, "print JSON with stable keys");

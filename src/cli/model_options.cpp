@@ -66,7 +66,6 @@ engine::LoadedModel ModelOptions::load(bool progress) const {
     return take(engine::LoadedModel::load(take(resolve_model_path(model)), progress));
 }
 
-namespace {
 // CLI::Range lets NaN through (every comparison with it is false).
 const CLI::Validator kFinite(
     [](std::string& s) {
@@ -77,7 +76,6 @@ const CLI::Validator kFinite(
         }
     },
     "FINITE");
-}  // namespace
 
 void SamplingOptions::add_to(CLI::App& cmd) {
     auto& p = params;

@@ -94,7 +94,21 @@ def test_bench_throughput_bad_dataset_lines(tmp_path, model_path):
         expect_clean_error(run_ferry("bench", "throughput", "--dataset", p), word)
 
 
+def test_bench_throughput_sampled(model_path):
+    r = run_ferry("bench", "throughput", "--num-prompts", "4", "--input-len", "8",
+                  "--output-len", "6", "--temperature", "1", "--top-p", "0.9", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["sampling"]["temperature"] == 1 and j["sampling"]["top_k"] == 0
+    assert abs(j["sampling"]["top_p"] - 0.9) < 1e-6
+    # EOS is ignored in the benchmark, so sampling changes which tokens, not how many.
+    assert j["requests"] == 4
+    assert round(j["output_tokens_per_s"] * j["duration_s"]) == 4 * 6
+
+
 def test_bench_throughput_bad_options(model_path):
+    r = run_ferry("bench", "throughput", "--temperature", "nan")
+    assert r.returncode != 0 and "--temperature: must be a finite number" in r.stderr
     expect_clean_error(run_ferry("bench", "throughput", "--input-len", "9-3"), "--input-len")
     expect_clean_error(run_ferry("bench", "throughput", "--request-rate", "fast"),
                        "--request-rate")
