@@ -43,6 +43,29 @@ TEST(KvQuant, HalfRoundTripsEveryCodeAndRoundsToNearest) {
     EXPECT_TRUE(std::isnan(kv::f16_to_f32(kv::f32_to_f16(NAN))));
 }
 
+// The cache's f16 rows (F16C where the CPU has it) equal f32_to_f16 element by element:
+// halfway cases, subnormal halves, f32 denormals, the overflow edge, infinities, signed zeros
+// and NaN (the canonical one), in every position of an 8-lane group and in the tail.
+TEST(KvQuant, HalfRowsEqualTheScalarConversionBitForBit) {
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+    std::uniform_int_distribution<int> ex(-30, 17);
+    std::vector<float> x;
+    for (int i = 0; i < 4000; ++i) x.push_back(std::ldexp(mant(rng), ex(rng)));
+    const float special[] = {1.0f + 0x1p-11f, 1.0f + 0x3p-11f, 0x1p-24f,  0x1p-25f,
+                             0x3p-26f,        0x1p-14f,        0x1p-149f, 65504.0f,
+                             65519.99f,       65520.0f,        -0.0f,     0.0f,
+                             INFINITY,        -INFINITY,       NAN,       -NAN};
+    for (int rep = 0; rep < 3; ++rep)
+        for (float f : special) x.insert(x.begin() + rng() % x.size(), f);
+    for (int n : {int(x.size()), 7, 8, 9, 15}) {
+        std::vector<uint16_t> got(n);
+        float scale = 0;
+        kv::quantize_kv_row(kv::KvDType::F16, x.data(), n, got.data(), &scale, nullptr);
+        for (int i = 0; i < n; ++i) ASSERT_EQ(got[i], kv::f32_to_f16(x[i])) << i << " " << x[i];
+    }
+}
+
 TEST(KvQuant, E4M3RoundTripsEveryCodeAndSaturates) {
     for (int c = 0; c < 256; ++c) {
         const float f = kv::e4m3_to_f32(static_cast<uint8_t>(c));
