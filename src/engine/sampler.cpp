@@ -46,6 +46,14 @@ std::span<const float> Sampler::adjusted(std::span<const float> logits,
 }
 
 namespace {
+// Which truncations can drop a token: candidates() and sample()'s shortcut decide alike.
+bool top_k_cuts(const SamplingParams& p, size_t n_vocab) {
+    return p.top_k > 0 && size_t(p.top_k) < n_vocab;
+}
+bool mass_cuts(const SamplingParams& p) {
+    return p.top_p < 1.0f || p.min_p > 0.0f;
+}
+
 // Every token's probability at temperature t: one vector softmax over the vocabulary.
 void softmax_at(std::span<const float> l, float t, std::vector<float>& prob) {
     prob.resize(l.size());
@@ -70,7 +78,7 @@ std::vector<Sampler::Candidate> Sampler::candidates(std::span<const float> logit
     }
 
     std::vector<Candidate> c;
-    if (p.top_k > 0 && p.top_k < n_vocab) {
+    if (top_k_cuts(p, l.size())) {
         // The top k through a bounded heap (the worst kept on top) instead of sorting the
         // vocabulary, then their softmax at the temperature.
         const auto keep = static_cast<size_t>(p.top_k);
@@ -121,7 +129,7 @@ std::vector<Sampler::Candidate> Sampler::candidates(std::span<const float> logit
             if (prob[i] >= floor) ids.push_back(i);
         if (ids.empty()) ids.push_back(static_cast<int32_t>(kernels::argmax(l.data(), n_vocab)));
         // Untruncated, every token stays and the order decides nothing: they stay by id.
-        if (p.top_p < 1.0f || p.min_p > 0.0f) std::sort(ids.begin(), ids.end(), before);
+        if (mass_cuts(p)) std::sort(ids.begin(), ids.end(), before);
         c.resize(ids.size());
         for (size_t i = 0; i < ids.size(); ++i) c[i] = {ids[i], l[ids[i]], prob[ids[i]]};
     }
@@ -148,8 +156,7 @@ std::vector<Sampler::Candidate> Sampler::candidates(std::span<const float> logit
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
     const SamplingParams& p = params_;
-    const bool untruncated = !p.greedy() && (p.top_k <= 0 || size_t(p.top_k) >= logits.size()) &&
-                             p.top_p >= 1.0f && p.min_p <= 0.0f;
+    const bool untruncated = !p.greedy() && !top_k_cuts(p, logits.size()) && !mass_cuts(p);
     if (!untruncated) return draw(candidates(logits, history));
     // Plain sampling (OpenAI's defaults): a draw from the whole softmax needs no order, so
     // the tokens are walked by id. The same distribution as draw(candidates()), one pass.
