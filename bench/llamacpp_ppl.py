@@ -8,7 +8,7 @@ Called by bench/llamacpp-ppl.sh inside the bench venv. For each file:
   comparison. llama.cpp's own tokenization is compared with them and reported.
 - ferry's perplexity is `ferry eval --json` on the text with the same --ctx/--stride/--max-tokens;
   its token count must equal the ids' count.
-- llama.cpp's perplexity is computed here with the rule of src/engine/evaluator.cpp: windows of
+- llama.cpp's perplexity is computed here with the rule of src/eval/evaluator.cpp: windows of
   ctx tokens starting at 0, stride, 2 stride, ... until one reaches the end of the text, each
   from an empty cache with no BOS added (the text's first id is BOS when the model asks for
   one, and only the first window sees it); a window scores its positions t from
@@ -73,7 +73,7 @@ def ferry_eval(ferry, model, text_path, ctx, stride, max_tokens, threads, kv_dty
 
 
 def windows(n, ctx, stride):
-    """(begin, end, first scored position) of each window, as src/engine/evaluator.cpp."""
+    """(begin, end, first scored position) of each window, as src/eval/evaluator.cpp."""
     out, prev_end, b = [], 0, 0
     while True:
         end = min(b + ctx, n)

@@ -33,14 +33,14 @@ struct Context {
 
 // One sequence of n_kv positions of type t; its blocks are scattered over a pool twice as
 // large, as in the engine, so consecutive blocks are not neighbours in memory.
-Context make_context(int64_t n_kv, kv::KvDType t = kv::KvDType::F32) {
+Context make_context(int64_t n_kv, quant::KvDType t = quant::KvDType::F32) {
     Context c;
     constexpr int kv_dim = kHeadKv * kHeadDim;
     const int64_t nb = (n_kv + kBlock - 1) / kBlock;
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> d(-1.0f, 1.0f);
     kv::KvFormat f{t, {}};
-    if (t == kv::KvDType::Int8) f.k_scales.assign(kv_dim, 1.5f / kv::kInt8Max);
+    if (t == quant::KvDType::Int8) f.k_scales.assign(kv_dim, 1.5f / quant::kInt8Max);
     c.store = std::make_unique<kv::KvStore>(1, 2 * nb, kBlock, kv_dim, kHeadDim, std::move(f));
     std::vector<float> k(kv_dim), v(kv_dim);
     for (int64_t b = 0; b < nb; ++b) {
@@ -68,11 +68,11 @@ void set_kv_counters(benchmark::State& st, const Context& c, int64_t n_kv) {
                                              benchmark::Counter::kIs1000);
 }
 
-// kv: 0 f32, 1 f16, 2 int8, 3 fp8 (kv::KvDType).
+// kv: 0 f32, 1 f16, 2 int8, 3 fp8 (quant::KvDType).
 void BM_DecodeAttention(benchmark::State& st) {
     const int64_t n_kv = st.range(0);
     const int threads = static_cast<int>(st.range(1));
-    const auto t = static_cast<kv::KvDType>(st.range(2));
+    const auto t = static_cast<quant::KvDType>(st.range(2));
     Context c = make_context(n_kv, t);
     ThreadPool pool(threads);
     const kernels::AttentionBatch b{c.q.data(), c.out.data(),
@@ -88,7 +88,7 @@ void BM_DecodeAttention(benchmark::State& st) {
     }
     set_kv_counters(st, c, n_kv);
     st.SetLabel(std::string(kernels::cpu_level_name(kernels::cpu_level())) + " " +
-                kv::kv_dtype_name(t));
+                quant::kv_dtype_name(t));
 }
 BENCHMARK(BM_DecodeAttention)
     ->ArgsProduct({{512, 2048}, {1, 2}, {0, 1, 2, 3}})
@@ -101,7 +101,7 @@ void BM_DecodeAttentionReference(benchmark::State& st) {
     Context c = make_context(n_kv);
     for (auto _ : st) {
         for (int h = 0; h < kHead; ++h) {
-            const kv::KvBlockLayout l = c.store->layout();
+            const quant::KvBlockLayout l = c.store->layout();
             const kernels::PagedKvView view{
                 c.kb.data(),
                 c.vb.data(),
@@ -109,7 +109,7 @@ void BM_DecodeAttentionReference(benchmark::State& st) {
                 l.pos_stride,
                 static_cast<size_t>(h / (kHead / kHeadKv)) * l.head_stride,
                 l.scale_offset,
-                kv::KvDType::F32,
+                quant::KvDType::F32,
                 kHeadKv,
                 h / (kHead / kHeadKv)};
             kernels::attend_paged_reference(&c.q[h * kHeadDim], view, n_kv, kHeadDim, 0.125f,
@@ -131,7 +131,7 @@ void BM_AttendDecodeBatch(benchmark::State& st) {
                   n_head_kv = kHeadKv;
     const int kv_dim = n_head_kv * hd;
     const int64_t per_seq = (n_kv + bs - 1) / bs;
-    kv::KvStore store(n_layer, n_seq * per_seq, bs, kv_dim, hd, {kv::KvDType::F16, {}});
+    kv::KvStore store(n_layer, n_seq * per_seq, bs, kv_dim, hd, {quant::KvDType::F16, {}});
     std::mt19937 rng(3);
     std::normal_distribution<float> nd;
     std::vector<float> k(kv_dim), v(kv_dim);

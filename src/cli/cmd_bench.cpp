@@ -172,7 +172,7 @@ void bench_decode(const DecodeBenchOptions& o) {
         {"read_bandwidth_gbs", bw},
         {"roofline_decode_tokens_per_s", roofline},
         {"roofline_fraction", dc.median / roofline},
-        {"kv_dtype", kv::kv_dtype_name(gen.kv_store().dtype())},
+        {"kv_dtype", quant::kv_dtype_name(gen.kv_store().dtype())},
     };
     // Where each phase sits under the roofline (plan/bottleneck): bytes and FLOPs per token
     // from the model's size, time from the medians above.
@@ -200,7 +200,8 @@ void bench_decode(const DecodeBenchOptions& o) {
     j["kv_bytes_read_per_token"] = kv_read;
     j["roofline_with_kv_tokens_per_s"] = roofline_kv;
     j["roofline_with_kv_fraction"] = dc.median / roofline_kv;
-    if (gen.kv_store().dtype() == kv::KvDType::Int8) j["kv_k_clipped"] = gen.kv_store().k_clipped();
+    if (gen.kv_store().dtype() == quant::KvDType::Int8)
+        j["kv_k_clipped"] = gen.kv_store().k_clipped();
     j["spec_method"] = engine::spec_method_name(spec_cfg.method);
     if (speculate) {
         j["spec_k"] = spec_cfg.k;
@@ -230,8 +231,8 @@ void bench_decode(const DecodeBenchOptions& o) {
                 pf.max, tt.median);
     std::printf("decode     %8.1f tok/s  [%.1f .. %.1f]   tpot %.2f ms\n", dc.median, dc.min,
                 dc.max, tp.median);
-    std::printf("kv cache   %s, %.0f bytes per token\n", kv::kv_dtype_name(gen.kv_store().dtype()),
-                kv_per_token);
+    std::printf("kv cache   %s, %.0f bytes per token\n",
+                quant::kv_dtype_name(gen.kv_store().dtype()), kv_per_token);
     std::printf(
         "roofline   %.1f GB/s read [%.1f .. %.1f] / %.1f MiB per token = %.1f tok/s; "
         "decode at %.0f %%\n",

@@ -253,7 +253,7 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
         {"kv_waste_fraction", waste_steps ? waste_sum / double(waste_steps) : 0.0},
         {"peak_kv_blocks", peak_blocks},
         {"kv_blocks_total", m.kv_blocks_total},
-        {"kv_dtype", kv::kv_dtype_name(cfg.kv_dtype)},
+        {"kv_dtype", quant::kv_dtype_name(cfg.kv_dtype)},
         {"kv_bytes_per_token", eng.kv_bytes_per_token()},
         {"preemptions", m.preemptions},
         {"prefix_hit_fraction",
@@ -318,8 +318,8 @@ void bench_throughput(const ThroughputOptions& o) {
                                     items, "contiguous kv", o.json, peaks, sampling));
         rows.push_back(run_workload(lm, with([](C& c) { c.prefix_cache = false; }), items,
                                     "prefix cache off", o.json, peaks, sampling));
-        if (cfg.kv_dtype != kv::KvDType::F32)
-            rows.push_back(run_workload(lm, with([](C& c) { c.kv_dtype = kv::KvDType::F32; }),
+        if (cfg.kv_dtype != quant::KvDType::F32)
+            rows.push_back(run_workload(lm, with([](C& c) { c.kv_dtype = quant::KvDType::F32; }),
                                         items, "f32 kv", o.json, peaks, sampling));
         if (cfg.spec.method != engine::SpecMethod::Off)
             rows.push_back(run_workload(lm,

@@ -1,6 +1,6 @@
 // `ferry eval -m MODEL [--ref REF] [--text FILE] [--tasks FILE]`: perplexity, and against a
 // reference model the KL divergence, top-1 agreement and largest logit difference, on the same
-// tokens; with --tasks, greedy answers to short prompts (engine/task_eval.h).
+// tokens; with --tasks, greedy answers to short prompts (eval/task_eval.h).
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -11,9 +11,9 @@
 #include "core/paths.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
-#include "engine/evaluator.h"
 #include "engine/loaded_model.h"
-#include "engine/task_eval.h"
+#include "eval/evaluator.h"
+#include "eval/task_eval.h"
 
 namespace ferry::cli {
 namespace {
@@ -40,7 +40,7 @@ std::string resolve_tasks_path(const std::string& spec) {
 
 struct TaskFile {
     std::string path;
-    std::vector<engine::EvalTask> tasks;
+    std::vector<eval::EvalTask> tasks;
 };
 
 // Runs the task file and returns its "tasks" JSON, printing the table unless json.
@@ -48,19 +48,19 @@ nlohmann::json eval_tasks(const EvalCmdOptions& o, const TaskFile& tf,
                           const engine::LoadedModel& lm, const engine::LoadedModel* ref) {
     const std::string& path = tf.path;
     const auto& tasks = tf.tasks;
-    engine::TaskEvalOptions opt;
+    eval::TaskEvalOptions opt;
     opt.n_threads = resolve_threads(o.threads);
     Progress bar("tasks", 1000, !o.json);
-    auto r = take(engine::run_tasks(lm, ref, tasks, opt, [&](int done, int total) {
+    auto r = take(eval::run_tasks(lm, ref, tasks, opt, [&](int done, int total) {
         bar.update(static_cast<int64_t>(done) * 1000 / total);
     }));
     bar.finish();
-    nlohmann::json j = engine::task_eval_json(r, o.task_items);
+    nlohmann::json j = eval::task_eval_json(r, o.task_items);
     j["file"] = path;
     if (!o.json) {
         std::printf("tasks       %s (%d tasks, %d with an answer)\n", path.c_str(), r.overall.n,
                     r.overall.n_scored);
-        std::fputs(engine::task_eval_table(r).c_str(), stdout);
+        std::fputs(eval::task_eval_table(r).c_str(), stdout);
     }
     return j;
 }
@@ -71,7 +71,7 @@ void eval(const EvalCmdOptions& o) {
     if (!o.tasks.empty()) {
         tf.emplace();
         tf->path = resolve_tasks_path(o.tasks);
-        tf->tasks = take(engine::load_tasks(tf->path));
+        tf->tasks = take(eval::load_tasks(tf->path));
     }
     o.activations.apply();
     auto lm = take(engine::LoadedModel::load(take(resolve_model_path(o.model)), false));
@@ -93,13 +93,13 @@ void eval(const EvalCmdOptions& o) {
     if (o.max_tokens > 0 && static_cast<int64_t>(tokens.size()) > o.max_tokens)
         tokens.resize(static_cast<size_t>(o.max_tokens));
 
-    engine::EvalOptions opt;
+    eval::EvalOptions opt;
     opt.kv_format = o.kv_dtype.format(lm);
     opt.ctx = o.ctx;
     opt.stride = o.stride > 0 ? o.stride : o.ctx / 2;
     opt.n_threads = resolve_threads(o.threads);
     Progress bar("eval", 1000, !o.json);
-    auto r = take(engine::evaluate(
+    auto r = take(eval::evaluate(
         *lm.model, ref ? ref->model.get() : nullptr, tokens, opt,
         [&](int done, int total) { bar.update(static_cast<int64_t>(done) * 1000 / total); }));
     bar.finish();

@@ -31,7 +31,7 @@ void info(const InfoOptions& o) {
     }
     // What the serving engine's cache takes per token at its default block size, scales and
     // padding included.
-    auto kv_per_token = [&](kv::KvDType t) {
+    auto kv_per_token = [&](quant::KvDType t) {
         const int bs = engine::EngineConfig{}.block_size;
         return kv::KvStore::bytes_per_block(c.n_layer, bs, c.kv_dim(), c.head_dim, t) / bs;
     };
@@ -55,10 +55,10 @@ void info(const InfoOptions& o) {
         {"rms_eps", c.rms_eps},
         {"weight_bytes_per_token", lm.model->weight_bytes_per_token()},
         {"kv_bytes_per_token",
-         {{"f32", kv_per_token(kv::KvDType::F32)},
-          {"f16", kv_per_token(kv::KvDType::F16)},
-          {"int8", kv_per_token(kv::KvDType::Int8)},
-          {"fp8", kv_per_token(kv::KvDType::FP8)}}},
+         {{"f32", kv_per_token(quant::KvDType::F32)},
+          {"f16", kv_per_token(quant::KvDType::F16)},
+          {"int8", kv_per_token(quant::KvDType::Int8)},
+          {"fp8", kv_per_token(quant::KvDType::FP8)}}},
         {"kv_cache_dtype", KvDTypeOption{}.name},
         {"chat_template", lm.chat_template ? lm.chat_template->family_name() : "none"},
         {"bos_token_id", lm.tokenizer->bos()},
@@ -90,8 +90,8 @@ void info(const InfoOptions& o) {
     std::printf(
         "KV per token    %.1f KiB at f32, %.1f KiB at f16 (the default), %.1f KiB at int8, "
         "%.1f KiB at fp8 (--kv-dtype; scales included)\n",
-        kv_per_token(kv::KvDType::F32) / 1024.0, kv_per_token(kv::KvDType::F16) / 1024.0,
-        kv_per_token(kv::KvDType::Int8) / 1024.0, kv_per_token(kv::KvDType::FP8) / 1024.0);
+        kv_per_token(quant::KvDType::F32) / 1024.0, kv_per_token(quant::KvDType::F16) / 1024.0,
+        kv_per_token(quant::KvDType::Int8) / 1024.0, kv_per_token(quant::KvDType::FP8) / 1024.0);
     std::printf("chat template   %s\n", lm.chat_template ? lm.chat_template->family_name()
                                                          : lm.chat_template_error.c_str());
 }

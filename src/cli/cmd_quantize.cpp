@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "calibrate/calibrated.h"
+#include "calibrate/calibration.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/paths.h"
@@ -24,8 +26,6 @@
 #include "engine/loaded_model.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
-#include "quant/calibrated.h"
-#include "quant/calibration.h"
 #include "quant/dequantize.h"
 #include "quant/ferry_types.h"
 #include "quant/group_grid.h"
@@ -158,8 +158,8 @@ std::optional<DType> planned_type(const QuantizeOptions& o, DType target, const 
 
 // GPTQ or AWQ: run the model over the calibration text, then compute what replaces RTN for
 // the layers' matrices (and, for AWQ, their norms).
-quant::TensorOverrides calibrated_overrides(const QuantizeOptions& o, DType target,
-                                            engine::LoadedModel& lm, ThreadPool& pool) {
+calibrate::TensorOverrides calibrated_overrides(const QuantizeOptions& o, DType target,
+                                                engine::LoadedModel& lm, ThreadPool& pool) {
     const std::string path = o.calib.empty() ? default_calib_path() : o.calib;
     std::vector<int32_t> tokens = lm.tokenizer->encode(read_file_or_exit(path), true);
     if (static_cast<int64_t>(tokens.size()) > o.calib_tokens)
@@ -170,17 +170,18 @@ quant::TensorOverrides calibrated_overrides(const QuantizeOptions& o, DType targ
         std::fprintf(stderr, "ferry quantize: %s calibration on %zu tokens of %s\n", what.c_str(),
                      tokens.size(), path.c_str());
 
-    quant::CalibrationOptions copt;
+    calibrate::CalibrationOptions copt;
     copt.hessian = o.method == "gptq";
     copt.abs_mean = o.method == "awq";
     copt.abs_max = o.smoothing();
     copt.n_samples = o.method == "awq" ? kAwqSamples : 0;
-    quant::CalibrationStats stats;
+    calibrate::CalibrationStats stats;
     {
         const auto n = static_cast<int64_t>(tokens.size());
         Progress bar("calibrate", n, !o.quiet);
-        stats = take(quant::calibrate(*lm.model, tokens, copt, pool,
-                                      [&](int done, int total) { bar.update(n * done / total); }));
+        stats = take(calibrate::calibrate(*lm.model, tokens, copt, pool, [&](int done, int total) {
+            bar.update(n * done / total);
+        }));
         bar.finish();
     }
     const model::LlamaConfig& c = lm.model->config();
@@ -190,16 +191,17 @@ quant::TensorOverrides calibrated_overrides(const QuantizeOptions& o, DType targ
     };
     Progress bar(what, c.n_layer, !o.quiet);
     auto on_layer = [&](int done, int) { bar.update(done); };
-    quant::TensorOverrides ov;
+    calibrate::TensorOverrides ov;
     if (o.smoothing()) {
-        ov = take(quant::run_smoothquant(*lm.file, c, stats, type_of, o.smooth_alpha, on_layer));
+        ov =
+            take(calibrate::run_smoothquant(*lm.file, c, stats, type_of, o.smooth_alpha, on_layer));
     } else if (o.method == "gptq") {
-        quant::GptqOptions g;
+        calibrate::GptqOptions g;
         g.damp = o.damp;
         g.act_order = o.act_order;
-        ov = take(quant::run_gptq(*lm.file, c, stats, type_of, g, pool, on_layer));
+        ov = take(calibrate::run_gptq(*lm.file, c, stats, type_of, g, pool, on_layer));
     } else {
-        ov = take(quant::run_awq(*lm.file, c, stats, type_of, pool, on_layer));
+        ov = take(calibrate::run_awq(*lm.file, c, stats, type_of, pool, on_layer));
     }
     bar.finish();
     if (!o.quiet)
@@ -240,7 +242,7 @@ void quantize_file(const QuantizeOptions& o) {
     }
 
     ThreadPool pool(resolve_threads(o.threads));
-    auto overrides = std::make_shared<quant::TensorOverrides>();
+    auto overrides = std::make_shared<calibrate::TensorOverrides>();
     if (lm) *overrides = calibrated_overrides(o, target, *lm, pool);
     int64_t total_elems = 0, n_kept = 0, n_f16 = 0, n_fallback = 0;
     for (const auto& t : in->tensors()) total_elems += t.n_elements;

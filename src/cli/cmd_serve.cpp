@@ -10,7 +10,7 @@
 #include "core/paths.h"
 #include "engine/engine.h"
 #include "kernels/kernels.h"
-#include "kv/kv_dtype.h"
+#include "quant/kv_format.h"
 #include "server/auth.h"
 #include "server/backend.h"
 #include "server/http_server.h"
@@ -107,7 +107,7 @@ void serve(ServeOptions& o, bool api_key_given) {
         "ferry serve: ready: model '%s', context %d, %s activations, %s KV cache, chat page "
         "at http://%s:%d/\n",
         names.front().c_str(), eng.max_model_len(),
-        kernels::activations_name(kernels::activations()), kv::kv_dtype_name(config.kv_dtype),
+        kernels::activations_name(kernels::activations()), quant::kv_dtype_name(config.kv_dtype),
         o.server.host.c_str(), http.port());
     std::fflush(stderr);
     http.wait();

@@ -12,8 +12,8 @@ void KvDTypeOption::add_to(CLI::App& cmd) {
         ->check(CLI::IsMember({"f32", "f16", "int8", "fp8"}));
 }
 
-kv::KvDType KvDTypeOption::resolved() const {
-    return kv::parse_kv_dtype(name).value_or(kv::KvDType::F16);
+quant::KvDType KvDTypeOption::resolved() const {
+    return quant::parse_kv_dtype(name).value_or(quant::KvDType::F16);
 }
 
 kv::KvFormat KvDTypeOption::format(const engine::LoadedModel& lm) const {

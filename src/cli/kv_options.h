@@ -18,7 +18,7 @@ struct KvDTypeOption {
     std::string name = "f16";
 
     void add_to(CLI::App& cmd);
-    kv::KvDType resolved() const;
+    quant::KvDType resolved() const;
     // The cache format for a model (int8 calibrates its key scales: a short forward pass).
     kv::KvFormat format(const engine::LoadedModel& lm) const;
 };

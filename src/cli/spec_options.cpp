@@ -53,7 +53,7 @@ std::optional<engine::LoadedModel> SpecOptions::load_draft(bool progress) const 
 std::unique_ptr<engine::Proposer> SpecOptions::make(const engine::LoadedModel& target,
                                                     const engine::LoadedModel* draft,
                                                     int64_t max_tokens,
-                                                    kv::KvDType draft_kv) const {
+                                                    quant::KvDType draft_kv) const {
     return take(engine::make_proposer(resolved(), target, draft, max_tokens, draft_kv));
 }
 

@@ -25,7 +25,7 @@ struct SpecOptions {
     // A proposer for single-stream generation (nullptr when off); exits on a bad draft.
     std::unique_ptr<engine::Proposer> make(const engine::LoadedModel& target,
                                            const engine::LoadedModel* draft, int64_t max_tokens,
-                                           kv::KvDType draft_kv = kv::KvDType::F32) const;
+                                           quant::KvDType draft_kv = quant::KvDType::F32) const;
 };
 
 }  // namespace ferry::cli

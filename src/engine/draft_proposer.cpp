@@ -9,7 +9,8 @@ namespace ferry::engine {
 
 Expected<std::unique_ptr<DraftProposer>> DraftProposer::create(const LoadedModel& target,
                                                                const LoadedModel& draft,
-                                                               int64_t max_tokens, kv::KvDType kv) {
+                                                               int64_t max_tokens,
+                                                               quant::KvDType kv) {
     const auto& tt = *target.tokenizer;
     const auto& dt = *draft.tokenizer;
     if (tt.n_vocab() != dt.n_vocab() ||

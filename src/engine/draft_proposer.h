@@ -23,7 +23,7 @@ class DraftProposer final : public Proposer {
     static Expected<std::unique_ptr<DraftProposer>> create(const LoadedModel& target,
                                                            const LoadedModel& draft,
                                                            int64_t max_tokens,
-                                                           kv::KvDType kv = kv::KvDType::F32);
+                                                           quant::KvDType kv = quant::KvDType::F32);
 
     void propose(std::span<ProposalJob> jobs, ThreadPool& pool) override;
     void release(uint64_t seq) override;

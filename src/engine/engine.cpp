@@ -16,34 +16,6 @@
 
 namespace ferry::engine {
 
-const char* finish_reason_name(FinishReason r) {
-    switch (r) {
-        case FinishReason::Stop:
-            return "stop";
-        case FinishReason::Length:
-            return "length";
-        case FinishReason::Abort:
-            return "abort";
-        default:
-            return "";
-    }
-}
-
-Histogram Histogram::latency_seconds() {
-    Histogram h;
-    h.bounds = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,
-                0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 120.0};
-    h.counts.assign(h.bounds.size() + 1, 0);
-    return h;
-}
-
-void Histogram::observe(double v) {
-    const size_t i = std::lower_bound(bounds.begin(), bounds.end(), v) - bounds.begin();
-    ++counts[i];
-    sum += v;
-    ++count;
-}
-
 struct Engine::Live {
     std::unique_ptr<Request> request;
     std::vector<std::unique_ptr<Sequence>> seqs;
@@ -375,23 +347,8 @@ void Engine::emit(Sequence& seq, int32_t tok, const float* logits) {
     ev.request = r.id;
     ev.index = seq.index;
     ev.token = tok;
-    if (p.top_logprobs >= 0) {
-        // Log-probabilities of the model's own distribution (before sampling adjustments). The
-        // log-sum-exp from one vector softmax: p(top) = exp(l(top) - lse), so lse = l(top) -
-        // log p(top), without a double-precision exp per vocabulary entry on this thread.
-        thread_local std::vector<float> prob;
-        prob.assign(row.begin(), row.end());
-        kernels::softmax(prob.data(), n_vocab);
-        const int64_t top = kernels::argmax(row.data(), n_vocab);
-        const float lse = row[top] - std::log(prob[top]);
-        ev.logprob = row[tok] - lse;
-        std::vector<int32_t> ids(n_vocab);
-        for (int i = 0; i < n_vocab; ++i) ids[i] = i;
-        const int k = std::min(p.top_logprobs, n_vocab);
-        std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
-                          [&](int32_t a, int32_t b) { return row[a] > row[b]; });
-        for (int i = 0; i < k; ++i) ev.top_logprobs.push_back({ids[i], row[ids[i]] - lse});
-    }
+    if (p.top_logprobs >= 0)
+        ev.logprob = token_logprobs(row, tok, p.top_logprobs, &ev.top_logprobs);
 
     seq.tokens.push_back(tok);
     ++r.output_tokens;

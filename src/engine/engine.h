@@ -16,35 +16,13 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/engine_config.h"
 #include "engine/loaded_model.h"
 #include "engine/metrics.h"
 #include "engine/request.h"
 #include "engine/speculation.h"
-#include "kv/kv_dtype.h"
 
 namespace ferry::engine {
-
-struct EngineConfig {
-    int n_threads = 0;                 // 0: physical cores
-    int max_model_len = 0;             // 0: min(trained context, 4096)
-    int max_num_seqs = 64;             // sequences in one step at most
-    int max_num_batched_tokens = 512;  // tokens in one step at most (prefill chunks + decodes)
-    // While any sequence decodes, prefill chunks of a step add up to at most this many tokens,
-    // so a long prompt costs the others' next token a short step, not a whole budget's worth
-    // (on a CPU a 512-token chunk is most of a second). 0: only the token budget applies.
-    int prefill_chunk_while_decoding = 128;
-    int64_t kv_cache_memory =
-        0;                // bytes for the block pool; 0: 25 % of available RAM, capped at 2 GiB
-    int block_size = 16;  // token slots per KV block
-    bool prefix_cache = true;
-    enum class Batching { Continuous, Static } batching = Batching::Continuous;
-    int batch_wait_ms = 50;  // static batching: how long the oldest request waits for company
-    enum class KvLayout { Paged, Contiguous } kv_layout = KvLayout::Paged;
-    kv::KvDType kv_dtype = kv::KvDType::F32;  // what the KV cache stores (kv/kv_dtype.h)
-    int max_waiting = 4096;                   // requests queued beyond this are refused
-    SpecConfig spec;  // speculative decoding for requests that do not choose
-    const LoadedModel* draft_model = nullptr;  // for SpecMethod::Draft
-};
 
 class Scheduler;
 class ModelRunner;

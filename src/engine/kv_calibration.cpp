@@ -51,14 +51,14 @@ std::vector<float> calibrate_key_scales(const model::LlamaModel& m, std::span<co
             }
         }
     // A channel the text never moved still gets a usable step.
-    for (float& a : amax) a = std::max(a * headroom, 1e-4f) / kv::kInt8Max;
+    for (float& a : amax) a = std::max(a * headroom, 1e-4f) / quant::kInt8Max;
     return amax;
 }
 
-kv::KvFormat kv_format_for(const LoadedModel& m, kv::KvDType t, ThreadPool* pool) {
+kv::KvFormat kv_format_for(const LoadedModel& m, quant::KvDType t, ThreadPool* pool) {
     kv::KvFormat f;
     f.dtype = t;
-    if (t != kv::KvDType::Int8) return f;
+    if (t != quant::KvDType::Int8) return f;
     const auto tokens = m.tokenizer->encode(kCalibrationText, true, false);
     std::unique_ptr<ThreadPool> own;
     if (!pool) {

@@ -20,7 +20,7 @@ namespace ferry::engine {
 constexpr float kKeyScaleHeadroom = 1.5f;
 
 // The format for `t` (pool: for the calibration run; nullptr makes one).
-kv::KvFormat kv_format_for(const LoadedModel& m, kv::KvDType t, ThreadPool* pool = nullptr);
+kv::KvFormat kv_format_for(const LoadedModel& m, quant::KvDType t, ThreadPool* pool = nullptr);
 
 // Per-(layer, channel) int8 key scales from running `tokens` (n_layer x kv_dim floats). The
 // two channels RoPE rotates into each other share the larger scale, so the scale does not

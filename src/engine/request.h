@@ -30,11 +30,6 @@ struct RequestParams {
 enum class FinishReason { None, Stop, Length, Abort };
 const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort"
 
-struct TokenLogprob {
-    int32_t token;
-    float logprob;
-};
-
 // One event per generated token of one completion, and a last one with finished = true.
 struct TokenEvent {
     RequestId request = 0;

@@ -190,4 +190,25 @@ int32_t Sampler::draw(const std::vector<Candidate>& c) {
     return c.back().id;
 }
 
+float token_logprobs(std::span<const float> logits, int32_t token, int top_n,
+                     std::vector<TokenLogprob>* top) {
+    // The log-sum-exp from one vector softmax: p(top) = exp(l(top) - lse), so lse = l(top) -
+    // log p(top), without a double-precision exp per vocabulary entry on the engine thread.
+    const auto n_vocab = static_cast<int64_t>(logits.size());
+    thread_local std::vector<float> prob;
+    prob.assign(logits.begin(), logits.end());
+    kernels::softmax(prob.data(), n_vocab);
+    const int64_t best = kernels::argmax(logits.data(), n_vocab);
+    const float lse = logits[best] - std::log(prob[best]);
+    if (top) {
+        std::vector<int32_t> ids(static_cast<size_t>(n_vocab));
+        for (int32_t i = 0; i < n_vocab; ++i) ids[i] = i;
+        const auto k = static_cast<int64_t>(std::min<int64_t>(top_n, n_vocab));
+        std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                          [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+        for (int64_t i = 0; i < k; ++i) top->push_back({ids[i], logits[ids[i]] - lse});
+    }
+    return logits[token] - lse;
+}
+
 }  // namespace ferry::engine

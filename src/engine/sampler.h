@@ -29,6 +29,17 @@ struct SamplingParams {
     bool greedy() const { return temperature <= 0.0f || top_k == 1; }
 };
 
+// A token's log-probability under a logit vector, as OpenAI's logprobs report it.
+struct TokenLogprob {
+    int32_t token;
+    float logprob;
+};
+
+// The log-probability of `token` in the model's own distribution (softmax of the raw logits,
+// before any sampling adjustment), and the `top_n` most likely tokens' in descending order.
+float token_logprobs(std::span<const float> logits, int32_t token, int top_n,
+                     std::vector<TokenLogprob>* top);
+
 class Sampler {
   public:
     explicit Sampler(const SamplingParams& params);

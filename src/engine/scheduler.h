@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/engine.h"
+#include "engine/engine_config.h"
 #include "engine/sequence.h"
 #include "kv/block_pool.h"
 

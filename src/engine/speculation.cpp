@@ -124,7 +124,7 @@ int adapt_k(int k, int accepted, int proposed, int k_max) {
 
 Expected<std::unique_ptr<Proposer>> make_proposer(const SpecConfig& cfg, const LoadedModel& target,
                                                   const LoadedModel* draft, int64_t max_tokens,
-                                                  kv::KvDType draft_kv) {
+                                                  quant::KvDType draft_kv) {
     switch (cfg.method) {
         case SpecMethod::Off:
             return std::unique_ptr<Proposer>();

@@ -17,7 +17,7 @@
 
 #include "core/status.h"
 #include "engine/sampler.h"
-#include "kv/kv_dtype.h"
+#include "quant/kv_format.h"
 
 namespace ferry {
 class ThreadPool;
@@ -102,6 +102,6 @@ int adapt_k(int k, int accepted, int proposed, int k_max);
 // `draft_kv` elements.
 Expected<std::unique_ptr<Proposer>> make_proposer(const SpecConfig& cfg, const LoadedModel& target,
                                                   const LoadedModel* draft, int64_t max_tokens,
-                                                  kv::KvDType draft_kv = kv::KvDType::F32);
+                                                  quant::KvDType draft_kv = quant::KvDType::F32);
 
 }  // namespace ferry::engine

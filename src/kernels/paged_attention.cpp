@@ -13,10 +13,10 @@ namespace ferry::kernels {
 
 void attend_paged_reference(const float* q, const PagedKvView& kv, int64_t n_kv, int head_dim,
                             float scale, float* out) {
-    const size_t eb = kv::kv_elem_bytes(kv.dtype);
+    const size_t eb = quant::kv_elem_bytes(kv.dtype);
     const size_t scale_off = kv.scale_offset;
-    const bool k_scaled = kv::kv_token_scales(kv.dtype, true);
-    const bool v_scaled = kv::kv_token_scales(kv.dtype, false);
+    const bool k_scaled = quant::kv_token_scales(kv.dtype, true);
+    const bool v_scaled = quant::kv_token_scales(kv.dtype, false);
     std::vector<float> kp(head_dim), vp(head_dim);
     float m = -std::numeric_limits<float>::infinity(), l = 0;
     std::fill(out, out + head_dim, 0.0f);
@@ -29,8 +29,9 @@ void attend_paged_reference(const float* q, const PagedKvView& kv, int64_t n_kv,
             const size_t si = static_cast<size_t>(p) * kv.scales_per_pos + kv.scale_index;
             const float ks = k_scaled ? reinterpret_cast<const float*>(kb + scale_off)[si] : 0;
             const float vs = v_scaled ? reinterpret_cast<const float*>(vb + scale_off)[si] : 0;
-            kv::dequantize_kv_row(kv.dtype, kb + at, head_dim, ks, kv.k_channel_scale, kp.data());
-            kv::dequantize_kv_row(kv.dtype, vb + at, head_dim, vs, nullptr, vp.data());
+            quant::dequantize_kv_row(kv.dtype, kb + at, head_dim, ks, kv.k_channel_scale,
+                                     kp.data());
+            quant::dequantize_kv_row(kv.dtype, vb + at, head_dim, vs, nullptr, vp.data());
             float s = 0;
             for (int d = 0; d < head_dim; ++d) s += q[d] * kp[d];
             s *= scale;

@@ -12,11 +12,11 @@
 #include <span>
 
 #include "core/thread_pool.h"
-#include "kv/kv_dtype.h"
+#include "quant/kv_format.h"
 
 namespace ferry::kernels {
 
-// Keys and values may be stored as f32, f16, int8 or fp8 (kv/kv_dtype.h: element layout, and
+// Keys and values may be stored as f32, f16, int8 or fp8 (quant/kv_format.h: element layout, and
 // where a block's per-token scales sit); the kernels convert them in registers, so a narrower
 // type reads fewer bytes and writes no float copy anywhere.
 struct PagedKvView {
@@ -26,7 +26,7 @@ struct PagedKvView {
     size_t stride;        // elements between consecutive positions' rows of this head
     size_t head_offset;   // elements from a block's start to this head's row of its slot 0
     size_t scale_offset;  // bytes from a block's start to its per-token scales
-    kv::KvDType dtype = kv::KvDType::F32;
+    quant::KvDType dtype = quant::KvDType::F32;
     int scales_per_pos = 1;                  // per-token scales per position (KV heads)
     int scale_index = 0;                     // this KV head's among them
     const float* k_channel_scale = nullptr;  // int8 keys: head_dim per-channel scales
@@ -76,8 +76,8 @@ struct AttentionBatch {
     const int64_t* tok_pos;
     std::span<const SeqBlocks> seqs;
     int block_size;
-    kv::KvBlockLayout layout;  // the blocks' (KvStore::layout())
-    kv::KvDType dtype = kv::KvDType::F32;
+    quant::KvBlockLayout layout;  // the blocks' (KvStore::layout())
+    quant::KvDType dtype = quant::KvDType::F32;
     const float* k_channel_scales = nullptr;  // int8 keys: n_head_kv * head_dim, this layer's
 };
 void attend_batch(const AttentionBatch& b, ThreadPool& pool);

@@ -14,14 +14,14 @@
 #include <vector>
 
 #include "core/huge_buffer.h"
-#include "kv/kv_dtype.h"
+#include "quant/kv_format.h"
 
 namespace ferry::kv {
 
 // What a store holds: the element type and, for int8, the keys' per-(layer, channel) scales
 // (n_layer x kv_dim floats; calibrated by engine::kv_format_for).
 struct KvFormat {
-    KvDType dtype = KvDType::F32;
+    quant::KvDType dtype = quant::KvDType::F32;
     std::vector<float> k_scales;
 };
 
@@ -33,7 +33,8 @@ class KvStore {
             KvFormat format = {});
 
     // Bytes of one block over every layer, keys and values, scales included.
-    static size_t bytes_per_block(int n_layer, int block_size, int kv_dim, int head_dim, KvDType t);
+    static size_t bytes_per_block(int n_layer, int block_size, int kv_dim, int head_dim,
+                                  quant::KvDType t);
 
     // Region base addresses, as the attention kernels take them.
     const std::byte* k(int layer, int64_t block) const {
@@ -43,9 +44,9 @@ class KvStore {
         return v_.data() + offset(layer, block, false);
     }
     // Where a head's rows sit in a region (attention kernels walk it).
-    KvBlockLayout layout() const {
+    quant::KvBlockLayout layout() const {
         return {static_cast<size_t>(head_dim_), static_cast<size_t>(block_size_) * head_dim_,
-                kv_scale_offset(fmt_.dtype, block_size_, kv_dim_)};
+                quant::kv_scale_offset(fmt_.dtype, block_size_, kv_dim_)};
     }
     // int8 keys' per-channel scales of a layer (kv_dim floats), else nullptr.
     const float* k_channel_scales(int layer) const {
@@ -63,7 +64,7 @@ class KvStore {
     int block_size() const { return block_size_; }
     int kv_dim() const { return kv_dim_; }
     int head_dim() const { return head_dim_; }
-    KvDType dtype() const { return fmt_.dtype; }
+    quant::KvDType dtype() const { return fmt_.dtype; }
     size_t bytes_per_block() const {
         return bytes_per_block(n_layer_, block_size_, kv_dim_, head_dim_, fmt_.dtype);
     }
@@ -77,7 +78,7 @@ class KvStore {
 
   private:
     size_t region_bytes(bool key) const {
-        return kv_region_bytes(fmt_.dtype, key, block_size_, kv_dim_, kv_dim_ / head_dim_);
+        return quant::kv_region_bytes(fmt_.dtype, key, block_size_, kv_dim_, kv_dim_ / head_dim_);
     }
     size_t offset(int layer, int64_t block, bool key) const {
         return (static_cast<size_t>(layer) * n_blocks_ + block) * region_bytes(key);

@@ -116,7 +116,7 @@ Expected<MemoryPlan> plan_memory(const ModelSpec& m, const Device& d, const Plan
     p.kv = *kv;
     // K and V, every layer, every KV head: 2 x layers x kv_heads x head_dim x bytes, plus the
     // f32 scales ferry's 8-bit caches keep per (token, KV head): values only for int8 (its keys'
-    // scales are per channel, fixed per model), keys and values for fp8 (kv/kv_dtype.h).
+    // scales are per channel, fixed per model), keys and values for fp8 (quant/kv_format.h).
     const double kv_elem_bytes = p.kv.bits / 8;
     const double scale_bytes = p.kv.name == "int8" ? 4 : p.kv.name == "fp8" ? 8 : 0;
     auto per_token = [&](int64_t heads) {

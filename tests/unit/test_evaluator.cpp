@@ -1,4 +1,4 @@
-#include "engine/evaluator.h"
+#include "eval/evaluator.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,8 @@
 #include "quant/quantize.h"
 #include "test_util.h"
 
-namespace ferry::engine {
+namespace ferry::eval {
+using engine::LoadedModel;
 namespace {
 
 struct Fixture {
@@ -122,4 +123,4 @@ TEST(Evaluator, Q8RequantizationAgreesWithTheOriginal) {
 }
 
 }  // namespace
-}  // namespace ferry::engine
+}  // namespace ferry::eval

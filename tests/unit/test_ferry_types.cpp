@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "engine/evaluator.h"
+#include "eval/evaluator.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "kernel_levels.h"
@@ -623,8 +623,8 @@ TEST(FerryTypes, DefaultModelRunsQuantized) {
     EXPECT_EQ(int4.file->tensor("blk.0.ffn_down.weight")->type, DType::INT4_G128);
     EXPECT_EQ(int4.file->tensor("blk.0.ffn_up.weight")->type, DType::INT4_G64);
 
-    const engine::EvalOptions opt{192, 96, 2, {}};
-    auto r8 = engine::evaluate(*int8.model, f32.model.get(), tokens, opt);
+    const eval::EvalOptions opt{192, 96, 2, {}};
+    auto r8 = eval::evaluate(*int8.model, f32.model.get(), tokens, opt);
     ASSERT_TRUE(r8.ok()) << r8.error().message;
     // Measured on this slice (AVX-512): top-1 94.5 %, KL 0.0045, PPL -1.3 %. The issue asks for
     // top-1 >= 98 %, which per-row int8 does not reach on this model: the f32 reference holds
@@ -634,7 +634,7 @@ TEST(FerryTypes, DefaultModelRunsQuantized) {
     EXPECT_LT(r8->kl_mean, 0.01);
     EXPECT_NEAR(r8->perplexity / r8->ref_perplexity, 1.0, 0.03);
 
-    auto r4 = engine::evaluate(*int4.model, f32.model.get(), tokens, opt);
+    auto r4 = eval::evaluate(*int4.model, f32.model.get(), tokens, opt);
     ASSERT_TRUE(r4.ok()) << r4.error().message;
     EXPECT_TRUE(std::isfinite(r4->perplexity));
     EXPECT_GT(r4->perplexity, r4->ref_perplexity * 0.9);

@@ -1,4 +1,4 @@
-// GPTQ and AWQ (src/quant/gptq.*, awq.*, calibration.*, calibrated.*): the group grids agree
+// GPTQ and AWQ (src/calibrate/gptq.*, awq.*, calibration.*, calibrated.*): the group grids agree
 // with RTN byte for byte, GPTQ lowers a layer's output error against RTN when its inputs are
 // correlated, AWQ never raises it on its samples, and folding AWQ's scales into the real
 // model leaves its logits unchanged; SmoothQuant's scales follow the paper's formula, keep the
@@ -12,21 +12,22 @@
 #include <random>
 #include <sstream>
 
+#include "calibrate/awq.h"
+#include "calibrate/calibrated.h"
+#include "calibrate/calibration.h"
+#include "calibrate/gptq.h"
+#include "calibrate/smoothquant.h"
 #include "engine/loaded_model.h"
 #include "gguf/gguf_writer.h"
 #include "kv/kv_store.h"
 #include "model/llama.h"
-#include "quant/awq.h"
-#include "quant/calibrated.h"
-#include "quant/calibration.h"
 #include "quant/dequantize.h"
-#include "quant/gptq.h"
 #include "quant/group_grid.h"
 #include "quant/quantize.h"
-#include "quant/smoothquant.h"
 #include "test_util.h"
 
-namespace ferry::quant {
+namespace ferry::calibrate {
+using namespace ferry::quant;
 namespace {
 
 const DType kGridTypes[] = {DType::Q4_0, DType::Q4_1, DType::INT4_G32, DType::INT4_G64,
@@ -495,4 +496,4 @@ TEST(SmoothQuant, RealLayersKeepLogitsAndCutW8A8Error) {
 }
 
 }  // namespace
-}  // namespace ferry::quant
+}  // namespace ferry::calibrate

@@ -17,30 +17,30 @@
 #include "engine/kv_calibration.h"
 #include "engine_test_util.h"
 #include "kernels/paged_attention.h"
-#include "kv/kv_dtype.h"
 #include "kv/kv_store.h"
+#include "quant/kv_format.h"
 #include "test_util.h"
 
 namespace {
 using namespace ferry;
-using kv::KvDType;
+using quant::KvDType;
 
 TEST(KvQuant, HalfRoundTripsEveryCodeAndRoundsToNearest) {
     for (uint32_t h = 0; h < 0x10000; ++h) {
-        const float f = kv::f16_to_f32(static_cast<uint16_t>(h));
+        const float f = quant::f16_to_f32(static_cast<uint16_t>(h));
         if (std::isnan(f)) continue;
-        ASSERT_EQ(kv::f32_to_f16(f), h) << std::hex << h;
+        ASSERT_EQ(quant::f32_to_f16(f), h) << std::hex << h;
     }
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> d(-60000.0f, 60000.0f);
     for (int i = 0; i < 100000; ++i) {
         const float x = d(rng) * (i % 2 ? 1e-4f : 1.0f);
-        const float y = kv::f16_to_f32(kv::f32_to_f16(x));
+        const float y = quant::f16_to_f32(quant::f32_to_f16(x));
         // Half an ulp of an 11-bit significand, or half the subnormal step.
         ASSERT_LE(std::fabs(y - x), std::max(std::fabs(x) * 0x1p-11f, 0x1p-25f)) << x;
     }
-    EXPECT_TRUE(std::isinf(kv::f16_to_f32(kv::f32_to_f16(70000.0f))));
-    EXPECT_TRUE(std::isnan(kv::f16_to_f32(kv::f32_to_f16(NAN))));
+    EXPECT_TRUE(std::isinf(quant::f16_to_f32(quant::f32_to_f16(70000.0f))));
+    EXPECT_TRUE(std::isnan(quant::f16_to_f32(quant::f32_to_f16(NAN))));
 }
 
 // The cache's f16 rows (F16C where the CPU has it) equal f32_to_f16 element by element:
@@ -61,27 +61,27 @@ TEST(KvQuant, HalfRowsEqualTheScalarConversionBitForBit) {
     for (int n : {int(x.size()), 7, 8, 9, 15}) {
         std::vector<uint16_t> got(n);
         float scale = 0;
-        kv::quantize_kv_row(kv::KvDType::F16, x.data(), n, got.data(), &scale, nullptr);
-        for (int i = 0; i < n; ++i) ASSERT_EQ(got[i], kv::f32_to_f16(x[i])) << i << " " << x[i];
+        quant::quantize_kv_row(quant::KvDType::F16, x.data(), n, got.data(), &scale, nullptr);
+        for (int i = 0; i < n; ++i) ASSERT_EQ(got[i], quant::f32_to_f16(x[i])) << i << " " << x[i];
     }
 }
 
 TEST(KvQuant, E4M3RoundTripsEveryCodeAndSaturates) {
     for (int c = 0; c < 256; ++c) {
-        const float f = kv::e4m3_to_f32(static_cast<uint8_t>(c));
+        const float f = quant::e4m3_to_f32(static_cast<uint8_t>(c));
         if (std::isnan(f)) continue;
-        ASSERT_EQ(kv::f32_to_e4m3(f), c) << c;
+        ASSERT_EQ(quant::f32_to_e4m3(f), c) << c;
     }
-    EXPECT_EQ(kv::e4m3_to_f32(0x7e), 448.0f);
-    EXPECT_EQ(kv::e4m3_to_f32(kv::f32_to_e4m3(1e6f)), 448.0f);
-    EXPECT_EQ(kv::e4m3_to_f32(kv::f32_to_e4m3(-1e6f)), -448.0f);
-    EXPECT_EQ(kv::e4m3_to_f32(0x01), 0x1p-9f);  // smallest subnormal
-    EXPECT_TRUE(std::isnan(kv::e4m3_to_f32(kv::f32_to_e4m3(NAN))));
+    EXPECT_EQ(quant::e4m3_to_f32(0x7e), 448.0f);
+    EXPECT_EQ(quant::e4m3_to_f32(quant::f32_to_e4m3(1e6f)), 448.0f);
+    EXPECT_EQ(quant::e4m3_to_f32(quant::f32_to_e4m3(-1e6f)), -448.0f);
+    EXPECT_EQ(quant::e4m3_to_f32(0x01), 0x1p-9f);  // smallest subnormal
+    EXPECT_TRUE(std::isnan(quant::e4m3_to_f32(quant::f32_to_e4m3(NAN))));
     std::mt19937 rng(2);
     std::uniform_real_distribution<float> d(-448.0f, 448.0f);
     for (int i = 0; i < 100000; ++i) {
         const float x = d(rng) * (i % 3 ? 1.0f : 1e-3f);
-        const float y = kv::e4m3_to_f32(kv::f32_to_e4m3(x));
+        const float y = quant::e4m3_to_f32(quant::f32_to_e4m3(x));
         ASSERT_LE(std::fabs(y - x), std::max(std::fabs(x) * 0x1p-4f, 0x1p-10f)) << x;
     }
 }
@@ -100,8 +100,8 @@ TEST(KvQuant, RowRoundTripBounds) {
         std::vector<uint8_t> buf(n * 4);
         for (KvDType t : {KvDType::F16, KvDType::Int8, KvDType::FP8}) {
             float s = 0;
-            EXPECT_EQ(kv::quantize_kv_row(t, x.data(), n, buf.data(), &s, nullptr), 0);
-            kv::dequantize_kv_row(t, buf.data(), n, s, nullptr, y.data());
+            EXPECT_EQ(quant::quantize_kv_row(t, x.data(), n, buf.data(), &s, nullptr), 0);
+            quant::dequantize_kv_row(t, buf.data(), n, s, nullptr, y.data());
             for (int i = 0; i < n; ++i) {
                 const float e = std::fabs(y[i] - x[i]);
                 // f16: half an ulp of an 11-bit significand; int8: half a step of amax / 127;
@@ -111,18 +111,18 @@ TEST(KvQuant, RowRoundTripBounds) {
                     : t == KvDType::Int8
                         ? amax / 254.0f * 1.001f
                         : std::max(std::fabs(x[i]) * 0x1p-4f, s * 0x1p-10f) * 1.001f;
-                ASSERT_LE(e, bound) << kv::kv_dtype_name(t);
+                ASSERT_LE(e, bound) << quant::kv_dtype_name(t);
             }
         }
         // int8 with channel scales: within range, half a step; beyond, clipped and counted.
-        std::vector<float> cs(n, amax / 2 / kv::kInt8Max);
+        std::vector<float> cs(n, amax / 2 / quant::kInt8Max);
         int8_t q[64];
         int64_t beyond = 0;
         for (float e : x) beyond += std::fabs(e) > amax / 2 * (127.5f / 127.0f);
         const int64_t clipped =
-            kv::quantize_kv_row(KvDType::Int8, x.data(), n, q, nullptr, cs.data());
+            quant::quantize_kv_row(KvDType::Int8, x.data(), n, q, nullptr, cs.data());
         EXPECT_NEAR(static_cast<double>(clipped), static_cast<double>(beyond), 1.0);
-        kv::dequantize_kv_row(KvDType::Int8, q, n, 0, cs.data(), y.data());
+        quant::dequantize_kv_row(KvDType::Int8, q, n, 0, cs.data(), y.data());
         for (int i = 0; i < n; ++i) {
             if (std::fabs(x[i]) <= amax / 2) {
                 ASSERT_LE(std::fabs(y[i] - x[i]), cs[i] * 0.5001f);
@@ -136,9 +136,9 @@ TEST(KvQuant, RowRoundTripBounds) {
     std::vector<uint8_t> buf(n);
     for (KvDType t : {KvDType::Int8, KvDType::FP8}) {
         float s = -1;
-        kv::quantize_kv_row(t, z.data(), n, buf.data(), &s, nullptr);
+        quant::quantize_kv_row(t, z.data(), n, buf.data(), &s, nullptr);
         EXPECT_EQ(s, 0.0f);
-        kv::dequantize_kv_row(t, buf.data(), n, s, nullptr, y.data());
+        quant::dequantize_kv_row(t, buf.data(), n, s, nullptr, y.data());
         for (float e : y) EXPECT_EQ(e, 0.0f);
     }
 }
@@ -147,7 +147,7 @@ kv::KvFormat format_for(KvDType t, int n_layer, int kv_dim, float key_range) {
     kv::KvFormat f;
     f.dtype = t;
     if (t == KvDType::Int8)
-        f.k_scales.assign(static_cast<size_t>(n_layer) * kv_dim, key_range / kv::kInt8Max);
+        f.k_scales.assign(static_cast<size_t>(n_layer) * kv_dim, key_range / quant::kInt8Max);
     return f;
 }
 
@@ -177,9 +177,9 @@ TEST(KvQuant, StoreBytesAndCopyOnWriteCopiesScales) {
             for (int s = 0; s < bs; ++s) {
                 store.read(l, 0, s, k2.data(), v2.data());
                 store.read(l, 2, s, k3.data(), v3.data());
-                ASSERT_EQ(k2, k3) << kv::kv_dtype_name(t);
+                ASSERT_EQ(k2, k3) << quant::kv_dtype_name(t);
                 // Rows of different magnitude: equal values mean each row's own scale came too.
-                ASSERT_EQ(v2, v3) << kv::kv_dtype_name(t);
+                ASSERT_EQ(v2, v3) << quant::kv_dtype_name(t);
                 ASSERT_NE(v3[0], 0.0f);
             }
     }
@@ -212,7 +212,7 @@ TEST(KvQuant, AttentionWithinToleranceOfF32) {
     auto attend = [&](KvDType t) {
         kv::KvFormat f = format_for(t, 1, kv_dim, 1.0f);
         if (t == KvDType::Int8)
-            for (int c = 0; c < kv_dim; ++c) f.k_scales[c] = amax[c] * 1.5f / kv::kInt8Max;
+            for (int c = 0; c < kv_dim; ++c) f.k_scales[c] = amax[c] * 1.5f / quant::kInt8Max;
         kv::KvStore store(1, nb, bs, kv_dim, hd, std::move(f));
         for (int64_t p = 0; p < n_kv; ++p)
             store.write(0, table[p / bs], static_cast<int>(p % bs), &k[p * kv_dim], &v[p * kv_dim]);
@@ -253,8 +253,8 @@ TEST(KvQuant, AttentionWithinToleranceOfF32) {
         float err = 0;
         for (size_t i = 0; i < got.size(); ++i) err = std::max(err, std::fabs(got[i] - want[i]));
         std::printf("[ kv-quant ] attention %-4s max |err| / max |out| = %.2e (tolerance %.0e)\n",
-                    kv::kv_dtype_name(t), err / ref_max, tol);
-        EXPECT_LE(err / ref_max, tol) << kv::kv_dtype_name(t);
+                    quant::kv_dtype_name(t), err / ref_max, tol);
+        EXPECT_LE(err / ref_max, tol) << quant::kv_dtype_name(t);
     }
 }
 
@@ -325,7 +325,7 @@ TEST(KvQuantModel, PerplexityWithQuantizedKvIsCloseToF32) {
         std::printf(
             "[ kv-quant ] %-4s KV ppl %.4f (%+.3f %%), top-1 agreement with f32 %.1f %%, "
             "int8 keys clipped %lld\n",
-            kv::kv_dtype_name(t), p, 100 * delta, 100.0 * agree / double(r.top1.size()),
+            quant::kv_dtype_name(t), p, 100 * delta, 100.0 * agree / double(r.top1.size()),
             static_cast<long long>(r.k_clipped));
         // int8: the target, a perplexity at most 0.5 % above f32's; fp8 is reported,
         // with a loose guard. On 512 tokens int8's rounding moves PPL by a few tenths of a
@@ -333,8 +333,8 @@ TEST(KvQuantModel, PerplexityWithQuantizedKvIsCloseToF32) {
         // the vector exp), so a drop is allowed twice the room: it is noise, not damage, while
         // a broken cache would show as a rise.
         const double limit = t == KvDType::Int8 ? 0.005 : t == KvDType::F16 ? 0.001 : 0.05;
-        EXPECT_LE(delta, limit) << kv::kv_dtype_name(t);
-        EXPECT_GE(delta, -2 * limit) << kv::kv_dtype_name(t);
+        EXPECT_LE(delta, limit) << quant::kv_dtype_name(t);
+        EXPECT_GE(delta, -2 * limit) << quant::kv_dtype_name(t);
     }
 }
 

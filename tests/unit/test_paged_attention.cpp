@@ -2,7 +2,7 @@
 // inputs, odd head dims and lengths, extreme and equal scores, NaN), and the properties the
 // engine relies on bit for bit: results independent of the block size, of the other rows
 // computed with a query (GQA heads, other tokens, other sequences) and of the thread count;
-// each for f32 keys and values and for the f16, int8 and fp8 caches (kv/kv_dtype.h).
+// each for f32 keys and values and for the f16, int8 and fp8 caches (quant/kv_format.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,7 +15,7 @@
 #include "kernel_levels.h"
 #include "kernels/kernels.h"
 #include "kernels/paged_attention.h"
-#include "kv/kv_dtype.h"
+#include "quant/kv_format.h"
 
 namespace {
 using namespace ferry;
@@ -24,7 +24,7 @@ using kernels::CpuLevel;
 using ferry::testing::LevelGuard;
 using ferry::testing::simd_levels;
 
-using kv::KvDType;
+using quant::KvDType;
 constexpr KvDType kAllTypes[] = {KvDType::F32, KvDType::F16, KvDType::Int8, KvDType::FP8};
 
 // Keys and values of n_kv positions (`stride` floats each) stored as `dtype` into blocks of
@@ -41,7 +41,7 @@ struct Paged {
                 block_size,
                 stride,
                 head_offset,
-                kv::kv_scale_offset(dtype, block_size, stride),
+                quant::kv_scale_offset(dtype, block_size, stride),
                 dtype,
                 static_cast<int>(stride / hd),
                 static_cast<int>(head_offset / hd),
@@ -69,10 +69,10 @@ Paged make_paged(const std::vector<float>& k, const std::vector<float>& v, int64
         for (int64_t i = 0; i < n_kv; ++i)
             for (size_t c = 0; c < stride; ++c)
                 p.channel_scales[c] = std::max(p.channel_scales[c], std::fabs(k[i * stride + c]));
-        for (float& s : p.channel_scales) s /= kv::kInt8Max;
+        for (float& s : p.channel_scales) s /= quant::kInt8Max;
     }
-    const size_t eb = kv::kv_elem_bytes(dtype);
-    const size_t scale_off = kv::kv_scale_offset(dtype, block_size, stride);
+    const size_t eb = quant::kv_elem_bytes(dtype);
+    const size_t scale_off = quant::kv_scale_offset(dtype, block_size, stride);
     const int64_t nb = (n_kv + block_size - 1) / block_size;
     for (int64_t b = 0; b < nb; ++b) {
         const int64_t len = std::min<int64_t>(block_size, n_kv - b * block_size);
@@ -81,7 +81,7 @@ Paged make_paged(const std::vector<float>& k, const std::vector<float>& v, int64
             const size_t bytes =
                 dtype == KvDType::F32
                     ? len * stride * sizeof(float)
-                    : kv::kv_region_bytes(dtype, key, block_size, stride, std::max(heads, 1));
+                    : quant::kv_region_bytes(dtype, key, block_size, stride, std::max(heads, 1));
             std::vector<std::byte> r(bytes);
             for (int64_t s = 0; s < len; ++s) {
                 const float* row = &x[(b * block_size + s) * stride];
@@ -91,10 +91,10 @@ Paged make_paged(const std::vector<float>& k, const std::vector<float>& v, int64
                 }
                 for (int h = 0; h < heads; ++h) {
                     float scale = 0;
-                    kv::quantize_kv_row(
+                    quant::quantize_kv_row(
                         dtype, row + h * p.hd, p.hd, &r[(s * stride + h * p.hd) * eb], &scale,
                         key && dtype == KvDType::Int8 ? &p.channel_scales[h * p.hd] : nullptr);
-                    if (kv::kv_token_scales(dtype, key))
+                    if (quant::kv_token_scales(dtype, key))
                         std::memcpy(&r[scale_off + (s * heads + h) * sizeof(float)], &scale,
                                     sizeof(float));
                 }
@@ -159,7 +159,7 @@ TEST(PagedAttention, EveryLevelMatchesReference) {
                     const auto got = run_one(q.data(), p, hd, n_kv, hd, scale);
                     expect_near_all(got, want, 2e-5f,
                                     std::string(kernels::cpu_level_name(l)) + " " +
-                                        kv::kv_dtype_name(t) + " hd=" + std::to_string(hd) +
+                                        quant::kv_dtype_name(t) + " hd=" + std::to_string(hd) +
                                         " n_kv=" + std::to_string(n_kv));
                 }
             }
@@ -187,7 +187,7 @@ TEST(PagedAttention, ResultsDoNotDependOnBlockSize) {
                             first = out;
                         else
                             EXPECT_TRUE(same_bits(out, first))
-                                << kernels::cpu_level_name(l) << " " << kv::kv_dtype_name(t)
+                                << kernels::cpu_level_name(l) << " " << quant::kv_dtype_name(t)
                                 << " hd=" << hd << " n_kv=" << n_kv << " block_size=" << bs;
                     }
                 }
@@ -209,7 +209,7 @@ TEST(PagedAttention, RowsTogetherEqualRowsAlone) {
     for (KvDType t : kAllTypes)
         for (CpuLevel l : simd_levels(true)) {
             kernels::set_cpu_level(l);
-            SCOPED_TRACE(kv::kv_dtype_name(t));
+            SCOPED_TRACE(quant::kv_dtype_name(t));
             const Paged p = make_paged(k, v, n_kv, stride, 16, t, hd);
             for (int nr : {2, 3, 9, 16, 70}) {
                 const auto q = random_vec(static_cast<size_t>(nr) * hd, rng);
@@ -321,7 +321,7 @@ void run_batch_checks(const std::vector<Paged>& paged, const std::vector<kernels
             seqs,
             bs,
             // make_paged's layout: positions interleaved
-            {stride, static_cast<size_t>(hd), kv::kv_scale_offset(paged[0].dtype, bs, stride)},
+            {stride, static_cast<size_t>(hd), quant::kv_scale_offset(paged[0].dtype, bs, stride)},
             paged[0].dtype,
             cs};
         kernels::attend_batch(b, pool);
@@ -380,7 +380,7 @@ TEST(PagedAttention, QuantizedBatchMatchesReferenceAndIsBatchInvariant) {
     std::mt19937 rng(29);
     const int n_head = 9, n_head_kv = 3, hd = 64, bs = 16;
     const size_t stride = static_cast<size_t>(n_head_kv) * hd;
-    const std::vector<float> scales(stride, 3.0f / kv::kInt8Max);
+    const std::vector<float> scales(stride, 3.0f / quant::kInt8Max);
     for (KvDType t : {KvDType::F16, KvDType::Int8, KvDType::FP8}) {
         const int64_t len[2] = {200, 37};
         std::vector<Paged> paged;
@@ -397,7 +397,7 @@ TEST(PagedAttention, QuantizedBatchMatchesReferenceAndIsBatchInvariant) {
         const auto q = random_vec(n * n_head * hd, rng);
         std::vector<kernels::SeqBlocks> seqs;
         for (const Paged& p : paged) seqs.push_back({p.kp.data(), p.vp.data()});
-        SCOPED_TRACE(kv::kv_dtype_name(t));
+        SCOPED_TRACE(quant::kv_dtype_name(t));
         run_batch_checks(paged, seqs, tok_seq, tok_pos, q, n_head, n_head_kv, hd, bs, stride,
                          2e-5f);
     }

@@ -1,4 +1,4 @@
-#include "engine/task_eval.h"
+#include "eval/task_eval.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,8 @@
 
 #include "test_util.h"
 
-namespace ferry::engine {
+namespace ferry::eval {
+using engine::LoadedModel;
 namespace {
 
 std::string parse_error(std::string_view text) {
@@ -195,4 +196,4 @@ TEST(TaskEval, ModelAgainstItselfAgreesEverywhere) {
 }
 
 }  // namespace
-}  // namespace ferry::engine
+}  // namespace ferry::eval

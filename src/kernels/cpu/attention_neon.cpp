@@ -21,7 +21,7 @@
 
 namespace ferry::kernels::neon {
 namespace {
-using kv::KvDType;
+using quant::KvDType;
 using vf = float32x4_t;
 constexpr int VL = 4;
 // FP8 rows are converted to value / 256 (E4M3 is fp16 with a 4-bit exponent and 3-bit mantissa,
@@ -156,9 +156,9 @@ static_assert(kValueChunk <= 32, "attend_rows_scratch_floats stages 32 value row
 void attend_rows(const AttnRow* rows, int nr, const PagedKvView& kv, int hd, float scale,
                  float* scratch) {
     const KvDType t = kv.dtype;
-    const size_t eb = kv::kv_elem_bytes(t);
-    const bool k_scaled = kv::kv_token_scales(t, true);
-    const bool v_scaled = kv::kv_token_scales(t, false);
+    const size_t eb = quant::kv_elem_bytes(t);
+    const bool k_scaled = quant::kv_token_scales(t, true);
+    const bool v_scaled = quant::kv_token_scales(t, false);
     const float unit = t == KvDType::FP8 ? kFp8Unit : 1.0f;
     const size_t scale_off = kv.scale_offset;
     const float* cs = kv.k_channel_scale;

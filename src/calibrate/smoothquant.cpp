@@ -1,9 +1,9 @@
-#include "quant/smoothquant.h"
+#include "calibrate/smoothquant.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace ferry::quant {
+namespace ferry::calibrate {
 
 std::vector<float> smooth_scales(std::span<const double> act_max,
                                  std::span<const FloatMatrix* const> mats, double alpha) {
@@ -78,4 +78,4 @@ SmoothResult smoothquant_layer(AwqLayer& l,
     return res;
 }
 
-}  // namespace ferry::quant
+}  // namespace ferry::calibrate

@@ -15,7 +15,7 @@
 #include "core/thread_pool.h"
 #include "model/llama.h"
 
-namespace ferry::quant {
+namespace ferry::calibrate {
 
 struct CalibrationOptions {
     bool hessian = false;   // GPTQ: H = 2/N X^T X
@@ -50,4 +50,4 @@ Expected<CalibrationStats> calibrate(model::LlamaModel& model, std::span<const i
                                      const CalibrationOptions& opt, ThreadPool& pool,
                                      const std::function<void(int, int)>& on_window = nullptr);
 
-}  // namespace ferry::quant
+}  // namespace ferry::calibrate

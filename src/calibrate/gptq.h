@@ -14,7 +14,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 
-namespace ferry::quant {
+namespace ferry::calibrate {
 
 struct GptqOptions {
     double damp = 0.01;      // added to H's diagonal, as a fraction of its mean
@@ -40,4 +40,4 @@ Expected<GptqHessian> prepare_gptq_hessian(std::span<const double> h, int64_t n,
 Expected<std::vector<uint8_t>> gptq_quantize(DType type, const float* w, int64_t rows, int64_t cols,
                                              const GptqHessian& hess, ThreadPool& pool);
 
-}  // namespace ferry::quant
+}  // namespace ferry::calibrate

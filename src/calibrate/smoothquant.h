@@ -9,7 +9,7 @@
 //
 // alpha = 0 leaves the activations alone, 1 makes every channel's max 1 (all the range in the
 // weights); the paper's 0.5 splits the difficulty evenly in log scale. The scales are folded
-// where AWQ's go (quant/awq.h: the norms, v's rows, up's rows), so inference needs no extra
+// where AWQ's go (calibrate/awq.h: the norms, v's rows, up's rows), so inference needs no extra
 // operation.
 #pragma once
 
@@ -17,11 +17,11 @@
 #include <span>
 #include <vector>
 
+#include "calibrate/awq.h"
+#include "calibrate/calibration.h"
 #include "model/llama.h"
-#include "quant/awq.h"
-#include "quant/calibration.h"
 
-namespace ferry::quant {
+namespace ferry::calibrate {
 
 // The scales for matrices sharing an input whose per-channel max |x| is act_max. A dead channel
 // (max 0) or an all-zero column gets s within [1e-5, 1e5] rather than 0 or infinity.
@@ -44,4 +44,4 @@ SmoothResult smoothquant_layer(AwqLayer& l,
                                const std::array<InputStats, model::kLinearInputs>& stats,
                                double alpha, int n_head, int n_head_kv, int head_dim);
 
-}  // namespace ferry::quant
+}  // namespace ferry::calibrate

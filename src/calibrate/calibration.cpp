@@ -1,4 +1,4 @@
-#include "quant/calibration.h"
+#include "calibrate/calibration.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include "kernels/kernels.h"
 #include "kv/kv_store.h"
 
-namespace ferry::quant {
+namespace ferry::calibrate {
 namespace {
 
 constexpr int kKvBlock = 256;
@@ -121,4 +121,4 @@ Expected<CalibrationStats> calibrate(model::LlamaModel& model, std::span<const i
     return stats;
 }
 
-}  // namespace ferry::quant
+}  // namespace ferry::calibrate

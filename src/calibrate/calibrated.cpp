@@ -1,15 +1,15 @@
-#include "quant/calibrated.h"
+#include "calibrate/calibrated.h"
 
 #include <fmt/format.h>
 
 #include <array>
 #include <type_traits>
 
+#include "calibrate/smoothquant.h"
 #include "quant/dequantize.h"
 #include "quant/group_grid.h"
-#include "quant/smoothquant.h"
 
-namespace ferry::quant {
+namespace ferry::calibrate {
 namespace {
 
 using model::LinearInput;
@@ -70,7 +70,8 @@ Expected<FloatMatrix> read_float_tensor(const gguf::File& f, const std::string& 
     m.w.resize(static_cast<size_t>(t->n_elements));
     const size_t rb = row_bytes(t->type, m.cols);
     for (int64_t r = 0; r < m.rows; ++r)
-        if (Status s = dequantize_row(t->type, t->data + rb * r, &m.w[r * m.cols], m.cols); !s)
+        if (Status s = quant::dequantize_row(t->type, t->data + rb * r, &m.w[r * m.cols], m.cols);
+            !s)
             return make_error("{}: {}", name, s.error().message);
     return m;
 }
@@ -89,7 +90,8 @@ Expected<TensorOverrides> run_gptq(const gguf::File& f, const model::LlamaConfig
                 const gguf::TensorInfo* t = f.tensor(name);
                 if (!t) return make_error("{}: missing tensor '{}'", f.path(), name);
                 const auto type = type_of(name, t->shape[0]);
-                if (!type || !has_group_grid(*type)) continue;  // kept, f16 or a fallback: RTN
+                if (!type || !quant::has_group_grid(*type))
+                    continue;  // kept, f16 or a fallback: RTN
                 if (!hess) {
                     auto h = prepare_gptq_hessian(st.hessian, st.dim, opt, pool);
                     if (!h) return make_error("{}: {}", name, h.error().message);
@@ -209,4 +211,4 @@ Expected<TensorOverrides> run_smoothquant(const gguf::File& f, const model::Llam
     return out;
 }
 
-}  // namespace ferry::quant
+}  // namespace ferry::calibrate

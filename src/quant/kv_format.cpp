@@ -1,4 +1,4 @@
-#include "kv/kv_dtype.h"
+#include "quant/kv_format.h"
 
 #include <algorithm>
 #include <bit>
@@ -10,7 +10,7 @@
 #include <immintrin.h>
 #endif
 
-namespace ferry::kv {
+namespace ferry::quant {
 
 const char* kv_dtype_name(KvDType t) {
     switch (t) {
@@ -192,4 +192,4 @@ void dequantize_kv_row(KvDType t, const void* src, int n, float scale, const flo
     }
 }
 
-}  // namespace ferry::kv
+}  // namespace ferry::quant

@@ -1,4 +1,4 @@
-#include "quant/awq.h"
+#include "calibrate/awq.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "quant/dequantize.h"
 #include "quant/quantize.h"
 
-namespace ferry::quant {
+namespace ferry::calibrate {
 namespace {
 
 void scale_cols(FloatMatrix& m, const std::vector<float>& s) {
@@ -31,8 +31,8 @@ double output_error(const FloatMatrix& m, const std::vector<float>& s, std::span
         for (int64_t c = 0; c < m.cols; ++c) row[c] = w[c] * s[c];
         // Only a type ferry cannot write fails here (the CLI refuses those first); it then
         // counts as losing the whole matrix, which no alpha can win with.
-        if (!quantize_row(type, row.data(), q.data(), m.cols) ||
-            !dequantize_row(type, q.data(), row.data(), m.cols))
+        if (!quant::quantize_row(type, row.data(), q.data(), m.cols) ||
+            !quant::dequantize_row(type, q.data(), row.data(), m.cols))
             std::fill(row.begin(), row.end(), 0.0f);
         for (int64_t c = 0; c < m.cols; ++c) e[r * m.cols + c] = w[c] - row[c] / s[c];
     });
@@ -144,4 +144,4 @@ std::array<AwqResult, model::kLinearInputs> awq_layer(
     return res;
 }
 
-}  // namespace ferry::quant
+}  // namespace ferry::calibrate

@@ -18,12 +18,12 @@
 #include <span>
 #include <vector>
 
+#include "calibrate/calibration.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "model/llama.h"
-#include "quant/calibration.h"
 
-namespace ferry::quant {
+namespace ferry::calibrate {
 
 struct FloatMatrix {
     int64_t rows = 0, cols = 0;
@@ -68,4 +68,4 @@ std::array<AwqResult, model::kLinearInputs> awq_layer(
     AwqLayer& l, const std::array<InputStats, model::kLinearInputs>& stats, int n_head,
     int n_head_kv, int head_dim, ThreadPool& pool);
 
-}  // namespace ferry::quant
+}  // namespace ferry::calibrate

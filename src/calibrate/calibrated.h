@@ -10,15 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "calibrate/awq.h"
+#include "calibrate/calibration.h"
+#include "calibrate/gptq.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "gguf/gguf_file.h"
 #include "model/llama_config.h"
-#include "quant/awq.h"
-#include "quant/calibration.h"
-#include "quant/gptq.h"
 
-namespace ferry::quant {
+namespace ferry::calibrate {
 
 // What each tensor is written as, by name and row length; nullopt when it is left alone
 // (--keep), in which case its layer's AWQ scales cannot be folded and the layer is skipped.
@@ -43,7 +43,7 @@ Expected<TensorOverrides> run_awq(const gguf::File& f, const model::LlamaConfig&
                                   const CalibrationStats& stats, const TypeForTensor& type_of,
                                   ThreadPool& pool, const LayerProgress& progress = nullptr);
 
-// SmoothQuant (quant/smoothquant.h) on every layer whose tensors are all written: the rescaled
+// SmoothQuant (calibrate/smoothquant.h) on every layer whose tensors are all written: the rescaled
 // matrices and norms go into `floats`, to be rounded to w8a8 as usual.
 Expected<TensorOverrides> run_smoothquant(const gguf::File& f, const model::LlamaConfig& c,
                                           const CalibrationStats& stats,
@@ -57,4 +57,4 @@ void store_awq_layer(const AwqLayer& l, int layer, TensorOverrides& out);
 // A tensor dequantized to floats (rows x cols; 1-D tensors have rows = 1).
 Expected<FloatMatrix> read_float_tensor(const gguf::File& f, const std::string& name);
 
-}  // namespace ferry::quant
+}  // namespace ferry::calibrate

@@ -3,7 +3,7 @@
 // tiles that stay in cache, so each column's error goes to the remaining columns at once,
 // which also keeps a group's weights current whenever its grid is fitted (act-order visits a
 // group's columns out of order).
-#include "quant/gptq.h"
+#include "calibrate/gptq.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 
 #include "quant/group_grid.h"
 
-namespace ferry::quant {
+namespace ferry::calibrate {
 namespace {
 
 // Four partial sums: a strict left-to-right sum would not vectorize.
@@ -123,9 +123,9 @@ Expected<GptqHessian> prepare_gptq_hessian(std::span<const double> h, int64_t n,
 
 Expected<std::vector<uint8_t>> gptq_quantize(DType type, const float* w, int64_t rows, int64_t cols,
                                              const GptqHessian& hess, ThreadPool& pool) {
-    if (!has_group_grid(type))
+    if (!quant::has_group_grid(type))
         return make_error("gptq: type {} has no group grid", dtype_name(type));
-    const int G = grid_group_size(type);
+    const int G = quant::grid_group_size(type);
     if (cols != hess.n || cols % G != 0)
         return make_error("gptq: a matrix of {} columns with a Hessian of {} and groups of {}",
                           cols, hess.n, G);
@@ -145,7 +145,7 @@ Expected<std::vector<uint8_t>> gptq_quantize(DType type, const float* w, int64_t
                 wt[r * n + p] = hess.dead[c] ? 0.0 : w[(r0 + r) * cols + c];
             }
         std::vector<uint8_t> codes(static_cast<size_t>(nr * n));  // column order
-        std::vector<GroupParams> params(static_cast<size_t>(nr * n_groups));
+        std::vector<quant::GroupParams> params(static_cast<size_t>(nr * n_groups));
         std::vector<uint8_t> fitted(static_cast<size_t>(n_groups), 0);
         std::vector<float> group(static_cast<size_t>(G));
         for (int64_t p = 0; p < n; ++p) {
@@ -157,7 +157,7 @@ Expected<std::vector<uint8_t>> gptq_quantize(DType type, const float* w, int64_t
                 for (int64_t r = 0; r < nr; ++r) {
                     for (int j = 0; j < G; ++j)
                         group[j] = static_cast<float>(wt[r * n + pos[g * G + j]]);
-                    params[r * n_groups + g] = fit_group(type, group.data());
+                    params[r * n_groups + g] = quant::fit_group(type, group.data());
                 }
                 fitted[g] = 1;
             }
@@ -165,20 +165,20 @@ Expected<std::vector<uint8_t>> gptq_quantize(DType type, const float* w, int64_t
             const double d = urow[p];
             for (int64_t r = 0; r < nr; ++r) {
                 double* wr = &wt[r * n];
-                const GroupParams& gp = params[r * n_groups + g];
-                const uint8_t code = round_to_grid(type, gp, static_cast<float>(wr[p]));
+                const quant::GroupParams& gp = params[r * n_groups + g];
+                const uint8_t code = quant::round_to_grid(type, gp, static_cast<float>(wr[p]));
                 codes[r * n + c] = code;
-                const double err = (wr[p] - grid_value(type, gp, code)) / d;
+                const double err = (wr[p] - quant::grid_value(type, gp, code)) / d;
                 if (err == 0 || !std::isfinite(err)) continue;
                 for (int64_t j = p + 1; j < n; ++j) wr[j] -= err * urow[j];
             }
         }
         for (int64_t r = 0; r < nr; ++r)
             for (int64_t g = 0; g < n_groups; ++g)
-                pack_group(type, params[r * n_groups + g], &codes[r * n + g * G],
-                           out.data() + (r0 + r) * out_row + g * block);
+                quant::pack_group(type, params[r * n_groups + g], &codes[r * n + g * G],
+                                  out.data() + (r0 + r) * out_row + g * block);
     });
     return out;
 }
 
-}  // namespace ferry::quant
+}  // namespace ferry::calibrate

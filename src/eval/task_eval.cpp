@@ -1,4 +1,4 @@
-#include "engine/task_eval.h"
+#include "eval/task_eval.h"
 
 #include <algorithm>
 #include <cctype>
@@ -12,7 +12,7 @@
 #include "engine/generator.h"
 #include "tokenizer/utf8.h"
 
-namespace ferry::engine {
+namespace ferry::eval {
 namespace {
 
 using nlohmann::json;
@@ -137,9 +137,9 @@ Expected<EvalTask> parse_task(const json& j, const std::string& where, int line)
     return t;
 }
 
-TaskOutput generate_one(Generator& gen, const tokenizer::Tokenizer& tok,
+TaskOutput generate_one(engine::Generator& gen, const tokenizer::Tokenizer& tok,
                         std::span<const int32_t> prompt, int max_tokens, Status& status) {
-    SamplingParams greedy;
+    engine::SamplingParams greedy;
     greedy.temperature = 0.0f;
     greedy.top_k = 1;
     TaskOutput out;
@@ -267,7 +267,7 @@ Expected<std::vector<EvalTask>> load_tasks(const std::string& path) {
     return parse_tasks(ss.str(), path);
 }
 
-Expected<TaskEvalResult> run_tasks(const LoadedModel& model, const LoadedModel* ref,
+Expected<TaskEvalResult> run_tasks(const engine::LoadedModel& model, const engine::LoadedModel* ref,
                                    const std::vector<EvalTask>& tasks, const TaskEvalOptions& opt,
                                    const std::function<void(int, int)>& on_task) {
     const auto& tok = *model.tokenizer;
@@ -313,7 +313,7 @@ Expected<TaskEvalResult> run_tasks(const LoadedModel& model, const LoadedModel* 
     int done = 0;
     // One model at a time, so only one cache and one thread pool exist at once.
     auto run_all = [&](const model::LlamaModel& m, bool is_ref) -> Status {
-        Generator gen(m, opt.n_threads, n_ctx);
+        engine::Generator gen(m, opt.n_threads, n_ctx);
         for (size_t i = 0; i < tasks.size(); ++i) {
             Status st;
             TaskOutput out = generate_one(gen, tok, prompts[i], tasks[i].max_tokens, st);
@@ -430,4 +430,4 @@ std::string task_eval_table(const TaskEvalResult& r) {
     return out;
 }
 
-}  // namespace ferry::engine
+}  // namespace ferry::eval

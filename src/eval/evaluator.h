@@ -15,7 +15,7 @@
 
 #include "kv/kv_store.h"
 
-namespace ferry::engine {
+namespace ferry::eval {
 
 struct EvalOptions {
     int ctx = 512;
@@ -45,4 +45,4 @@ Expected<EvalResult> evaluate(const model::LlamaModel& model, const model::Llama
                               std::span<const int32_t> tokens, const EvalOptions& opt,
                               const std::function<void(int, int)>& on_window = nullptr);
 
-}  // namespace ferry::engine
+}  // namespace ferry::eval

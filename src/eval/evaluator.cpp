@@ -1,4 +1,4 @@
-#include "engine/evaluator.h"
+#include "eval/evaluator.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include "kernels/kernels.h"
 #include "kv/kv_store.h"
 
-namespace ferry::engine {
+namespace ferry::eval {
 namespace {
 
 constexpr int kBlock = 256;
@@ -141,4 +141,4 @@ Expected<EvalResult> evaluate(const model::LlamaModel& model, const model::Llama
     return r;
 }
 
-}  // namespace ferry::engine
+}  // namespace ferry::eval

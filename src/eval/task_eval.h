@@ -18,7 +18,7 @@
 #include "engine/loaded_model.h"
 #include "tokenizer/chat_template.h"
 
-namespace ferry::engine {
+namespace ferry::eval {
 
 // How a completion is checked against the answer (both compared case-sensitively):
 //   prefix   (default) the completion, leading whitespace removed, starts with the answer
@@ -99,7 +99,7 @@ struct TaskEvalOptions {
 // Greedy generation of every task with `model` and, when `ref` is given, with the reference
 // on the same prompt tokens (the model's tokenizer and chat template: the vocabularies must
 // match, so token sequences are comparable). on_task(done, total) reports progress.
-Expected<TaskEvalResult> run_tasks(const LoadedModel& model, const LoadedModel* ref,
+Expected<TaskEvalResult> run_tasks(const engine::LoadedModel& model, const engine::LoadedModel* ref,
                                    const std::vector<EvalTask>& tasks, const TaskEvalOptions& opt,
                                    const std::function<void(int, int)>& on_task = nullptr);
 
@@ -109,4 +109,4 @@ nlohmann::json task_eval_json(const TaskEvalResult& r, bool with_items);
 // The same for people: accuracy overall and per category, and the reference agreement.
 std::string task_eval_table(const TaskEvalResult& r);
 
-}  // namespace ferry::engine
+}  // namespace ferry::eval

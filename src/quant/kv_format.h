@@ -19,7 +19,7 @@
 #include <optional>
 #include <string_view>
 
-namespace ferry::kv {
+namespace ferry::quant {
 
 enum class KvDType : uint8_t { F32 = 0, F16 = 1, Int8 = 2, FP8 = 3 };
 
@@ -72,4 +72,4 @@ int64_t quantize_kv_row(KvDType t, const float* x, int n, void* dst, float* scal
 void dequantize_kv_row(KvDType t, const void* src, int n, float scale, const float* channel_scale,
                        float* out);
 
-}  // namespace ferry::kv
+}  // namespace ferry::quant

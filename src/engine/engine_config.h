@@ -1,0 +1,37 @@
+// How a serving engine is set up: threads, context, batching and KV-cache limits, the
+// baselines' switches and speculation. A plain value, shared by the engine, its scheduler and
+// the front ends that fill it in.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/speculation.h"
+#include "quant/kv_format.h"
+
+namespace ferry::engine {
+
+struct LoadedModel;
+
+struct EngineConfig {
+    int n_threads = 0;                 // 0: physical cores
+    int max_model_len = 0;             // 0: min(trained context, 4096)
+    int max_num_seqs = 64;             // sequences in one step at most
+    int max_num_batched_tokens = 512;  // tokens in one step at most (prefill chunks + decodes)
+    // While any sequence decodes, prefill chunks of a step add up to at most this many tokens,
+    // so a long prompt costs the others' next token a short step, not a whole budget's worth
+    // (on a CPU a 512-token chunk is most of a second). 0: only the token budget applies.
+    int prefill_chunk_while_decoding = 128;
+    int64_t kv_cache_memory =
+        0;                // bytes for the block pool; 0: 25 % of available RAM, capped at 2 GiB
+    int block_size = 16;  // token slots per KV block
+    bool prefix_cache = true;
+    enum class Batching { Continuous, Static } batching = Batching::Continuous;
+    int batch_wait_ms = 50;  // static batching: how long the oldest request waits for company
+    enum class KvLayout { Paged, Contiguous } kv_layout = KvLayout::Paged;
+    quant::KvDType kv_dtype = quant::KvDType::F32;  // what the KV cache stores (quant/kv_format.h)
+    int max_waiting = 4096;                         // requests queued beyond this are refused
+    SpecConfig spec;  // speculative decoding for requests that do not choose
+    const LoadedModel* draft_model = nullptr;  // for SpecMethod::Draft
+};
+
+}  // namespace ferry::engine
