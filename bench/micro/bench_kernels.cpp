@@ -9,8 +9,9 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "kernels/kernels.h"
-#include "kernels/packed_weights.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/packed_weights.h"
 #include "quant/dequantize.h"
 
 namespace {
@@ -18,8 +19,9 @@ using namespace ferry;
 
 struct Mat {
     std::vector<uint8_t> bytes;
-    kernels::Weight w;
-    kernels::PackedWeight packed;  // what the model packs (Q4_0/Q4_1/Q8_0), for the integer path
+    kernels::cpu::Weight w;
+    kernels::cpu::PackedWeight
+        packed;  // what the model packs (Q4_0/Q4_1/Q8_0), for the integer path
 };
 
 Mat make(DType type, int64_t rows, int64_t cols) {
@@ -38,9 +40,9 @@ Mat make(DType type, int64_t rows, int64_t cols) {
         for (size_t i = 0; i < m.bytes.size() / 2; ++i)
             if ((h[i] & 0x7C00) == 0x7C00 || (h[i] & 0x7F80) == 0x7F80) h[i] = 0x3000;  // 0.125
     }
-    m.w = kernels::Weight{type, m.bytes.data(), rows, cols, stride};
-    if (kernels::packable(type)) {
-        m.packed = kernels::PackedWeight(m.w);
+    m.w = kernels::cpu::Weight{type, m.bytes.data(), rows, cols, stride};
+    if (kernels::cpu::packable(type)) {
+        m.packed = kernels::cpu::PackedWeight(m.w);
         m.w.packed = m.packed.data();
     }
     return m;
@@ -55,7 +57,7 @@ void BM_Matmul(benchmark::State& st, DType type, int64_t rows, int64_t cols) {
     for (auto& v : x) v = static_cast<float>(rng() % 2000) / 1000.0f - 1.0f;
     ThreadPool pool(threads);
     for (auto _ : st) {
-        kernels::matmul(m.w, x.data(), nt, y.data(), pool);
+        kernels::cpu::matmul(m.w, x.data(), nt, y.data(), pool);
         benchmark::DoNotOptimize(y.data());
     }
     const double bytes = static_cast<double>(m.bytes.size());
@@ -64,9 +66,9 @@ void BM_Matmul(benchmark::State& st, DType type, int64_t rows, int64_t cols) {
                            benchmark::Counter::kIs1000);
     st.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate,
                                              benchmark::Counter::kIs1000);
-    std::string label = kernels::cpu_level_name(kernels::cpu_level());
-    if (kernels::packable(type))
-        label += std::string(" ") + kernels::activations_name(kernels::activations());
+    std::string label = kernels::cpu::cpu_level_name(kernels::cpu::cpu_level());
+    if (kernels::cpu::packable(type))
+        label += std::string(" ") + kernels::activations_name(kernels::cpu::activations());
     st.SetLabel(label);
 }
 
@@ -103,7 +105,7 @@ void BM_Attend(benchmark::State& st) {
     const size_t stride = 192;
     std::vector<float> q(hd, 0.1f), k(n_kv * stride, 0.01f), v(n_kv * stride, 0.02f), out(hd);
     for (auto _ : st) {
-        kernels::attend(q.data(), k.data(), v.data(), stride, n_kv, hd, 0.125f, out.data());
+        kernels::cpu::attend(q.data(), k.data(), v.data(), stride, n_kv, hd, 0.125f, out.data());
         benchmark::DoNotOptimize(out.data());
     }
     st.counters["GFLOP/s"] =
@@ -115,7 +117,7 @@ BENCHMARK(BM_Attend)->Arg(128)->Arg(512)->Arg(2048);
 void BM_SiluMul(benchmark::State& st) {
     std::vector<float> g(1536, 0.5f), u(1536, 1.0f);
     for (auto _ : st) {
-        kernels::silu_mul(g.data(), u.data(), 1536);
+        kernels::cpu::silu_mul(g.data(), u.data(), 1536);
         benchmark::DoNotOptimize(g.data());
     }
 }

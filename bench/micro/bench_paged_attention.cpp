@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "kernels/kernels.h"
-#include "kernels/paged_attention.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/paged_attention.h"
 #include "kv/kv_store.h"
 
 namespace {
@@ -22,11 +24,17 @@ using namespace ferry;
 
 constexpr int kHead = 9, kHeadKv = 3, kHeadDim = 64, kBlock = 16;
 
+// Where the caches live: host memory, as the CPU backend allocates it.
+kernels::Backend& backend() {
+    static const std::shared_ptr<kernels::Backend> b = kernels::make_backend().value();
+    return *b;
+}
+
 struct Context {
     std::unique_ptr<kv::KvStore> store;
     std::vector<float> q, out;
     std::vector<const void*> kb, vb;
-    std::vector<kernels::SeqBlocks> seqs;
+    std::vector<kernels::cpu::SeqBlocks> seqs;
     int32_t seq = 0;
     int64_t pos = 0;
 };
@@ -41,7 +49,8 @@ Context make_context(int64_t n_kv, quant::KvDType t = quant::KvDType::F32) {
     std::uniform_real_distribution<float> d(-1.0f, 1.0f);
     kv::KvFormat f{t, {}};
     if (t == quant::KvDType::Int8) f.k_scales.assign(kv_dim, 1.5f / quant::kInt8Max);
-    c.store = std::make_unique<kv::KvStore>(1, 2 * nb, kBlock, kv_dim, kHeadDim, std::move(f));
+    c.store =
+        std::make_unique<kv::KvStore>(backend(), 1, 2 * nb, kBlock, kv_dim, kHeadDim, std::move(f));
     std::vector<float> k(kv_dim), v(kv_dim);
     for (int64_t b = 0; b < nb; ++b) {
         const int64_t at = (b * 7919) % (2 * nb);
@@ -50,8 +59,8 @@ Context make_context(int64_t n_kv, quant::KvDType t = quant::KvDType::F32) {
             for (auto& x : v) x = d(rng);
             c.store->write(0, at, s, k.data(), v.data());
         }
-        c.kb.push_back(c.store->k(0, at));
-        c.vb.push_back(c.store->v(0, at));
+        c.kb.push_back(c.store->view().k_block(0, at));
+        c.vb.push_back(c.store->view().v_block(0, at));
     }
     c.q.resize(kHead * kHeadDim);
     for (auto& x : c.q) x = d(rng);
@@ -75,19 +84,19 @@ void BM_DecodeAttention(benchmark::State& st) {
     const auto t = static_cast<quant::KvDType>(st.range(2));
     Context c = make_context(n_kv, t);
     ThreadPool pool(threads);
-    const kernels::AttentionBatch b{c.q.data(), c.out.data(),
-                                    1,          kHead,
-                                    kHeadKv,    kHeadDim,
-                                    0.125f,     &c.seq,
-                                    &c.pos,     c.seqs,
-                                    kBlock,     c.store->layout(),
-                                    t,          c.store->k_channel_scales(0)};
+    const kernels::cpu::AttentionBatch b{c.q.data(), c.out.data(),
+                                         1,          kHead,
+                                         kHeadKv,    kHeadDim,
+                                         0.125f,     &c.seq,
+                                         &c.pos,     c.seqs,
+                                         kBlock,     c.store->layout(),
+                                         t,          c.store->view().k_channel_scales};
     for (auto _ : st) {
-        kernels::attend_batch(b, pool);
+        kernels::cpu::attend_batch(b, pool);
         benchmark::DoNotOptimize(c.out.data());
     }
     set_kv_counters(st, c, n_kv);
-    st.SetLabel(std::string(kernels::cpu_level_name(kernels::cpu_level())) + " " +
+    st.SetLabel(std::string(kernels::cpu::cpu_level_name(kernels::cpu::cpu_level())) + " " +
                 quant::kv_dtype_name(t));
 }
 BENCHMARK(BM_DecodeAttention)
@@ -102,7 +111,7 @@ void BM_DecodeAttentionReference(benchmark::State& st) {
     for (auto _ : st) {
         for (int h = 0; h < kHead; ++h) {
             const quant::KvBlockLayout l = c.store->layout();
-            const kernels::PagedKvView view{
+            const kernels::cpu::PagedKvView view{
                 c.kb.data(),
                 c.vb.data(),
                 kBlock,
@@ -112,8 +121,8 @@ void BM_DecodeAttentionReference(benchmark::State& st) {
                 quant::KvDType::F32,
                 kHeadKv,
                 h / (kHead / kHeadKv)};
-            kernels::attend_paged_reference(&c.q[h * kHeadDim], view, n_kv, kHeadDim, 0.125f,
-                                            &c.out[h * kHeadDim]);
+            kernels::cpu::attend_paged_reference(&c.q[h * kHeadDim], view, n_kv, kHeadDim, 0.125f,
+                                                 &c.out[h * kHeadDim]);
         }
         benchmark::DoNotOptimize(c.out.data());
     }
@@ -131,7 +140,8 @@ void BM_AttendDecodeBatch(benchmark::State& st) {
                   n_head_kv = kHeadKv;
     const int kv_dim = n_head_kv * hd;
     const int64_t per_seq = (n_kv + bs - 1) / bs;
-    kv::KvStore store(n_layer, n_seq * per_seq, bs, kv_dim, hd, {quant::KvDType::F16, {}});
+    kv::KvStore store(backend(), n_layer, n_seq * per_seq, bs, kv_dim, hd,
+                      {quant::KvDType::F16, {}});
     std::mt19937 rng(3);
     std::normal_distribution<float> nd;
     std::vector<float> k(kv_dim), v(kv_dim);
@@ -148,21 +158,21 @@ void BM_AttendDecodeBatch(benchmark::State& st) {
     for (int s = 0; s < n_seq; ++s) tok_seq[s] = s;
     // Blocks of a sequence interleaved with the others', as a pool hands them out over time.
     std::vector<std::vector<const void*>> kb(size_t(n_layer) * n_seq), vb(kb.size());
-    std::vector<std::vector<kernels::SeqBlocks>> seqs(n_layer);
+    std::vector<std::vector<kernels::cpu::SeqBlocks>> seqs(n_layer);
     for (int l = 0; l < n_layer; ++l)
         for (int s = 0; s < n_seq; ++s) {
             auto& K = kb[size_t(l) * n_seq + s];
             auto& V = vb[size_t(l) * n_seq + s];
             for (int64_t b = 0; b < per_seq; ++b) {
-                K.push_back(store.k(l, b * n_seq + s));
-                V.push_back(store.v(l, b * n_seq + s));
+                K.push_back(store.view().k_block(l, b * n_seq + s));
+                V.push_back(store.view().v_block(l, b * n_seq + s));
             }
             seqs[l].push_back({K.data(), V.data()});
         }
     ThreadPool pool(2);
     int l = 0;
     for (auto _ : st) {
-        kernels::attend_batch(
+        kernels::cpu::attend_batch(
             {q.data(), out.data(), n_seq, n_head, n_head_kv, hd, 0.125f, tok_seq.data(),
              tok_pos.data(), seqs[l], bs, store.layout(), store.dtype(), nullptr},
             pool);

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/kernels.h"
+#include "kernels/host_math.h"
 #include "quant/dequantize.h"
 #include "quant/quantize.h"
 
@@ -37,9 +37,7 @@ double output_error(const FloatMatrix& m, const std::vector<float>& s, std::span
         for (int64_t c = 0; c < m.cols; ++c) e[r * m.cols + c] = w[c] - row[c] / s[c];
     });
     std::vector<float> y(static_cast<size_t>(n_samples * m.rows));
-    const kernels::Weight ew{DType::F32, reinterpret_cast<const uint8_t*>(e.data()), m.rows, m.cols,
-                             static_cast<size_t>(m.cols) * sizeof(float)};
-    kernels::matmul(ew, x.data(), n_samples, y.data(), pool);
+    kernels::matmul_f32(e.data(), m.rows, m.cols, x.data(), n_samples, y.data(), pool);
     double sum = 0;
     for (float v : y) sum += static_cast<double>(v) * v;
     return sum;

@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/kernels.h"
-#include "kv/kv_store.h"
+#include "core/thread_pool.h"
+#include "engine/model_runner.h"
+#include "kernels/host_math.h"
 
 namespace ferry::calibrate {
 namespace {
@@ -24,8 +25,9 @@ class Collector final : public model::ActivationObserver {
 
     void begin_window(int64_t offset) { offset_ = offset; }
 
-    void observe(int layer, model::LinearInput which, const float* x, int64_t n,
-                 int64_t dim) override {
+    void observe(int layer, model::LinearInput which, const Tensor& rows) override {
+        const float* x = rows.data<const float>();
+        const int64_t n = rows.rows(), dim = rows.cols();
         InputStats& st = stats_.layers[static_cast<size_t>(layer)][static_cast<size_t>(which)];
         if (st.dim == 0) {
             st.dim = dim;
@@ -61,9 +63,7 @@ class Collector final : public model::ActivationObserver {
         for (int64_t t = 0; t < n; ++t)
             for (int64_t i = 0; i < dim; ++i) xt_[i * n + t] = x[t * dim + i];
         gram_.resize(static_cast<size_t>(dim * dim));
-        const kernels::Weight w{DType::F32, reinterpret_cast<const uint8_t*>(xt_.data()), dim, n,
-                                static_cast<size_t>(n) * sizeof(float)};
-        kernels::matmul(w, xt_.data(), dim, gram_.data(), pool_);
+        kernels::matmul_f32(xt_.data(), dim, n, xt_.data(), dim, gram_.data(), pool_);
         for (size_t i = 0; i < gram_.size(); ++i) st.hessian[i] += gram_[i];
     }
 
@@ -77,8 +77,9 @@ class Collector final : public model::ActivationObserver {
 
 }  // namespace
 
-Expected<CalibrationStats> calibrate(model::LlamaModel& model, std::span<const int32_t> tokens,
-                                     const CalibrationOptions& opt, ThreadPool& pool,
+Expected<CalibrationStats> calibrate(const model::LlamaModel& model,
+                                     std::shared_ptr<kernels::Backend> backend,
+                                     std::span<const int32_t> tokens, const CalibrationOptions& opt,
                                      const std::function<void(int, int)>& on_window) {
     const auto& c = model.config();
     const auto n = static_cast<int64_t>(tokens.size());
@@ -89,27 +90,23 @@ Expected<CalibrationStats> calibrate(model::LlamaModel& model, std::span<const i
     stats.layers.resize(static_cast<size_t>(c.n_layer));
 
     const int window = static_cast<int>(std::min<int64_t>(opt.window, n));
-    kv::KvStore store(c.n_layer, (window + kKvBlock - 1) / kKvBlock, kKvBlock, c.kv_dim(),
-                      c.head_dim);
-    std::vector<int32_t> blocks(static_cast<size_t>(store.n_blocks()));
+    engine::ModelRunner runner(model, backend, (window + kKvBlock - 1) / kKvBlock, kKvBlock);
+    std::vector<int32_t> blocks(static_cast<size_t>(runner.kv().n_blocks()));
     for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<int32_t>(i);
 
-    Collector collector(stats, opt, n, pool);
-    model.set_observer(&collector);
+    Collector collector(stats, opt, n, backend->host_pool());
+    runner.set_observer(&collector);
     const int n_windows = static_cast<int>((n + window - 1) / window);
     for (int w = 0; w < n_windows; ++w) {
         const int64_t begin = static_cast<int64_t>(w) * window;
         const int64_t len = std::min<int64_t>(window, n - begin);
-        model::LlamaModel::BatchSeq seq;
-        seq.n_tokens = static_cast<int>(len);
-        seq.kv = {blocks.data(), static_cast<int64_t>(blocks.size())};
-        seq.n_logits = 0;  // only the activations are wanted, not the output head
         collector.begin_window(begin);
-        model.forward(tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(len)),
-                      {&seq, 1}, store, nullptr, pool);
+        // Only the activations are wanted, not the output head.
+        const engine::ModelRunner::Work work{
+            tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(len)), 0, blocks, 0};
+        runner.run({&work, 1});
         if (on_window) on_window(w + 1, n_windows);
     }
-    model.set_observer(nullptr);
 
     for (auto& layer : stats.layers)
         for (InputStats& st : layer) {

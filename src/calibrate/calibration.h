@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "core/thread_pool.h"
+#include "kernels/backend.h"
 #include "model/llama.h"
 
 namespace ferry::calibrate {
@@ -44,10 +44,12 @@ struct CalibrationStats {
     }
 };
 
-// Runs `model` over `tokens` in windows of opt.window tokens. on_window(done, total) reports
-// progress. The model's observer is set for the duration and cleared after.
-Expected<CalibrationStats> calibrate(model::LlamaModel& model, std::span<const int32_t> tokens,
-                                     const CalibrationOptions& opt, ThreadPool& pool,
+// Runs `model` on `backend` over `tokens` in windows of opt.window tokens, each from an empty
+// cache; the statistics' own products run on the backend's host pool. on_window(done, total)
+// reports progress.
+Expected<CalibrationStats> calibrate(const model::LlamaModel& model,
+                                     std::shared_ptr<kernels::Backend> backend,
+                                     std::span<const int32_t> tokens, const CalibrationOptions& opt,
                                      const std::function<void(int, int)>& on_window = nullptr);
 
 }  // namespace ferry::calibrate

@@ -12,7 +12,6 @@
 #include "cli/kv_options.h"
 #include "cli/model_options.h"
 #include "cli/spec_options.h"
-#include "core/machine_probe.h"
 #include "core/progress.h"
 #include "engine/generator.h"
 #include "plan/bottleneck.h"
@@ -95,17 +94,17 @@ void bench_decode(const DecodeBenchOptions& o) {
     // Sampled again after every measured run and the median taken: on a shared machine the
     // bandwidth at hand moves from one second to the next, and the roofline should describe
     // the moments the runs saw, not one probe before them.
-    std::vector<double> bw_samples{measure_read_bandwidth_gbs(threads)};
-    const double peak_gflops = measure_peak_gflops_f32(threads);
+    std::vector<double> bw_samples{lm.backend->measure_read_bandwidth_gbs()};
+    const double peak_gflops = lm.backend->measure_peak_gflops_f32();
 
-    engine::Generator gen(*lm.model, threads, run_ctx, o.kv_dtype.format(lm));
+    engine::Generator gen(*lm.model, lm.backend, run_ctx, o.kv_dtype.format(lm));
     engine::SamplingParams greedy;
     greedy.temperature = 0;
     // With speculation, every repeat runs plain decoding and speculation back to back (A B A B),
     // so the speed-up is a ratio measured under the same conditions, and the two outputs are
     // compared token for token (greedy speculation must not change them).
     const auto spec_cfg = o.spec.resolved();
-    const auto draft = o.spec.load_draft(!o.json);
+    const auto draft = o.spec.load_draft(!o.json, lm.backend);
     auto proposer = o.spec.make(lm, draft ? &*draft : nullptr, run_ctx, o.kv_dtype.resolved());
     const bool speculate = proposer != nullptr;
     std::vector<double> prefill, decode, ttft, tpot, base_decode, speedup;
@@ -132,7 +131,7 @@ void bench_decode(const DecodeBenchOptions& o) {
         auto st = once({proposer.get(), spec_cfg.k, spec_cfg.adaptive}, &spec_out);
         if (speculate && plain_out != spec_out) identical = false;
         if (r == 0) continue;
-        bw_samples.push_back(measure_read_bandwidth_gbs(threads));
+        bw_samples.push_back(lm.backend->measure_read_bandwidth_gbs());
         prefill.push_back(st.prefill_tokens_per_s());
         decode.push_back(st.decode_tokens_per_s());
         ttft.push_back(st.ttft_ms);
@@ -151,7 +150,7 @@ void bench_decode(const DecodeBenchOptions& o) {
 
     const Summary bws = summarize(bw_samples);
     const double bw = bws.median;
-    const double wbytes = static_cast<double>(lm.model->weight_bytes_per_token());
+    const double wbytes = static_cast<double>(lm.model->weight_bytes_per_token(*lm.backend));
     const double roofline = bw * 1e9 / wbytes;
     const Summary pf = summarize(prefill), dc = summarize(decode), tt = summarize(ttft),
                   tp = summarize(tpot);
@@ -159,8 +158,8 @@ void bench_decode(const DecodeBenchOptions& o) {
         {"model", lm.file->path()},
         {"weight_type", dominant_weight_type(*lm.file)},
         {"threads", threads},
-        {"cpu_level", kernels::cpu_level_name(kernels::cpu_level())},
-        {"activations", kernels::activations_name(kernels::activations())},
+        {"cpu_level", backend_property(*lm.backend, "cpu_level")},
+        {"activations", kernels::activations_name(lm.backend->activations())},
         {"prompt_tokens", prompt.size()},
         {"gen_tokens", o.gen_tokens},
         {"repeats", o.repeats},
@@ -223,8 +222,8 @@ void bench_decode(const DecodeBenchOptions& o) {
     }
     std::printf("model      %s (%s), %d threads, %s kernels, %s activations\n",
                 lm.file->path().c_str(), j["weight_type"].get<std::string>().c_str(), threads,
-                kernels::cpu_level_name(kernels::cpu_level()),
-                kernels::activations_name(kernels::activations()));
+                backend_property(*lm.backend, "cpu_level").c_str(),
+                kernels::activations_name(lm.backend->activations()));
     std::printf("workload   %zu prompt tokens, %d generated, median of %d runs [min .. max]\n",
                 prompt.size(), o.gen_tokens, o.repeats);
     std::printf("prefill    %8.1f tok/s  [%.1f .. %.1f]   ttft %.1f ms\n", pf.median, pf.min,

@@ -14,7 +14,6 @@
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/model_options.h"
-#include "core/machine_probe.h"
 #include "core/progress.h"
 #include "plan/bottleneck.h"
 
@@ -236,7 +235,7 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
         if (!r.itl_s.empty()) tpot.push_back(r.tpot_s() * 1e3);
     }
     // Every step reads all weights once and does 2 x params FLOPs per token it runs.
-    const double bytes = double(m.steps) * double(lm.model->weight_bytes_per_token());
+    const double bytes = double(m.steps) * double(lm.model->weight_bytes_per_token(*lm.backend));
     const double flops = 2.0 * double(lm.model->parameter_count()) * double(m.batched_tokens_total);
     const auto bound =
         plan::analyze_bottleneck({"throughput", bytes, flops, wall, peaks.gbs, peaks.gflops});
@@ -285,13 +284,12 @@ void bench_throughput(const ThroughputOptions& o) {
     engine::LoadedModel lm = o.model.load(!o.json);
     const int max_len = o.model.resolved_ctx(lm);
     const auto items = make_workload(o, lm, max_len);
-    const auto draft = o.engine.spec.load_draft(!o.json);
-    const auto cfg =
-        o.engine.resolved(o.model.resolved_threads(), max_len, draft ? &*draft : nullptr);
+    const auto draft = o.engine.spec.load_draft(!o.json, lm.backend);
+    const auto cfg = o.engine.resolved(max_len, draft ? &*draft : nullptr);
     if (!o.json)
         std::fprintf(stderr, "measuring this machine's read bandwidth and peak FLOP/s ...\n");
-    const Peaks peaks{measure_read_bandwidth_gbs(cfg.n_threads),
-                      measure_peak_gflops_f32(cfg.n_threads)};
+    const Peaks peaks{lm.backend->measure_read_bandwidth_gbs(),
+                      lm.backend->measure_peak_gflops_f32()};
 
     engine::SamplingParams sampling;
     sampling.temperature = o.temperature;
@@ -330,14 +328,14 @@ void bench_throughput(const ThroughputOptions& o) {
         nlohmann::json j = o.compare ? nlohmann::json{{"runs", rows}} : rows.front();
         j["model"] = lm.file->path();
         j["num_prompts"] = items.size();
-        j["threads"] = cfg.n_threads;
+        j["threads"] = o.model.resolved_threads();
         j["sampling"] = {{"temperature", o.temperature}, {"top_k", o.top_k}, {"top_p", o.top_p}};
         std::printf("%s\n", j.dump(2).c_str());
         return;
     }
     std::printf("%zu requests, %d threads, max %d seqs, %d tokens/step, block %d, %s\n",
-                items.size(), cfg.n_threads, cfg.max_num_seqs, cfg.max_num_batched_tokens,
-                cfg.block_size,
+                items.size(), o.model.resolved_threads(), cfg.max_num_seqs,
+                cfg.max_num_batched_tokens, cfg.block_size,
                 o.temperature > 0 ? fmt::format("sampled at temperature {} (top-k {}, top-p {})",
                                                 o.temperature, o.top_k, o.top_p)
                                         .c_str()

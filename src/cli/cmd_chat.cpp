@@ -33,7 +33,7 @@ void chat(const ChatOptions& o) {
     if (!lm.chat_template) throw ExitError(lm.chat_template_error);
     const auto& tok = *lm.tokenizer;
     const int ctx = o.model.resolved_ctx(lm);
-    engine::Generator gen(*lm.model, o.model.resolved_threads(), ctx, o.kv_dtype.format(lm));
+    engine::Generator gen(*lm.model, lm.backend, ctx, o.kv_dtype.format(lm));
     const bool tty = isatty(STDIN_FILENO);
     std::vector<tokenizer::ChatMessage> msgs;
     if (!o.system.empty()) {

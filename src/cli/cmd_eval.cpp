@@ -48,10 +48,8 @@ nlohmann::json eval_tasks(const EvalCmdOptions& o, const TaskFile& tf,
                           const engine::LoadedModel& lm, const engine::LoadedModel* ref) {
     const std::string& path = tf.path;
     const auto& tasks = tf.tasks;
-    eval::TaskEvalOptions opt;
-    opt.n_threads = resolve_threads(o.threads);
     Progress bar("tasks", 1000, !o.json);
-    auto r = take(eval::run_tasks(lm, ref, tasks, opt, [&](int done, int total) {
+    auto r = take(eval::run_tasks(lm, ref, tasks, [&](int done, int total) {
         bar.update(static_cast<int64_t>(done) * 1000 / total);
     }));
     bar.finish();
@@ -73,11 +71,13 @@ void eval(const EvalCmdOptions& o) {
         tf->path = resolve_tasks_path(o.tasks);
         tf->tasks = take(eval::load_tasks(tf->path));
     }
-    o.activations.apply();
-    auto lm = take(engine::LoadedModel::load(take(resolve_model_path(o.model)), false));
+    // Both models on one backend: one thread pool, one activation mode.
+    const auto backend = take(kernels::make_backend(
+        {.threads = resolve_threads(o.threads), .activations = o.activations.resolved()}));
+    auto lm = take(engine::LoadedModel::load(take(resolve_model_path(o.model)), false, backend));
     std::optional<engine::LoadedModel> ref;
     if (!o.ref.empty())
-        ref = take(engine::LoadedModel::load(take(resolve_model_path(o.ref)), false));
+        ref = take(engine::LoadedModel::load(take(resolve_model_path(o.ref)), false, backend));
     if (o.text.empty()) {
         nlohmann::json j = {{"model", lm.file->path()}};
         if (ref) j["ref"] = ref->file->path();
@@ -97,7 +97,7 @@ void eval(const EvalCmdOptions& o) {
     opt.kv_format = o.kv_dtype.format(lm);
     opt.ctx = o.ctx;
     opt.stride = o.stride > 0 ? o.stride : o.ctx / 2;
-    opt.n_threads = resolve_threads(o.threads);
+    opt.backend = backend;
     Progress bar("eval", 1000, !o.json);
     auto r = take(eval::evaluate(
         *lm.model, ref ? ref->model.get() : nullptr, tokens, opt,

@@ -53,7 +53,7 @@ void info(const InfoOptions& o) {
         {"rope_theta", c.rope_theta},
         {"rope_style", c.rope_style == kernels::RopeStyle::Normal ? "normal" : "neox"},
         {"rms_eps", c.rms_eps},
-        {"weight_bytes_per_token", lm.model->weight_bytes_per_token()},
+        {"weight_bytes_per_token", lm.model->weight_bytes_per_token(*lm.backend)},
         {"kv_bytes_per_token",
          {{"f32", kv_per_token(quant::KvDType::F32)},
           {"f16", kv_per_token(quant::KvDType::F16)},
@@ -86,7 +86,7 @@ void info(const InfoOptions& o) {
     for (const auto& [name, e] : types)
         std::printf(" %s: %d (%.1f MiB)", name.c_str(), e.first, mib(double(e.second)));
     std::printf("\nweights/token   %.1f MiB read per decoded token\n",
-                mib(double(lm.model->weight_bytes_per_token())));
+                mib(double(lm.model->weight_bytes_per_token(*lm.backend))));
     std::printf(
         "KV per token    %.1f KiB at f32, %.1f KiB at f16 (the default), %.1f KiB at int8, "
         "%.1f KiB at fp8 (--kv-dtype; scales included)\n",

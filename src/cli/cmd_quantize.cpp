@@ -179,9 +179,9 @@ calibrate::TensorOverrides calibrated_overrides(const QuantizeOptions& o, DType 
     {
         const auto n = static_cast<int64_t>(tokens.size());
         Progress bar("calibrate", n, !o.quiet);
-        stats = take(calibrate::calibrate(*lm.model, tokens, copt, pool, [&](int done, int total) {
-            bar.update(n * done / total);
-        }));
+        stats =
+            take(calibrate::calibrate(*lm.model, lm.backend, tokens, copt,
+                                      [&](int done, int total) { bar.update(n * done / total); }));
         bar.finish();
     }
     const model::LlamaConfig& c = lm.model->config();
@@ -216,12 +216,16 @@ void quantize_file(const QuantizeOptions& o) {
         throw ExitError(fmt::format(
             "--method {} quantizes to 4-bit group types only: --type int4, q4_0 or q4_1 (not {})",
             o.method, o.type));
+    // One pool for everything: calibration's forward passes and the rows' quantization.
+    const auto backend =
+        take(kernels::make_backend({.threads = resolve_threads(o.threads), .activations = {}}));
+    ThreadPool& pool = backend->host_pool();
     std::shared_ptr<gguf::File> in;
     std::optional<engine::LoadedModel> lm;
     if (o.method == "rtn" && !o.smoothing()) {
         in = take(gguf::File::open(o.in));
     } else {
-        lm.emplace(take(engine::LoadedModel::load(o.in, false)));
+        lm.emplace(take(engine::LoadedModel::load(o.in, false, backend)));
         in = lm->file;
     }
 
@@ -241,7 +245,6 @@ void quantize_file(const QuantizeOptions& o) {
             w.remove("general.quantization_version");
     }
 
-    ThreadPool pool(resolve_threads(o.threads));
     auto overrides = std::make_shared<calibrate::TensorOverrides>();
     if (lm) *overrides = calibrated_overrides(o, target, *lm, pool);
     int64_t total_elems = 0, n_kept = 0, n_f16 = 0, n_fallback = 0;

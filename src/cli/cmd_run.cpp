@@ -48,9 +48,9 @@ void run(const RunOptions& o) {
                         "one generated token (raise --ctx, up to the model's {})",
                         ids.size(), ctx, lm.model->config().n_ctx_train));
 
-    engine::Generator gen(*lm.model, o.model.resolved_threads(), ctx, o.kv_dtype.format(lm));
+    engine::Generator gen(*lm.model, lm.backend, ctx, o.kv_dtype.format(lm));
     const auto spec_cfg = o.spec.resolved();
-    const auto draft = o.spec.load_draft(!o.no_stats);
+    const auto draft = o.spec.load_draft(!o.no_stats, lm.backend);
     auto proposer = o.spec.make(lm, draft ? &*draft : nullptr, ctx, o.kv_dtype.resolved());
     tokenizer::StreamDecoder dec(tok);
     if (!o.chat) {  // echo the prompt, as a completion continues it

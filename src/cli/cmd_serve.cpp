@@ -9,7 +9,6 @@
 #include "cli/model_options.h"
 #include "core/paths.h"
 #include "engine/engine.h"
-#include "kernels/kernels.h"
 #include "quant/kv_format.h"
 #include "server/auth.h"
 #include "server/backend.h"
@@ -85,12 +84,10 @@ void serve(ServeOptions& o, bool api_key_given) {
                  o.server.host.c_str(), http.port(),
                  o.server.api_key.empty() ? "" : ", API key required");
 
-    o.model.activations.apply();
-    engine::LoadedModel lm = take(engine::LoadedModel::load(path, true));
-    const auto draft = o.engine.spec.load_draft(true);
+    engine::LoadedModel lm = take(engine::LoadedModel::load(path, true, o.model.backend()));
+    const auto draft = o.engine.spec.load_draft(true, lm.backend);
     if (http.shutting_down()) return http.wait();
-    const engine::EngineConfig config =
-        o.engine.resolved(o.model.resolved_threads(), o.model.ctx, draft ? &*draft : nullptr);
+    const engine::EngineConfig config = o.engine.resolved(o.model.ctx, draft ? &*draft : nullptr);
     std::unique_ptr<engine::Engine> engine_ptr;
     try {
         engine_ptr = std::make_unique<engine::Engine>(lm, config);
@@ -107,7 +104,7 @@ void serve(ServeOptions& o, bool api_key_given) {
         "ferry serve: ready: model '%s', context %d, %s activations, %s KV cache, chat page "
         "at http://%s:%d/\n",
         names.front().c_str(), eng.max_model_len(),
-        kernels::activations_name(kernels::activations()), quant::kv_dtype_name(config.kv_dtype),
+        kernels::activations_name(lm.backend->activations()), quant::kv_dtype_name(config.kv_dtype),
         o.server.host.c_str(), http.port());
     std::fflush(stderr);
     http.wait();

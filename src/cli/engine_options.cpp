@@ -42,12 +42,11 @@ void EngineOptions::add_to(CLI::App& cmd) {
     spec.add_to(cmd, true);
 }
 
-engine::EngineConfig EngineOptions::resolved(int threads, int max_model_len,
+engine::EngineConfig EngineOptions::resolved(int max_model_len,
                                              const engine::LoadedModel* draft) const {
     engine::EngineConfig c = config;
     c.spec = spec.resolved();
     c.draft_model = draft;
-    c.n_threads = threads;
     c.max_model_len = max_model_len;
     c.prefix_cache = prefix_cache == "on";
     c.kv_dtype = kv_dtype.resolved();

@@ -22,7 +22,7 @@ struct EngineOptions {
 
     void add_to(CLI::App& cmd);
     // draft: the loaded --draft-model, if any (it must outlive the engine).
-    engine::EngineConfig resolved(int threads, int max_model_len,
+    engine::EngineConfig resolved(int max_model_len,
                                   const engine::LoadedModel* draft = nullptr) const;
 };
 

@@ -9,7 +9,6 @@
 #include "cli/commands.h"
 #include "core/paths.h"
 #include "core/thread_pool.h"
-#include "kernels/kernels.h"
 
 namespace ferry::cli {
 
@@ -21,9 +20,10 @@ void ActivationsOption::add_to(CLI::App& cmd) {
         ->check(CLI::IsMember({"f32", "int16", "int8"}));
 }
 
-void ActivationsOption::apply() const {
+std::optional<kernels::Activations> ActivationsOption::resolved() const {
     kernels::Activations a;
-    if (!name.empty() && kernels::parse_activations(name.c_str(), &a)) kernels::set_activations(a);
+    if (!name.empty() && kernels::parse_activations(name.c_str(), &a)) return a;
+    return std::nullopt;
 }
 
 void ModelOptions::add_to(CLI::App& cmd) {
@@ -61,9 +61,13 @@ int ModelOptions::resolved_ctx(const engine::LoadedModel& lm) const {
     return std::min(trained, 4096);
 }
 
+std::shared_ptr<kernels::Backend> ModelOptions::backend() const {
+    return take(kernels::make_backend(
+        {.threads = resolved_threads(), .activations = activations.resolved()}));
+}
+
 engine::LoadedModel ModelOptions::load(bool progress) const {
-    activations.apply();
-    return take(engine::LoadedModel::load(take(resolve_model_path(model)), progress));
+    return take(engine::LoadedModel::load(take(resolve_model_path(model)), progress, backend()));
 }
 
 // CLI::Range lets NaN through (every comparison with it is false).

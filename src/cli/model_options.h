@@ -2,12 +2,15 @@
 // and `bench` spell them the same way.
 #pragma once
 
+#include <memory>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "engine/loaded_model.h"
 #include "engine/sampler.h"
+#include "kernels/backend.h"
 
 namespace ferry::cli {
 
@@ -20,7 +23,7 @@ struct ActivationsOption {
     std::string name;
 
     void add_to(CLI::App& cmd);
-    void apply() const;
+    std::optional<kernels::Activations> resolved() const;
 };
 
 // -t as the pools get it: 0 means the physical cores; more than the CPUs this process may run
@@ -37,7 +40,9 @@ struct ModelOptions {
     void add_to(CLI::App& cmd);
     int resolved_threads() const;
     int resolved_ctx(const engine::LoadedModel& lm) const;
-    // Applies --activations, then loads; exits with a message on failure.
+    // The backend -t and --activations ask for; exits with a message on failure.
+    std::shared_ptr<kernels::Backend> backend() const;
+    // Loads onto backend(); exits with a message on failure.
     engine::LoadedModel load(bool progress) const;
 };
 

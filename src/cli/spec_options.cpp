@@ -45,9 +45,11 @@ engine::SpecConfig SpecOptions::resolved() const {
     return c;
 }
 
-std::optional<engine::LoadedModel> SpecOptions::load_draft(bool progress) const {
+std::optional<engine::LoadedModel> SpecOptions::load_draft(
+    bool progress, std::shared_ptr<kernels::Backend> backend) const {
     if (draft_model.empty()) return std::nullopt;
-    return take(engine::LoadedModel::load(take(resolve_model_path(draft_model)), progress));
+    return take(engine::LoadedModel::load(take(resolve_model_path(draft_model)), progress,
+                                          std::move(backend)));
 }
 
 std::unique_ptr<engine::Proposer> SpecOptions::make(const engine::LoadedModel& target,

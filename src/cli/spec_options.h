@@ -20,8 +20,10 @@ struct SpecOptions {
 
     void add_to(CLI::App& cmd, bool serving);
     engine::SpecConfig resolved() const;
-    // The draft model when --draft-model is given (exits with a message on failure).
-    std::optional<engine::LoadedModel> load_draft(bool progress) const;
+    // The draft model when --draft-model is given, on the target's backend (exits with a
+    // message on failure).
+    std::optional<engine::LoadedModel> load_draft(bool progress,
+                                                  std::shared_ptr<kernels::Backend> backend) const;
     // A proposer for single-stream generation (nullptr when off); exits on a bad draft.
     std::unique_ptr<engine::Proposer> make(const engine::LoadedModel& target,
                                            const engine::LoadedModel* draft, int64_t max_tokens,

@@ -27,34 +27,27 @@ Expected<std::unique_ptr<DraftProposer>> DraftProposer::create(const LoadedModel
                 id, dt.token_text(id), tt.token_text(id));
     const int64_t n_blocks = std::max<int64_t>(1, (max_tokens + kBlockSize - 1) / kBlockSize);
     return std::unique_ptr<DraftProposer>(
-        new DraftProposer(*draft.model, n_blocks, kv_format_for(draft, kv)));
+        new DraftProposer(draft, n_blocks, kv_format_for(draft, kv)));
 }
 
-DraftProposer::DraftProposer(const model::LlamaModel& draft, int64_t n_blocks, kv::KvFormat kv)
-    : model_(draft),
-      blocks_(n_blocks, kBlockSize, false),
-      store_(draft.config().n_layer, n_blocks, kBlockSize, draft.config().kv_dim(),
-             draft.config().head_dim, std::move(kv)) {}
+DraftProposer::DraftProposer(const LoadedModel& draft, int64_t n_blocks, kv::KvFormat kv)
+    : blocks_(n_blocks, kBlockSize, false),
+      runner_(*draft.model, draft.backend, n_blocks, kBlockSize, std::move(kv)) {}
 
 bool DraftProposer::reserve(State& st, int64_t positions) {
-    const size_t need = static_cast<size_t>((positions + kBlockSize - 1) / kBlockSize);
-    while (st.blocks.size() > need) {  // a shorter history than last time: give back the rest
-        blocks_.decref(st.blocks.back());
-        st.blocks.pop_back();
-    }
-    if (blocks_.num_free() < static_cast<int64_t>(need - st.blocks.size())) return false;
-    while (st.blocks.size() < need) st.blocks.push_back(*blocks_.allocate());
-    return true;
+    blocks_.trim(st.kv, positions);  // a shorter history than last time: give back the rest
+    std::vector<BlockCopy> none;     // nothing is shared here, so nothing is ever copied
+    return blocks_.allocate(st.kv, positions, positions, none);
 }
 
 void DraftProposer::release(uint64_t seq) {
     auto it = states_.find(seq);
     if (it == states_.end()) return;
-    for (int32_t b : it->second.blocks) blocks_.decref(b);
+    blocks_.release(it->second.kv);
     states_.erase(it);
 }
 
-void DraftProposer::prefill(uint64_t seq, std::span<const int32_t> tokens, ThreadPool& pool) {
+void DraftProposer::prefill(uint64_t seq, std::span<const int32_t> tokens) {
     // Everything but the last token, which propose() always recomputes for its logits.
     if (tokens.size() < 2) return;
     State& st = states_[seq];
@@ -68,19 +61,15 @@ void DraftProposer::prefill(uint64_t seq, std::span<const int32_t> tokens, Threa
         release(seq);
         return;
     }
-    model::LlamaModel::BatchSeq b;
-    b.start_pos = static_cast<int64_t>(valid);
-    b.n_tokens = static_cast<int>(upto - valid);
-    b.kv = {st.blocks.data(), static_cast<int64_t>(st.blocks.size())};
-    b.n_logits = 1;  // forward always wants a row; it is not used
-    std::vector<float> logits(static_cast<size_t>(model_.config().n_vocab));
-    model_.forward(tokens.subspan(valid, upto - valid), {&b, 1}, store_, logits.data(), pool);
+    const ModelRunner::Work w{tokens.subspan(valid, upto - valid), static_cast<int64_t>(valid),
+                              st.kv.blocks, 0};
+    runner_.run({&w, 1});
     st.fed.insert(st.fed.end(), tokens.begin() + static_cast<std::ptrdiff_t>(valid),
                   tokens.begin() + static_cast<std::ptrdiff_t>(upto));
 }
 
-void DraftProposer::propose(std::span<ProposalJob> jobs, ThreadPool& pool) {
-    const int n_vocab = model_.config().n_vocab;
+void DraftProposer::propose(std::span<ProposalJob> jobs) {
+    const int n_vocab = runner_.n_vocab();
     struct Active {
         ProposalJob* job;
         State* st;
@@ -109,23 +98,12 @@ void DraftProposer::propose(std::span<ProposalJob> jobs, ThreadPool& pool) {
         active.push_back(std::move(a));
     }
 
-    std::vector<int32_t> tokens;
-    std::vector<model::LlamaModel::BatchSeq> seqs;
-    std::vector<float> logits;
+    std::vector<ModelRunner::Work> work;
     while (!active.empty()) {
-        tokens.clear();
-        seqs.clear();
-        for (const auto& a : active) {
-            tokens.insert(tokens.end(), a.feed.begin(), a.feed.end());
-            model::LlamaModel::BatchSeq b;
-            b.start_pos = static_cast<int64_t>(a.st->fed.size());
-            b.n_tokens = static_cast<int>(a.feed.size());
-            b.kv = {a.st->blocks.data(), static_cast<int64_t>(a.st->blocks.size())};
-            b.n_logits = 1;
-            seqs.push_back(b);
-        }
-        logits.resize(active.size() * static_cast<size_t>(n_vocab));
-        model_.forward(tokens, seqs, store_, logits.data(), pool);
+        work.clear();
+        for (const auto& a : active)
+            work.push_back({a.feed, static_cast<int64_t>(a.st->fed.size()), a.st->kv.blocks, 1});
+        const std::span<const float> logits = runner_.run(work);
 
         std::vector<Active> next;
         for (size_t i = 0; i < active.size(); ++i) {

@@ -12,7 +12,6 @@
 #include "engine/kv_calibration.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
-#include "kernels/kernels.h"
 
 namespace ferry::engine {
 
@@ -41,7 +40,6 @@ int64_t available_memory_bytes() {
 
 Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), config_(config) {
     const auto& c = model.model->config();
-    if (config_.n_threads <= 0) config_.n_threads = physical_core_count();
     if (config_.block_size <= 0) config_.block_size = 16;
     config_.max_num_seqs = std::max(1, config_.max_num_seqs);
     config_.max_num_batched_tokens = std::max(1, config_.max_num_batched_tokens);
@@ -61,8 +59,8 @@ Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), c
     }
     scheduler_ = std::make_unique<Scheduler>(config_, max_model_len_, n_blocks_);
     runner_ =
-        std::make_unique<ModelRunner>(*model.model, config_.n_threads, n_blocks_,
-                                      config_.block_size, kv_format_for(model, config_.kv_dtype));
+        std::make_unique<ModelRunner>(*model.model, model.backend, n_blocks_, config_.block_size,
+                                      kv_format_for(model, config_.kv_dtype));
     ngram_ = std::make_unique<NgramProposer>(config_.spec.ngram_min, config_.spec.ngram_max);
     if (config_.draft_model) {
         // The draft's cache holds as many tokens as the target's.
@@ -200,17 +198,21 @@ bool Engine::step() {
         publish_metrics();
         return false;
     }
-    for (const auto& s : out.seqs) {
-        Request& r = *s.seq->request;
+    // The step's sequences, by the ids the plain output names them with.
+    std::vector<Sequence*> seqs;
+    for (const auto& s : out.seqs) seqs.push_back(scheduler_->sequence(s.seq_id));
+    for (Sequence* seq : seqs) {
+        Request& r = *seq->request;
         if (!r.started) {
             r.started = true;
             r.scheduled_time = now;
             --queued_;
         }
     }
-    const std::vector<float>& logits = runner_->execute(out);
+    const std::span<const float> logits = runner_->execute(out);
     // Draft tokens count as computed only once verified.
-    for (const auto& s : out.seqs) scheduler_->on_computed(s.seq, s.num_tokens - s.num_draft);
+    for (size_t i = 0; i < seqs.size(); ++i)
+        scheduler_->on_computed(seqs[i], out.seqs[i].num_tokens() - out.seqs[i].num_draft);
 
     const int n_vocab = runner_->n_vocab();
     size_t row = 0;
@@ -221,18 +223,20 @@ bool Engine::step() {
         int32_t token = -1;
     };
     std::vector<Pick> picks;
-    for (const auto& s : out.seqs) {
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        const ScheduledSeq& s = out.seqs[i];
+        Sequence* seq = seqs[i];
         if (!s.wants_logits) continue;
         const float* l = logits.data() + row * n_vocab;
         row += 1 + s.num_draft;
-        Request& r = *s.seq->request;
-        if (r.aborted || s.seq->status == SeqStatus::Finished) continue;
+        Request& r = *seq->request;
+        if (r.aborted || seq->status == SeqStatus::Finished) continue;
         if (s.num_draft > 0) {
-            verify_and_emit(*s.seq, l);
+            verify_and_emit(*seq, l);
             continue;
         }
-        targets.assign(1, s.seq);
-        if (!r.forked && r.params.n > 1) fork(r, *s.seq, targets);
+        targets.assign(1, seq);
+        if (!r.forked && r.params.n > 1) fork(r, *seq, targets);
         for (Sequence* t : targets) picks.push_back({t, l});
     }
     // A draw reads only its own sequence's logits, history and generator, so a batch's draws
@@ -243,7 +247,7 @@ bool Engine::step() {
         p.token = p.seq->sampler->sample({p.logits, size_t(n_vocab)}, p.seq->tokens);
     };
     if (picks.size() >= 4) {
-        runner_->pool().run_tasks(static_cast<int64_t>(picks.size()), draw);
+        runner_->backend().host_pool().run_tasks(static_cast<int64_t>(picks.size()), draw);
     } else {
         for (size_t i = 0; i < picks.size(); ++i) draw(static_cast<int64_t>(i));
     }
@@ -307,8 +311,8 @@ void Engine::propose_drafts() {
         ProposalJob job{s->id, s->tokens, k, s->sampler.get(), &s->draft};
         (s->spec == SpecMethod::Draft ? draft_jobs : ngram_jobs).push_back(job);
     }
-    if (!ngram_jobs.empty()) ngram_->propose(ngram_jobs, runner_->pool());
-    if (!draft_jobs.empty() && draft_) draft_->propose(draft_jobs, runner_->pool());
+    if (!ngram_jobs.empty()) ngram_->propose(ngram_jobs);
+    if (!draft_jobs.empty() && draft_) draft_->propose(draft_jobs);
 }
 
 void Engine::verify_and_emit(Sequence& seq, const float* logits) {

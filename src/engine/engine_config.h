@@ -13,7 +13,6 @@ namespace ferry::engine {
 struct LoadedModel;
 
 struct EngineConfig {
-    int n_threads = 0;                 // 0: physical cores
     int max_model_len = 0;             // 0: min(trained context, 4096)
     int max_num_seqs = 64;             // sequences in one step at most
     int max_num_batched_tokens = 512;  // tokens in one step at most (prefill chunks + decodes)

@@ -11,24 +11,19 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-Generator::Generator(const model::LlamaModel& model, int n_threads, int64_t n_ctx, kv::KvFormat kv)
-    : model_(model),
-      pool_(n_threads),
-      n_ctx_(n_ctx),
-      store_(model.config().n_layer, (n_ctx + kBlock - 1) / kBlock, kBlock, model.config().kv_dim(),
-             model.config().head_dim, std::move(kv)),
-      blocks_(store_.n_blocks()) {
+Generator::Generator(const model::LlamaModel& model, std::shared_ptr<kernels::Backend> backend,
+                     int64_t n_ctx, kv::KvFormat kv)
+    : n_ctx_(n_ctx),
+      runner_(model, std::move(backend), (n_ctx + kBlock - 1) / kBlock, kBlock, std::move(kv)),
+      blocks_(static_cast<size_t>(runner_.kv().n_blocks())) {
     for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i] = static_cast<int32_t>(i);
 }
 
-void Generator::feed(std::span<const int32_t> tokens, int n_logits, float* logits) {
-    model::LlamaModel::BatchSeq seq;
-    seq.start_pos = position();
-    seq.n_tokens = static_cast<int>(tokens.size());
-    seq.kv = {blocks_.data(), static_cast<int64_t>(blocks_.size())};
-    seq.n_logits = n_logits;
-    model_.forward(tokens, {&seq, 1}, store_, logits, pool_);
+std::span<const float> Generator::feed(std::span<const int32_t> tokens, int n_logits) {
+    const ModelRunner::Work w{tokens, position(), blocks_, n_logits};
+    const auto logits = runner_.run({&w, 1});
     history_.insert(history_.end(), tokens.begin(), tokens.end());
+    return logits;
 }
 
 Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
@@ -36,7 +31,7 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
                                               const std::function<bool(int32_t)>& on_token,
                                               const std::function<bool(int32_t)>& is_eog,
                                               const SpecRun& spec) {
-    const int64_t n_vocab = model_.config().n_vocab;
+    const int64_t n_vocab = runner_.n_vocab();
     if (prompt.empty()) return make_error("the prompt is empty");
     for (int32_t t : prompt)
         if (t < 0 || t >= n_vocab)
@@ -49,11 +44,9 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
     st.prompt_tokens = static_cast<int>(prompt.size());
     Sampler sampler(params);
     const int k_max = spec.proposer ? std::max(1, spec.k) : 0;
-    std::vector<float> logits(n_vocab * (k_max + 1));
-
     auto t0 = std::chrono::steady_clock::now();
-    feed(prompt, 1, logits.data());
-    if (spec.proposer) spec.proposer->prefill(0, history_, pool_);
+    std::span<const float> logits = feed(prompt, 1);
+    if (spec.proposer) spec.proposer->prefill(0, history_);
     st.prefill_ms = ms_since(t0);
 
     st.finish_reason = "length";
@@ -90,13 +83,13 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
                 std::vector<int32_t> ctx = history_;
                 ctx.push_back(last);
                 ProposalJob job{0, ctx, want, &sampler, &draft};
-                spec.proposer->propose({&job, 1}, pool_);
+                spec.proposer->propose({&job, 1});
             }
         }
         const int64_t before = position();
         std::vector<int32_t> run{last};
         run.insert(run.end(), draft.tokens.begin(), draft.tokens.end());
-        feed(run, static_cast<int>(run.size()), logits.data());
+        logits = feed(run, static_cast<int>(run.size()));
         if (draft.tokens.empty()) {
             pending.assign(1, sampler.sample({logits.data(), size_t(n_vocab)}, history_));
             continue;
@@ -121,9 +114,8 @@ Expected<std::vector<float>> Generator::logits_for(std::span<const int32_t> toke
     if (tokens.empty() || static_cast<int64_t>(tokens.size()) > n_ctx())
         return make_error("need 1..{} tokens, got {}", n_ctx(), tokens.size());
     reset();
-    std::vector<float> logits(model_.config().n_vocab);
-    feed(tokens, 1, logits.data());
-    return logits;
+    const auto logits = feed(tokens, 1);
+    return std::vector<float>(logits.begin(), logits.end());
 }
 
 }  // namespace ferry::engine

@@ -8,12 +8,11 @@
 #include <vector>
 
 #include "core/status.h"
-#include "core/thread_pool.h"
+#include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/speculation.h"
 #include "kv/kv_store.h"
 #include "model/llama.h"
-#include "tokenizer/tokenizer.h"
 
 namespace ferry::engine {
 
@@ -45,15 +44,17 @@ struct SpecRun {
 
 class Generator {
   public:
-    // kv: what the cache stores (engine::kv_format_for makes it for a model); f32 by default.
-    Generator(const model::LlamaModel& model, int n_threads, int64_t n_ctx, kv::KvFormat kv = {});
+    // Runs `model` on `backend` with a cache of n_ctx positions; kv: what the cache stores
+    // (engine::kv_format_for makes it for a model), f32 by default.
+    Generator(const model::LlamaModel& model, std::shared_ptr<kernels::Backend> backend,
+              int64_t n_ctx, kv::KvFormat kv = {});
 
     int64_t n_ctx() const { return n_ctx_; }
     int64_t position() const { return static_cast<int64_t>(history_.size()); }
     const std::vector<int32_t>& history() const { return history_; }
     void reset() { history_.clear(); }
-    ThreadPool& pool() { return pool_; }
-    const kv::KvStore& kv_store() const { return store_; }
+    const kv::KvStore& kv_store() const { return runner_.kv(); }
+    kernels::Backend& backend() { return runner_.backend(); }
     // Forgets everything after the first n tokens (their cache slots are simply overwritten).
     void truncate(int64_t n) {
         if (n < position()) history_.resize(static_cast<size_t>(n));
@@ -72,14 +73,12 @@ class Generator {
     Expected<std::vector<float>> logits_for(std::span<const int32_t> tokens);
 
   private:
-    // Runs tokens at the end of the sequence, writing n_logits rows of logits.
-    void feed(std::span<const int32_t> tokens, int n_logits, float* logits);
+    // Runs tokens at the end of the sequence and returns the logits of the last n_logits.
+    std::span<const float> feed(std::span<const int32_t> tokens, int n_logits);
 
-    const model::LlamaModel& model_;
-    ThreadPool pool_;
     int64_t n_ctx_;
-    kv::KvStore store_;  // one stream: its blocks are simply 0, 1, 2, ...
-    std::vector<int32_t> blocks_;
+    ModelRunner runner_;
+    std::vector<int32_t> blocks_;  // one stream: its blocks are simply 0, 1, 2, ...
     std::vector<int32_t> history_;
 };
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/model_runner.h"
+
 namespace ferry::engine {
 namespace {
 
@@ -20,21 +22,22 @@ constexpr const char* kCalibrationText =
 
 }  // namespace
 
-std::vector<float> calibrate_key_scales(const model::LlamaModel& m, std::span<const int32_t> tokens,
-                                        ThreadPool& pool, float headroom) {
+std::vector<float> calibrate_key_scales(const model::LlamaModel& m,
+                                        std::shared_ptr<kernels::Backend> backend,
+                                        std::span<const int32_t> tokens, float headroom) {
     const auto& c = m.config();
     const int kv_dim = c.kv_dim(), n = static_cast<int>(tokens.size());
     std::vector<float> amax(static_cast<size_t>(c.n_layer) * kv_dim, 0.0f);
     if (n > 0) {
-        kv::KvStore store(c.n_layer, 1, n, kv_dim, c.head_dim);
+        // One block holding the whole text, in an f32 cache: the keys as computed.
+        ModelRunner runner(m, std::move(backend), 1, n);
         const int32_t block = 0;
-        const model::LlamaModel::BatchSeq seq{0, n, {&block, 1}, 1};
-        std::vector<float> logits(c.n_vocab);
-        m.forward(tokens, {&seq, 1}, store, logits.data(), pool);
+        const ModelRunner::Work w{tokens, 0, {&block, 1}, 0};
+        runner.run({&w, 1});
         std::vector<float> k(kv_dim), v(kv_dim);
         for (int l = 0; l < c.n_layer; ++l)
             for (int p = 0; p < n; ++p) {
-                store.read(l, 0, p, k.data(), v.data());
+                runner.kv().read(l, 0, p, k.data(), v.data());
                 float* a = &amax[static_cast<size_t>(l) * kv_dim];
                 for (int i = 0; i < kv_dim; ++i) a[i] = std::max(a[i], std::fabs(k[i]));
             }
@@ -55,17 +58,12 @@ std::vector<float> calibrate_key_scales(const model::LlamaModel& m, std::span<co
     return amax;
 }
 
-kv::KvFormat kv_format_for(const LoadedModel& m, quant::KvDType t, ThreadPool* pool) {
+kv::KvFormat kv_format_for(const LoadedModel& m, quant::KvDType t) {
     kv::KvFormat f;
     f.dtype = t;
     if (t != quant::KvDType::Int8) return f;
     const auto tokens = m.tokenizer->encode(kCalibrationText, true, false);
-    std::unique_ptr<ThreadPool> own;
-    if (!pool) {
-        own = std::make_unique<ThreadPool>(physical_core_count());
-        pool = own.get();
-    }
-    f.k_scales = calibrate_key_scales(*m.model, tokens, *pool);
+    f.k_scales = calibrate_key_scales(*m.model, m.backend, tokens);
     return f;
 }
 

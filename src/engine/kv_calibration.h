@@ -8,7 +8,6 @@
 #include <span>
 #include <vector>
 
-#include "core/thread_pool.h"
 #include "engine/loaded_model.h"
 #include "kv/kv_store.h"
 
@@ -19,13 +18,15 @@ namespace ferry::engine {
 // a coarser step.
 constexpr float kKeyScaleHeadroom = 1.5f;
 
-// The format for `t` (pool: for the calibration run; nullptr makes one).
-kv::KvFormat kv_format_for(const LoadedModel& m, quant::KvDType t, ThreadPool* pool = nullptr);
+// The format for `t`; int8's calibration runs on the model's backend.
+kv::KvFormat kv_format_for(const LoadedModel& m, quant::KvDType t);
 
 // Per-(layer, channel) int8 key scales from running `tokens` (n_layer x kv_dim floats). The
 // two channels RoPE rotates into each other share the larger scale, so the scale does not
 // depend on the positions the text happened to put them at.
-std::vector<float> calibrate_key_scales(const model::LlamaModel& m, std::span<const int32_t> tokens,
-                                        ThreadPool& pool, float headroom = kKeyScaleHeadroom);
+std::vector<float> calibrate_key_scales(const model::LlamaModel& m,
+                                        std::shared_ptr<kernels::Backend> backend,
+                                        std::span<const int32_t> tokens,
+                                        float headroom = kKeyScaleHeadroom);
 
 }  // namespace ferry::engine

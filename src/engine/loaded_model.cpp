@@ -2,12 +2,19 @@
 
 namespace ferry::engine {
 
-Expected<LoadedModel> LoadedModel::load(const std::string& path, bool progress) {
+Expected<LoadedModel> LoadedModel::load(const std::string& path, bool progress,
+                                        std::shared_ptr<kernels::Backend> backend) {
     LoadedModel lm;
+    if (!backend) {
+        auto be = kernels::make_backend();
+        if (!be) return be.error();
+        backend = std::move(*be);
+    }
+    lm.backend = std::move(backend);
     auto file = gguf::File::open(path);
     if (!file) return file.error();
     lm.file = *file;
-    auto model = model::LlamaModel::load(lm.file, progress);
+    auto model = model::LlamaModel::load(lm.file, *lm.backend, progress);
     if (!model) return model.error();
     lm.model = std::move(*model);
     auto tok = tokenizer::Tokenizer::from_gguf(*lm.file);

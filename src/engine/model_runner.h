@@ -1,12 +1,17 @@
-// Turns a SchedulerOutput into one ragged forward pass: performs the listed block copies,
-// packs every sequence's chunk (token ids, positions, block tables) and returns one row of
-// logits per sequence that wants them, in the output's order. It decides nothing.
+// The only door to the model. A runner owns the backend it runs on (shared with the model's
+// other runners: one device, one thread pool), its KV store on that device, and the packing
+// of a batch: every sequence's chunk becomes token ids, positions and block tables, one
+// ragged forward pass runs, and the wanted logits come back in host memory. It decides
+// nothing: the engine's scheduler, the single-stream generator, the draft model, the evaluator
+// and both calibrations say what to run.
 #pragma once
 
+#include <memory>
+#include <span>
 #include <vector>
 
-#include "core/thread_pool.h"
-#include "engine/scheduler.h"
+#include "engine/scheduler_output.h"
+#include "kernels/backend.h"
 #include "kv/kv_store.h"
 #include "model/llama.h"
 
@@ -14,22 +19,47 @@ namespace ferry::engine {
 
 class ModelRunner {
   public:
-    ModelRunner(const model::LlamaModel& model, int n_threads, int64_t n_blocks, int block_size,
-                kv::KvFormat kv = {});
+    // A cache of n_blocks blocks of block_size positions, holding `kv`'s element type.
+    ModelRunner(const model::LlamaModel& model, std::shared_ptr<kernels::Backend> backend,
+                int64_t n_blocks, int block_size, kv::KvFormat kv = {});
 
-    // Logits rows (n_vocab each) for the scheduled sequences with wants_logits, in order:
-    // 1 + num_draft rows for each.
-    const std::vector<float>& execute(const SchedulerOutput& out);
+    // One sequence's work in a batch: `tokens` at positions start_pos.., into (and attending
+    // over) `blocks`, with logits for the last n_logits of them (0..tokens.size()).
+    struct Work {
+        std::span<const int32_t> tokens;
+        int64_t start_pos = 0;
+        std::span<const int32_t> blocks;
+        int n_logits = 1;
+    };
+    // Runs the work as one forward pass and returns the logits rows (n_vocab each), work item
+    // by work item; valid until the next call.
+    std::span<const float> run(std::span<const Work> work);
+    // An engine step: the block copies first, then the scheduled sequences, with 1 + num_draft
+    // logits rows for each that wants them.
+    std::span<const float> execute(const SchedulerOutput& out);
+
+    // Every later run shows `o` (not owned; null to stop) the inputs of the linear maps.
+    void set_observer(model::ActivationObserver* o) { observer_ = o; }
+
+    const model::LlamaModel& model() const { return model_; }
     int n_vocab() const { return model_.config().n_vocab; }
-    ThreadPool& pool() { return pool_; }
+    kernels::Backend& backend() { return *backend_; }
+    const std::shared_ptr<kernels::Backend>& backend_ptr() const { return backend_; }
+    kv::KvStore& kv() { return store_; }
+    const kv::KvStore& kv() const { return store_; }
 
   private:
     const model::LlamaModel& model_;
-    ThreadPool pool_;
+    std::shared_ptr<kernels::Backend> backend_;
     kv::KvStore store_;
-    std::vector<int32_t> tokens_;
-    std::vector<model::LlamaModel::BatchSeq> seqs_;
-    std::vector<float> logits_;
+    model::ActivationObserver* observer_ = nullptr;
+    // The packed batch, kept between runs so a step allocates nothing.
+    std::vector<int32_t> tokens_, token_seq_, logit_tokens_;
+    std::vector<int64_t> positions_;
+    std::vector<kernels::BatchSeq> seqs_;
+    std::vector<Work> work_;
+    std::vector<std::pair<int32_t, int32_t>> copies_;
+    Tensor logits_;  // on the device, grown to the largest step
 };
 
 }  // namespace ferry::engine

@@ -5,7 +5,7 @@
 #include <limits>
 #include <unordered_map>
 
-#include "kernels/kernels.h"
+#include "kernels/host_math.h"
 
 namespace ferry::engine {
 

@@ -24,8 +24,13 @@ int ceil_div(int64_t a, int64_t b) {
 Scheduler::Scheduler(const EngineConfig& config, int max_model_len, int64_t n_blocks)
     : config_(config),
       max_model_len_(max_model_len),
-      pool_(n_blocks, config.block_size,
-            config.prefix_cache && config.kv_layout == EngineConfig::KvLayout::Paged) {}
+      blocks_(n_blocks, config.block_size,
+              config.prefix_cache && config.kv_layout == EngineConfig::KvLayout::Paged) {}
+
+Sequence* Scheduler::sequence(uint64_t id) const {
+    auto it = by_id_.find(id);
+    return it == by_id_.end() ? nullptr : it->second;
+}
 
 void Scheduler::insert_waiting(Sequence* seq) {
     seq->status = SeqStatus::Waiting;
@@ -33,19 +38,19 @@ void Scheduler::insert_waiting(Sequence* seq) {
 }
 
 void Scheduler::add(Sequence* seq) {
+    by_id_[seq->id] = seq;
     insert_waiting(seq);
 }
 
 void Scheduler::add_running(Sequence* seq) {
+    by_id_[seq->id] = seq;
     seq->status = SeqStatus::Running;
     running_.push_back(seq);
 }
 
 void Scheduler::share_blocks(const Sequence& parent, Sequence& child) {
-    child.blocks = parent.blocks;
-    child.block_hashes = parent.block_hashes;
+    blocks_.share(parent.kv, child.kv);
     child.num_computed = parent.num_computed;
-    for (int32_t b : child.blocks) pool_.incref(b);
 }
 
 int Scheduler::reserve_tokens(const Sequence* seq) const {
@@ -55,52 +60,37 @@ int Scheduler::reserve_tokens(const Sequence* seq) const {
 }
 
 bool Scheduler::ensure_blocks(Sequence* seq, int num_tokens, SchedulerOutput& out) {
-    const int bs = config_.block_size;
     int64_t need_tokens = seq->num_computed + num_tokens;
     if (config_.kv_layout == EngineConfig::KvLayout::Contiguous)
         need_tokens = std::max<int64_t>(need_tokens, reserve_tokens(seq));
-    const int need_blocks = ceil_div(need_tokens, bs);
-    const int fresh = std::max(0, need_blocks - static_cast<int>(seq->blocks.size()));
-    // Copy-on-write: the block the first new token goes into may be shared with siblings.
-    const size_t first = static_cast<size_t>(seq->num_computed / bs);
-    const bool cow = first < seq->blocks.size() && pool_.ref(seq->blocks[first]) > 1;
-    if (pool_.num_free() < fresh + (cow ? 1 : 0)) return false;
-    if (cow) {
-        const int32_t copy = *pool_.allocate();
-        out.copies.emplace_back(seq->blocks[first], copy);
-        pool_.decref(seq->blocks[first]);
-        seq->blocks[first] = copy;
-        // The copy is partial and private, so it no longer has a registered hash.
-        seq->block_hashes.resize(std::min(seq->block_hashes.size(), first));
-    }
-    for (int i = 0; i < fresh; ++i) seq->blocks.push_back(*pool_.allocate());
-    return true;
+    return blocks_.allocate(seq->kv, seq->num_computed, need_tokens, out.copies);
 }
 
 void Scheduler::release_blocks(Sequence* seq) {
-    // Release in reverse so a prefix's later blocks are evicted before its first ones.
-    for (auto it = seq->blocks.rbegin(); it != seq->blocks.rend(); ++it) pool_.decref(*it);
-    seq->blocks.clear();
-    seq->block_hashes.clear();
+    blocks_.release(seq->kv);
 }
 
 int Scheduler::match_prefix(Sequence* seq) {
-    if (!pool_.prefix_caching() || !seq->blocks.empty()) return seq->num_computed;
-    const int bs = config_.block_size;
-    // At least one token must be left to compute, or there would be no logits to sample.
-    const int64_t max_blocks = (static_cast<int64_t>(seq->tokens.size()) - 1) / bs;
-    uint64_t parent = 0;
-    for (int64_t i = 0; i < max_blocks; ++i) {
-        std::span<const int32_t> toks(seq->tokens.data() + i * bs, bs);
-        const uint64_t h = kv::BlockPool::chain_hash(parent, toks);
-        auto b = pool_.lookup(h, parent, toks);
-        if (!b) break;
-        seq->blocks.push_back(*b);
-        seq->block_hashes.push_back(h);
-        parent = h;
-    }
-    seq->num_computed = static_cast<int>(seq->blocks.size()) * bs;
+    if (!blocks_.prefix_caching() || !seq->kv.blocks.empty()) return seq->num_computed;
+    seq->num_computed = blocks_.match_prefix(seq->kv, seq->tokens);
     return seq->num_computed;
+}
+
+void Scheduler::emit(Sequence* seq, int num_tokens, int num_draft, SchedulerOutput& out) const {
+    ScheduledSeq s;
+    s.seq_id = seq->id;
+    const auto real = static_cast<size_t>(num_tokens - num_draft);
+    const auto first = seq->tokens.begin() + seq->num_computed;
+    s.tokens.assign(first, first + static_cast<std::ptrdiff_t>(real));
+    s.tokens.insert(s.tokens.end(), seq->draft.tokens.begin(),
+                    seq->draft.tokens.begin() + num_draft);
+    s.start_pos = seq->num_computed;
+    s.blocks = seq->kv.blocks;
+    s.num_draft = num_draft;
+    s.wants_logits =
+        seq->num_computed + static_cast<int64_t>(real) == static_cast<int64_t>(seq->tokens.size());
+    out.total_tokens += num_tokens;
+    out.seqs.push_back(std::move(s));
 }
 
 Sequence* Scheduler::pick_victim() const {
@@ -155,8 +145,7 @@ SchedulerOutput Scheduler::schedule(Clock::time_point now) {
         const int n_draft = std::max(0, n - s->num_uncomputed());
         s->draft.tokens.resize(n_draft);
         if (!s->draft.q.empty()) s->draft.q.resize(n_draft);
-        out.seqs.push_back(
-            {s, n, s->num_computed + n - n_draft == static_cast<int>(s->tokens.size()), n_draft});
+        emit(s, n, n_draft, out);
         budget -= n;
         if (prefill) prefill_left -= n;
     }
@@ -204,7 +193,7 @@ SchedulerOutput Scheduler::schedule(Clock::time_point now) {
             waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
             s->status = SeqStatus::Running;
             running_.push_back(s);
-            out.seqs.push_back({s, n, s->num_computed + n == static_cast<int>(s->tokens.size())});
+            emit(s, n, 0, out);
             budget -= n;
             prefill_left -= n;
         }
@@ -212,35 +201,22 @@ SchedulerOutput Scheduler::schedule(Clock::time_point now) {
     if (is_static && static_batch_open_ && running_.empty() &&
         std::none_of(waiting_.begin(), waiting_.end(), [](auto* s) { return s->batch_member; }))
         static_batch_open_ = false;
-    for (const auto& s : out.seqs) out.total_tokens += s.num_tokens;
     return out;
 }
 
 void Scheduler::on_computed(Sequence* seq, int num_tokens) {
     seq->num_computed += num_tokens;
-    const int bs = config_.block_size;
-    // Register every newly full block so later requests with the same prefix can reuse it.
-    while (static_cast<int>(seq->block_hashes.size()) < seq->num_computed / bs) {
-        const size_t i = seq->block_hashes.size();
-        const uint64_t parent = i ? seq->block_hashes[i - 1] : 0;
-        std::span<const int32_t> toks(seq->tokens.data() + i * bs, bs);
-        const uint64_t h = kv::BlockPool::chain_hash(parent, toks);
-        pool_.register_full(seq->blocks[i], h, parent, toks);
-        seq->block_hashes.push_back(h);
-    }
+    blocks_.register_full(seq->kv, seq->tokens, seq->num_computed);
 }
 
 void Scheduler::trim_blocks(Sequence* seq) {
-    const size_t keep = static_cast<size_t>(ceil_div(seq->tokens.size(), config_.block_size));
     if (config_.kv_layout == EngineConfig::KvLayout::Contiguous) return;  // reserved up front
-    while (seq->blocks.size() > keep) {
-        pool_.decref(seq->blocks.back());
-        seq->blocks.pop_back();
-    }
+    blocks_.trim(seq->kv, static_cast<int64_t>(seq->tokens.size()));
 }
 
 void Scheduler::remove(Sequence* seq) {
     release_blocks(seq);
+    by_id_.erase(seq->id);
     seq->status = SeqStatus::Finished;
     seq->batch_member = false;
     if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end())
@@ -256,9 +232,9 @@ double Scheduler::kv_waste_fraction() const {
     const int bs = config_.block_size;
     std::unordered_map<int32_t, int> filled;  // per held block, the most slots any holder uses
     for (const Sequence* s : running_)
-        for (size_t j = 0; j < s->blocks.size(); ++j) {
+        for (size_t j = 0; j < s->kv.blocks.size(); ++j) {
             const int f = std::clamp(s->num_computed - static_cast<int>(j) * bs, 0, bs);
-            int& slot = filled[s->blocks[j]];
+            int& slot = filled[s->kv.blocks[j]];
             slot = std::max(slot, f);
         }
     if (filled.empty()) return 0.0;

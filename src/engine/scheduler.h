@@ -2,32 +2,20 @@
 // a sequence cap, allocating their KV blocks (prefix-cache hits first) and preempting the
 // lowest-priority, most recent sequence by recomputation when blocks run out. One budget rule
 // covers prefill, decode and chunking: a sequence gets min(its uncomputed tokens, budget left).
-// It never touches tensors: block copies for copy-on-write are listed in its output.
+// It never touches tensors: block copies for copy-on-write are listed in its output, and the
+// blocks themselves are the block manager's.
 #pragma once
 
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
+#include "engine/block_manager.h"
 #include "engine/engine_config.h"
+#include "engine/scheduler_output.h"
 #include "engine/sequence.h"
-#include "kv/block_pool.h"
 
 namespace ferry::engine {
-
-struct ScheduledSeq {
-    Sequence* seq;
-    int num_tokens;     // including num_draft speculative tokens at the end
-    bool wants_logits;  // the chunk reaches the end of the sequence's known tokens
-    int num_draft = 0;  // draft tokens to verify: logits come for all of them plus one
-};
-
-struct SchedulerOutput {
-    std::vector<ScheduledSeq> seqs;
-    std::vector<std::pair<int32_t, int32_t>> copies;  // (src, dst) blocks, before the run
-    int total_tokens = 0;
-    int preempted = 0;
-    bool empty() const { return seqs.empty(); }
-};
 
 class Scheduler {
   public:
@@ -42,6 +30,8 @@ class Scheduler {
     // After a verification: frees whole blocks past the sequence's tokens (rejected drafts).
     void trim_blocks(Sequence* seq);
     const std::vector<Sequence*>& running() const { return running_; }
+    // A sequence the scheduler holds (running or waiting) by id; nullptr once removed.
+    Sequence* sequence(uint64_t id) const;
     // A finished or aborted sequence leaves and lets go of its blocks.
     void remove(Sequence* seq);
     // Copies a parent's block table into a sibling, taking a holder on every block.
@@ -49,19 +39,22 @@ class Scheduler {
 
     int num_running() const { return static_cast<int>(running_.size()); }
     int num_waiting() const { return static_cast<int>(waiting_.size()); }
-    const kv::BlockPool& pool() const { return pool_; }
+    const kv::BlockPool& pool() const { return blocks_.pool(); }
     uint64_t prefix_query_tokens() const { return prefix_query_tokens_; }
     uint64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
     uint64_t preemptions() const { return preemptions_; }
     // Token slots held by running sequences that hold no token yet, over all held slots.
     double kv_waste_fraction() const;
-    int64_t blocks_held() const { return pool_.num_used(); }
+    int64_t blocks_held() const { return blocks_.pool().num_used(); }
 
   private:
     bool admit_allowed() const;
     int match_prefix(Sequence* seq);  // takes cached blocks, returns tokens covered
     bool ensure_blocks(Sequence* seq, int num_tokens, SchedulerOutput& out);
     void release_blocks(Sequence* seq);
+    // The output entry for a sequence whose blocks are in place: its next num_tokens tokens
+    // (the draft's last num_draft of them).
+    void emit(Sequence* seq, int num_tokens, int num_draft, SchedulerOutput& out) const;
     void preempt(Sequence* victim, SchedulerOutput& out);
     Sequence* pick_victim() const;
     void insert_waiting(Sequence* seq);
@@ -69,7 +62,8 @@ class Scheduler {
 
     EngineConfig config_;
     int max_model_len_;
-    kv::BlockPool pool_;
+    BlockManager blocks_;
+    std::unordered_map<uint64_t, Sequence*> by_id_;
     std::vector<Sequence*> waiting_;  // by (priority, arrival)
     std::vector<Sequence*> running_;
     bool static_batch_open_ = false;  // static batching: the current batch still runs

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/block_manager.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/stop_text.h"
@@ -27,8 +28,7 @@ struct Sequence {
     std::vector<int32_t> tokens;
     int prompt_len = 0;
     int num_computed = 0;  // tokens whose keys and values are in the cache
-    std::vector<int32_t> blocks;
-    std::vector<uint64_t> block_hashes;  // chain hashes of the leading full blocks registered
+    BlockTable kv;         // its KV blocks (the block manager's to change)
     SeqStatus status = SeqStatus::Waiting;
     bool batch_member = false;  // static batching: chosen for the batch being run
     int output_len() const { return static_cast<int>(tokens.size()) - prompt_len; }

@@ -45,7 +45,7 @@ std::vector<int32_t> NgramProposer::lookup(std::span<const int32_t> tokens, int 
     return {};
 }
 
-void NgramProposer::propose(std::span<ProposalJob> jobs, ThreadPool&) {
+void NgramProposer::propose(std::span<ProposalJob> jobs) {
     for (auto& j : jobs) {
         j.out->clear();
         if (j.k > 0) j.out->tokens = lookup(j.tokens, j.k, min_, max_);

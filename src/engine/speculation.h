@@ -19,10 +19,6 @@
 #include "engine/sampler.h"
 #include "quant/kv_format.h"
 
-namespace ferry {
-class ThreadPool;
-}
-
 namespace ferry::engine {
 
 struct LoadedModel;
@@ -65,11 +61,11 @@ struct ProposalJob {
 class Proposer {
   public:
     virtual ~Proposer() = default;
-    virtual void propose(std::span<ProposalJob> jobs, ThreadPool& pool) = 0;
+    virtual void propose(std::span<ProposalJob> jobs) = 0;
     virtual void release(uint64_t /*seq*/) {}  // the sequence ended or was preempted
     // Lets a stateful proposer take in a prompt during prefill (the draft model's own
     // prefill belongs to time-to-first-token, not to decoding). Optional: propose catches up.
-    virtual void prefill(uint64_t /*seq*/, std::span<const int32_t> /*tokens*/, ThreadPool&) {}
+    virtual void prefill(uint64_t /*seq*/, std::span<const int32_t> /*tokens*/) {}
 };
 
 // Prompt lookup: the longest suffix of the context (ngram_max down to ngram_min tokens) that
@@ -79,7 +75,7 @@ class Proposer {
 class NgramProposer final : public Proposer {
   public:
     NgramProposer(int ngram_min, int ngram_max);
-    void propose(std::span<ProposalJob> jobs, ThreadPool& pool) override;
+    void propose(std::span<ProposalJob> jobs) override;
     static std::vector<int32_t> lookup(std::span<const int32_t> tokens, int k, int ngram_min,
                                        int ngram_max);
 

@@ -4,9 +4,8 @@
 #include <cmath>
 #include <vector>
 
-#include "core/thread_pool.h"
-#include "kernels/kernels.h"
-#include "kv/kv_store.h"
+#include "engine/model_runner.h"
+#include "kernels/host_math.h"
 
 namespace ferry::eval {
 namespace {
@@ -16,30 +15,21 @@ constexpr int kBlock = 256;
 // One model with a cache for one window; every window starts from an empty cache.
 class WindowRunner {
   public:
-    WindowRunner(const model::LlamaModel& m, int ctx, ThreadPool& pool, kv::KvFormat format = {})
-        : m_(m),
-          pool_(pool),
-          store_(m.config().n_layer, (ctx + kBlock - 1) / kBlock, kBlock, m.config().kv_dim(),
-                 m.config().head_dim, format),
-          blocks_(static_cast<size_t>(store_.n_blocks())) {
+    WindowRunner(const model::LlamaModel& m, int ctx, std::shared_ptr<kernels::Backend> backend,
+                 kv::KvFormat format = {})
+        : runner_(m, std::move(backend), (ctx + kBlock - 1) / kBlock, kBlock, std::move(format)),
+          blocks_(static_cast<size_t>(runner_.kv().n_blocks())) {
         for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i] = static_cast<int32_t>(i);
     }
 
     // Logits of every position of the window, row by row.
-    void run(std::span<const int32_t> window, std::vector<float>& logits) {
-        logits.resize(window.size() * static_cast<size_t>(m_.config().n_vocab));
-        model::LlamaModel::BatchSeq seq;
-        seq.start_pos = 0;
-        seq.n_tokens = static_cast<int>(window.size());
-        seq.kv = {blocks_.data(), static_cast<int64_t>(blocks_.size())};
-        seq.n_logits = seq.n_tokens;
-        m_.forward(window, {&seq, 1}, store_, logits.data(), pool_);
+    std::span<const float> run(std::span<const int32_t> window) {
+        const engine::ModelRunner::Work w{window, 0, blocks_, static_cast<int>(window.size())};
+        return runner_.run({&w, 1});
     }
 
   private:
-    const model::LlamaModel& m_;
-    ThreadPool& pool_;
-    kv::KvStore store_;
+    engine::ModelRunner runner_;
     std::vector<int32_t> blocks_;
 };
 
@@ -81,15 +71,20 @@ Expected<EvalResult> evaluate(const model::LlamaModel& model, const model::Llama
         if (b + ctx >= n) break;
     }
 
-    ThreadPool pool(std::max(1, opt.n_threads));
-    WindowRunner run_model(model, ctx, pool, opt.kv_format);
+    std::shared_ptr<kernels::Backend> backend = opt.backend;
+    if (!backend) {
+        auto be = kernels::make_backend();
+        if (!be) return be.error();
+        backend = *be;
+    }
+    WindowRunner run_model(model, ctx, backend, opt.kv_format);
     std::optional<WindowRunner> run_ref;
-    if (ref) run_ref.emplace(*ref, ctx, pool);
+    if (ref) run_ref.emplace(*ref, ctx, backend);
 
     EvalResult r;
     r.n_tokens = n;
     r.has_ref = ref != nullptr;
-    std::vector<float> logits, ref_logits;
+    std::span<const float> logits, ref_logits;
     std::vector<double> lp, ref_lp;
     std::vector<double> kls;
     double nll_sum = 0, ref_nll_sum = 0;
@@ -99,8 +94,8 @@ Expected<EvalResult> evaluate(const model::LlamaModel& model, const model::Llama
         const int64_t begin = begins[w], end = std::min(begin + ctx, n);
         const auto window =
             tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(end - begin));
-        run_model.run(window, logits);
-        if (run_ref) run_ref->run(window, ref_logits);
+        logits = run_model.run(window);
+        if (run_ref) ref_logits = run_ref->run(window);
         // Target token t is predicted by the logits at t - 1.
         for (int64_t t = std::max(prev_end, begin + 1); t < end; ++t) {
             const float* lg = logits.data() + (t - 1 - begin) * n_vocab;

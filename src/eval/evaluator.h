@@ -11,17 +11,17 @@
 #include <span>
 
 #include "core/status.h"
-#include "model/llama.h"
-
+#include "kernels/backend.h"
 #include "kv/kv_store.h"
+#include "model/llama.h"
 
 namespace ferry::eval {
 
 struct EvalOptions {
     int ctx = 512;
-    int stride = 0;  // 0: ctx / 2
-    int n_threads = 1;
+    int stride = 0;          // 0: ctx / 2
     kv::KvFormat kv_format;  // the model's KV cache; the reference always keeps f32
+    std::shared_ptr<kernels::Backend> backend;  // both models run on it; null: the default CPU's
 };
 
 struct EvalResult {

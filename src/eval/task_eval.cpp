@@ -268,7 +268,7 @@ Expected<std::vector<EvalTask>> load_tasks(const std::string& path) {
 }
 
 Expected<TaskEvalResult> run_tasks(const engine::LoadedModel& model, const engine::LoadedModel* ref,
-                                   const std::vector<EvalTask>& tasks, const TaskEvalOptions& opt,
+                                   const std::vector<EvalTask>& tasks,
                                    const std::function<void(int, int)>& on_task) {
     const auto& tok = *model.tokenizer;
     const int64_t n_vocab = model.model->config().n_vocab;
@@ -311,9 +311,9 @@ Expected<TaskEvalResult> run_tasks(const engine::LoadedModel& model, const engin
 
     const int total = static_cast<int>(tasks.size()) * (ref ? 2 : 1);
     int done = 0;
-    // One model at a time, so only one cache and one thread pool exist at once.
-    auto run_all = [&](const model::LlamaModel& m, bool is_ref) -> Status {
-        engine::Generator gen(m, opt.n_threads, n_ctx);
+    // One model at a time, so only one cache exists at once.
+    auto run_all = [&](const engine::LoadedModel& m, bool is_ref) -> Status {
+        engine::Generator gen(*m.model, m.backend, n_ctx);
         for (size_t i = 0; i < tasks.size(); ++i) {
             Status st;
             TaskOutput out = generate_one(gen, tok, prompts[i], tasks[i].max_tokens, st);
@@ -334,9 +334,9 @@ Expected<TaskEvalResult> run_tasks(const engine::LoadedModel& model, const engin
         }
         return Status::Ok();
     };
-    if (auto s = run_all(*model.model, false); !s) return s.error();
+    if (auto s = run_all(model, false); !s) return s.error();
     if (ref)
-        if (auto s = run_all(*ref->model, true); !s) return s.error();
+        if (auto s = run_all(*ref, true); !s) return s.error();
 
     for (TaskItem& it : r.items) {
         if (it.ref) {

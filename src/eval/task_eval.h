@@ -92,15 +92,12 @@ struct TaskEvalResult {
     bool has_ref = false;
 };
 
-struct TaskEvalOptions {
-    int n_threads = 1;
-};
-
 // Greedy generation of every task with `model` and, when `ref` is given, with the reference
 // on the same prompt tokens (the model's tokenizer and chat template: the vocabularies must
-// match, so token sequences are comparable). on_task(done, total) reports progress.
+// match, so token sequences are comparable). Each model runs on its own backend.
+// on_task(done, total) reports progress.
 Expected<TaskEvalResult> run_tasks(const engine::LoadedModel& model, const engine::LoadedModel* ref,
-                                   const std::vector<EvalTask>& tasks, const TaskEvalOptions& opt,
+                                   const std::vector<EvalTask>& tasks,
                                    const std::function<void(int, int)>& on_task = nullptr);
 
 // The "tasks" object of `ferry eval --json` (keys in docs/eval.md); with_items adds each

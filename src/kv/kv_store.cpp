@@ -1,20 +1,8 @@
 #include "kv/kv_store.h"
 
-#include <cstring>
 #include <stdexcept>
 
 namespace ferry::kv {
-
-namespace {
-HugeBuffer alloc_resident(size_t n) {
-    HugeBuffer b(n);
-    // Touch the whole pool now: a reservation that only becomes resident when traffic comes
-    // would make memory use look smaller than it is (and `ferry plan` disagree with it), and
-    // would move page faults onto the first requests.
-    if (n) std::memset(b.data(), 0, n);
-    return b;
-}
-}  // namespace
 
 size_t KvStore::bytes_per_block(int n_layer, int block_size, int kv_dim, int head_dim,
                                 quant::KvDType t) {
@@ -24,9 +12,10 @@ size_t KvStore::bytes_per_block(int n_layer, int block_size, int kv_dim, int hea
             quant::kv_region_bytes(t, false, block_size, kv_dim, kv_dim / hd));
 }
 
-KvStore::KvStore(int n_layer, int64_t n_blocks, int block_size, int kv_dim, int head_dim,
-                 KvFormat format)
-    : n_layer_(n_layer),
+KvStore::KvStore(kernels::Backend& backend, int n_layer, int64_t n_blocks, int block_size,
+                 int kv_dim, int head_dim, KvFormat format)
+    : backend_(backend),
+      n_layer_(n_layer),
       n_blocks_(n_blocks),
       block_size_(block_size),
       kv_dim_(kv_dim),
@@ -37,48 +26,69 @@ KvStore::KvStore(int n_layer, int64_t n_blocks, int block_size, int kv_dim, int 
     if (fmt_.dtype != quant::KvDType::Int8) fmt_.k_scales.clear();
     if (fmt_.dtype == quant::KvDType::Int8 && fmt_.k_scales.size() != size_t(n_layer) * kv_dim)
         throw std::invalid_argument("KvStore: int8 keys need n_layer x kv_dim channel scales");
-    const size_t per_layer_blocks = static_cast<size_t>(n_layer) * n_blocks;
-    k_ = alloc_resident(per_layer_blocks * region_bytes(true));
-    v_ = alloc_resident(per_layer_blocks * region_bytes(false));
+    const auto regions = static_cast<int64_t>(n_layer) * n_blocks;
+    const int64_t k_shape[] = {regions, static_cast<int64_t>(region_bytes(true))};
+    const int64_t v_shape[] = {regions, static_cast<int64_t>(region_bytes(false))};
+    k_ = backend_.alloc(DType::I8, k_shape);
+    v_ = backend_.alloc(DType::I8, v_shape);
+    if (!fmt_.k_scales.empty()) {
+        const int64_t s_shape[] = {static_cast<int64_t>(fmt_.k_scales.size())};
+        k_scales_ = backend_.alloc(DType::F32, s_shape);
+        backend_.upload(fmt_.k_scales.data(), k_scales_);
+    }
+}
+
+kernels::KvCacheView KvStore::view() {
+    kernels::KvCacheView v;
+    v.k = static_cast<std::byte*>(k_.raw());
+    v.v = static_cast<std::byte*>(v_.raw());
+    v.n_layer = n_layer_;
+    v.n_blocks = n_blocks_;
+    v.block_size = block_size_;
+    v.kv_dim = kv_dim_;
+    v.head_dim = head_dim_;
+    v.dtype = fmt_.dtype;
+    v.k_region = region_bytes(true);
+    v.v_region = region_bytes(false);
+    v.layout = layout();
+    v.k_channel_scales = k_scales_.empty() ? nullptr : k_scales_.data<float>();
+    v.k_clipped = &k_clipped_;
+    return v;
 }
 
 void KvStore::write(int layer, int64_t block, int slot, const float* k, const float* v) {
-    const quant::KvDType t = fmt_.dtype;
-    const size_t eb = quant::kv_elem_bytes(t);
-    const quant::KvBlockLayout lay = layout();
-    const size_t scale_off = lay.scale_offset;
-    const int n_heads = kv_dim_ / head_dim_;
-    const float* cs = k_channel_scales(layer);
-    for (int key = 0; key < 2; ++key) {
-        std::byte* base = mut(layer, block, key);
-        const float* x = key ? k : v;
-        auto* scales = reinterpret_cast<float*>(base + scale_off) + size_t(slot) * n_heads;
-        for (int h = 0; h < n_heads; ++h) {
-            const size_t at = h * lay.head_stride + slot * lay.pos_stride;
-            float s = 0;
-            const int64_t clipped =
-                quant::quantize_kv_row(t, x + size_t(h) * head_dim_, head_dim_, base + at * eb, &s,
-                                       key && cs ? cs + size_t(h) * head_dim_ : nullptr);
-            if (key && clipped) k_clipped_.fetch_add(clipped, std::memory_order_relaxed);
-            if (quant::kv_token_scales(t, key)) scales[h] = s;
-        }
+    if (staging_.empty()) {
+        const int64_t shape[] = {2, kv_dim_};
+        staging_ = backend_.alloc(DType::F32, shape);
     }
+    const Tensor kt = staging_.slice(0, 1), vt = staging_.slice(1, 1);
+    backend_.upload(k, kt);
+    backend_.upload(v, vt);
+    // A one-token batch at position `slot` of a sequence whose only block is `block`.
+    const int32_t tok = 0, seq = 0, blk = static_cast<int32_t>(block);
+    const int64_t pos = slot;
+    const kernels::BatchSeq s{pos, 1, 0, {&blk, 1}};
+    const kernels::Batch b{{&tok, 1}, {&pos, 1}, {&seq, 1}, {&s, 1}, {}};
+    backend_.kv_write(view(), layer, b, kt, vt);
 }
 
 void KvStore::read(int layer, int64_t block, int slot, float* k, float* v) const {
     const quant::KvDType t = fmt_.dtype;
     const size_t eb = quant::kv_elem_bytes(t);
     const quant::KvBlockLayout lay = layout();
-    const size_t scale_off = lay.scale_offset;
     const int n_heads = kv_dim_ / head_dim_;
-    const float* cs = k_channel_scales(layer);
+    const float* cs =
+        fmt_.k_scales.empty() ? nullptr : fmt_.k_scales.data() + size_t(layer) * kv_dim_;
+    const int64_t region = static_cast<int64_t>(layer) * n_blocks_ + block;
     for (int key = 0; key < 2; ++key) {
-        const std::byte* base = key ? this->k(layer, block) : this->v(layer, block);
+        const Tensor& all = key ? k_ : v_;
+        std::vector<std::byte> host(all.row_bytes());
+        backend_.download(all.slice(region, 1), host.data());
         const auto* scales =
-            reinterpret_cast<const float*>(base + scale_off) + size_t(slot) * n_heads;
+            reinterpret_cast<const float*>(host.data() + lay.scale_offset) + size_t(slot) * n_heads;
         for (int h = 0; h < n_heads; ++h) {
             const size_t at = h * lay.head_stride + slot * lay.pos_stride;
-            quant::dequantize_kv_row(t, base + at * eb, head_dim_,
+            quant::dequantize_kv_row(t, host.data() + at * eb, head_dim_,
                                      quant::kv_token_scales(t, key) ? scales[h] : 0.0f,
                                      key && cs ? cs + size_t(h) * head_dim_ : nullptr,
                                      (key ? k : v) + size_t(h) * head_dim_);
@@ -86,10 +96,20 @@ void KvStore::read(int layer, int64_t block, int slot, float* k, float* v) const
     }
 }
 
-void KvStore::copy_block(int64_t src, int64_t dst) {
-    for (int l = 0; l < n_layer_; ++l)
-        for (int key = 0; key < 2; ++key)
-            std::memcpy(mut(l, dst, key), mut(l, src, key), region_bytes(key));
+void KvStore::copy_blocks(std::span<const std::pair<int32_t, int32_t>> pairs) {
+    std::vector<kernels::Backend::Copy> copies;
+    copies.reserve(pairs.size() * static_cast<size_t>(n_layer_) * 2);
+    for (auto [src, dst] : pairs)
+        for (int l = 0; l < n_layer_; ++l)
+            for (int key = 0; key < 2; ++key) {
+                const Tensor& all = key ? k_ : v_;
+                const auto* base = static_cast<std::byte*>(all.raw());
+                const size_t rb = all.row_bytes();
+                const size_t layer0 = static_cast<size_t>(l) * n_blocks_;
+                copies.push_back({base + (layer0 + src) * rb,
+                                  const_cast<std::byte*>(base) + (layer0 + dst) * rb, rb});
+            }
+    backend_.copy(copies);
 }
 
 }  // namespace ferry::kv

@@ -1,9 +1,10 @@
-// The memory the KV cache lives in: n_blocks blocks of block_size token slots, for every layer,
-// keys and values apart. Layout [layer][block] of regions, each [KV head][slot][head_dim]
-// elements of the store's KvDType followed by the block's per-token scales (kv_dtype.h), so
-// one KV head's keys (or values) of one block are a contiguous run the attention kernel
-// streams through: a head's attention reads whole cache lines and nothing of the other heads. Which
-// block belongs to whom is the BlockPool's business, not this class's.
+// The memory the KV cache lives in, allocated on a backend's device: n_blocks blocks of
+// block_size token slots, for every layer, keys and values apart. Layout [layer][block] of
+// regions, each [KV head][slot][head_dim] elements of the store's KvDType followed by the
+// block's per-token scales (quant/kv_format.h), so one KV head's keys (or values) of one block
+// are a contiguous run the attention kernel streams through: a head's attention reads whole
+// cache lines and nothing of the other heads. The backend writes and reads it (view()); which
+// block belongs to whom is the block manager's business, not this class's.
 #pragma once
 
 #include <atomic>
@@ -11,9 +12,10 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
-#include "core/huge_buffer.h"
+#include "kernels/backend.h"
 #include "quant/kv_format.h"
 
 namespace ferry::kv {
@@ -28,36 +30,30 @@ struct KvFormat {
 class KvStore {
   public:
     // kv_dim = KV heads x head_dim: the model's, since the layout and the per-token scales go
-    // by KV head.
-    KvStore(int n_layer, int64_t n_blocks, int block_size, int kv_dim, int head_dim,
-            KvFormat format = {});
+    // by KV head. The memory is resident on `backend` from the start.
+    KvStore(kernels::Backend& backend, int n_layer, int64_t n_blocks, int block_size, int kv_dim,
+            int head_dim, KvFormat format = {});
 
     // Bytes of one block over every layer, keys and values, scales included.
     static size_t bytes_per_block(int n_layer, int block_size, int kv_dim, int head_dim,
                                   quant::KvDType t);
 
-    // Region base addresses, as the attention kernels take them.
-    const std::byte* k(int layer, int64_t block) const {
-        return k_.data() + offset(layer, block, true);
-    }
-    const std::byte* v(int layer, int64_t block) const {
-        return v_.data() + offset(layer, block, false);
-    }
-    // Where a head's rows sit in a region (attention kernels walk it).
+    // Where everything is, as the backend's kv_write and attention take it.
+    kernels::KvCacheView view();
+    // Where a head's rows sit in a region.
     quant::KvBlockLayout layout() const {
         return {static_cast<size_t>(head_dim_), static_cast<size_t>(block_size_) * head_dim_,
                 quant::kv_scale_offset(fmt_.dtype, block_size_, kv_dim_)};
     }
-    // int8 keys' per-channel scales of a layer (kv_dim floats), else nullptr.
-    const float* k_channel_scales(int layer) const {
-        return fmt_.k_scales.empty() ? nullptr : fmt_.k_scales.data() + size_t(layer) * kv_dim_;
-    }
 
-    // Stores one token's keys and values (kv_dim floats each) at a slot of a block. Writes to
-    // different slots may run concurrently.
+    // One token's keys and values (kv_dim host floats each) stored at a slot of a block, as the
+    // backend's kv_write stores a batch's (tests and tools; the forward pass writes its own).
     void write(int layer, int64_t block, int slot, const float* k, const float* v);
-    // Reads them back as floats (the scalar dequantization; tests and calibration).
+    // ... and read back, through the scalar dequantization (tests and calibration).
     void read(int layer, int64_t block, int slot, float* k, float* v) const;
+    // Copies every layer's keys and values of each (src, dst) block pair, scales included
+    // (copy-on-write).
+    void copy_blocks(std::span<const std::pair<int32_t, int32_t>> pairs);
 
     int n_layer() const { return n_layer_; }
     int64_t n_blocks() const { return n_blocks_; }
@@ -72,34 +68,21 @@ class KvStore {
     // calibration's headroom was not enough.
     int64_t k_clipped() const { return k_clipped_.load(std::memory_order_relaxed); }
 
-    // Copies every layer's keys and values of block src into dst, scales included
-    // (copy-on-write).
-    void copy_block(int64_t src, int64_t dst);
-
   private:
     size_t region_bytes(bool key) const {
         return quant::kv_region_bytes(fmt_.dtype, key, block_size_, kv_dim_, kv_dim_ / head_dim_);
     }
-    size_t offset(int layer, int64_t block, bool key) const {
-        return (static_cast<size_t>(layer) * n_blocks_ + block) * region_bytes(key);
-    }
-    std::byte* mut(int layer, int64_t block, bool key) {
-        return (key ? k_ : v_).data() + offset(layer, block, key);
-    }
+    kernels::Backend& backend_;
     int n_layer_;
     int64_t n_blocks_;
     int block_size_;
     int kv_dim_;
     int head_dim_;
     KvFormat fmt_;
-    HugeBuffer k_, v_;                   // huge pages: attention streams through them every step
-    std::atomic<int64_t> k_clipped_{0};  // write() runs for several slots at once
-};
-
-// One sequence's view of the store: its block table, in position order.
-struct SeqKv {
-    const int32_t* blocks = nullptr;
-    int64_t n_blocks = 0;
+    Tensor k_, v_;                       // device memory: attention streams through them every step
+    Tensor k_scales_;                    // int8 keys' channel scales on the device
+    Tensor staging_;                     // write()'s keys and values on the device
+    std::atomic<int64_t> k_clipped_{0};  // kv_write runs for several slots at once
 };
 
 }  // namespace ferry::kv

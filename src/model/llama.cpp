@@ -6,20 +6,16 @@
 #include <string>
 
 #include "core/progress.h"
-#include "kernels/packed_weights.h"
-#include "kernels/paged_attention.h"
 
 namespace ferry::model {
 namespace {
-
-using kernels::Weight;
 
 class Binder {
   public:
     explicit Binder(const gguf::File& f) : f_(f) {}
 
     // A matrix of `rows` output channels of `cols` inputs (GGUF shape [cols, rows]).
-    Status matrix(const std::string& name, int64_t cols, int64_t rows, Weight& out) {
+    Status matrix(const std::string& name, int64_t cols, int64_t rows, Tensor& out) {
         const gguf::TensorInfo* t = f_.tensor(name);
         if (!t) return make_error("{}: missing tensor '{}'", f_.path(), name);
         if (t->shape.size() != 2 || t->shape[0] != cols || t->shape[1] != rows)
@@ -29,12 +25,15 @@ class Binder {
         if (!info.supported)
             return make_error("{}: tensor '{}' has type {}, which ferry cannot compute with",
                               f_.path(), name, info.name);
-        out = Weight{t->type, t->data, rows, cols, row_bytes(info, cols)};
+        if (cols % info.block_size != 0)
+            return make_error("{}: tensor '{}' has {} columns, not whole {} blocks of {}",
+                              f_.path(), name, cols, info.name, info.block_size);
+        out = Tensor(t->data, t->type, {rows, cols});
         return Status::Ok();
     }
 
     // An F32 vector of n elements; optional ones may be absent.
-    Status vector(const std::string& name, int64_t n, const float*& out, bool optional = false) {
+    Status vector(const std::string& name, int64_t n, Tensor& out, bool optional = false) {
         const gguf::TensorInfo* t = f_.tensor(name);
         if (!t) {
             if (optional) return Status::Ok();
@@ -42,7 +41,7 @@ class Binder {
         }
         if (t->type != DType::F32 || t->n_elements != n)
             return make_error("{}: tensor '{}' must be f32 with {} elements", f_.path(), name, n);
-        out = reinterpret_cast<const float*>(t->data);
+        out = Tensor(t->data, DType::F32, {n});
         return Status::Ok();
     }
 
@@ -59,102 +58,98 @@ class Binder {
 }  // namespace
 
 Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<gguf::File> file,
-                                                       bool progress) {
+                                                       kernels::Backend& backend, bool progress) {
     auto cfg = read_llama_config(*file);
     if (!cfg) return cfg.error();
     std::unique_ptr<LlamaModel> m(new LlamaModel());
     m->file_ = file;
     m->cfg_ = *cfg;
+    m->device_ = backend.device();
     const LlamaConfig& c = m->cfg_;
     Binder b(*file);
 
-    if (auto s = b.matrix("token_embd.weight", c.n_embd, c.n_vocab, m->tok_embd_); !s)
-        return s.error();
-    if (auto s = b.vector("output_norm.weight", c.n_embd, m->output_norm_); !s) return s.error();
+    // The file's tensors, bound and checked; the matrices go into `sources` in the order
+    // they are taken back out below.
+    struct Bound {
+        Tensor attn_norm, bq, bk, bv, ffn_norm;
+        Tensor m[7];  // q, k, v, output, gate, up, down
+    };
+    Tensor tok_embd, output, output_norm;
+    std::vector<Bound> layers(static_cast<size_t>(c.n_layer));
+    if (auto s = b.matrix("token_embd.weight", c.n_embd, c.n_vocab, tok_embd); !s) return s.error();
+    if (auto s = b.vector("output_norm.weight", c.n_embd, output_norm); !s) return s.error();
     if (file->tensor("output.weight")) {
-        if (auto s = b.matrix("output.weight", c.n_embd, c.n_vocab, m->output_); !s)
-            return s.error();
+        if (auto s = b.matrix("output.weight", c.n_embd, c.n_vocab, output); !s) return s.error();
     } else {
-        m->output_ = m->tok_embd_;  // tied embeddings
+        output = tok_embd;  // tied embeddings
     }
-    m->layers_.resize(c.n_layer);
     for (int i = 0; i < c.n_layer; ++i) {
-        LayerWeights& l = m->layers_[i];
+        Bound& l = layers[static_cast<size_t>(i)];
         const std::string p = "blk." + std::to_string(i) + ".";
         for (Status s : {
                  b.vector(p + "attn_norm.weight", c.n_embd, l.attn_norm),
-                 b.matrix(p + "attn_q.weight", c.n_embd, c.q_dim(), l.wq),
-                 b.matrix(p + "attn_k.weight", c.n_embd, c.kv_dim(), l.wk),
-                 b.matrix(p + "attn_v.weight", c.n_embd, c.kv_dim(), l.wv),
-                 b.matrix(p + "attn_output.weight", c.q_dim(), c.n_embd, l.wo),
+                 b.matrix(p + "attn_q.weight", c.n_embd, c.q_dim(), l.m[0]),
+                 b.matrix(p + "attn_k.weight", c.n_embd, c.kv_dim(), l.m[1]),
+                 b.matrix(p + "attn_v.weight", c.n_embd, c.kv_dim(), l.m[2]),
+                 b.matrix(p + "attn_output.weight", c.q_dim(), c.n_embd, l.m[3]),
                  b.vector(p + "attn_q.bias", c.q_dim(), l.bq, true),
                  b.vector(p + "attn_k.bias", c.kv_dim(), l.bk, true),
                  b.vector(p + "attn_v.bias", c.kv_dim(), l.bv, true),
                  b.vector(p + "ffn_norm.weight", c.n_embd, l.ffn_norm),
-                 b.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff, l.w_gate),
-                 b.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff, l.w_up),
-                 b.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd, l.w_down),
+                 b.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff, l.m[4]),
+                 b.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff, l.m[5]),
+                 b.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd, l.m[6]),
              }) {
             if (!s) return s.error();
         }
     }
-    m->make_resident(progress);
+
+    // Resident on the backend, in its layout: the embedding is looked up a row at a time,
+    // every other matrix multiplied.
+    std::vector<kernels::MatrixSource> sources = {{tok_embd, kernels::MatrixUse::Rows},
+                                                  {output, kernels::MatrixUse::Matmul}};
+    for (const Bound& l : layers)
+        for (const Tensor& t : l.m) sources.push_back({t, kernels::MatrixUse::Matmul});
+    int64_t total = 0;
+    for (const auto& src : sources)
+        if (src.use == kernels::MatrixUse::Matmul) total += static_cast<int64_t>(src.host.bytes());
+    Progress bar("loading weights", total, progress);
+    std::vector<kernels::Matrix> res =
+        backend.make_resident(sources, [&](int64_t done, int64_t) { bar.update(done); });
+    bar.finish();
+    // The device holds what a multiplication reads; the file's pages of those matrices are
+    // read again only by float activations, tools that read the file and (tied) embedding
+    // lookups, which touch just their rows.
+    for (const auto& src : sources)
+        if (src.use == kernels::MatrixUse::Matmul) file->release(src.host.raw(), src.host.bytes());
+
+    size_t next = 0;
+    m->tok_embd_ = res[next++];
+    m->output_ = res[next++];
+    m->output_norm_ = backend.resident_vector(output_norm);
+    m->layers_.resize(layers.size());
+    for (size_t i = 0; i < layers.size(); ++i) {
+        const Bound& l = layers[i];
+        LayerWeights& L = m->layers_[i];
+        for (kernels::Matrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+            *w = res[next++];
+        auto vec = [&](const Tensor& t) {
+            return t.empty() ? Tensor() : backend.resident_vector(t);
+        };
+        L.attn_norm = vec(l.attn_norm);
+        L.ffn_norm = vec(l.ffn_norm);
+        L.bq = vec(l.bq);
+        L.bk = vec(l.bk);
+        L.bv = vec(l.bv);
+    }
     return m;
 }
 
-void LlamaModel::make_resident(bool progress) {
-    std::vector<Weight*> all = {&output_};
-    for (LayerWeights& l : layers_)
-        for (Weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-            all.push_back(w);
-    auto bytes = [](const Weight& w) { return w.row_stride * static_cast<size_t>(w.rows); };
-    int64_t total = 0;
-    for (const Weight* w : all) total += static_cast<int64_t>(bytes(*w));
-    // Every matrix a token reads lives in one anonymous buffer backed by huge pages (each alone
-    // is < 2 MiB, and file pages are 4 KiB ones): packed for the integer kernels, or copied
-    // as it is for the float ones. Either way its file pages are then released.
-    auto slot = [&](const Weight& w) {
-        return ((kernels::packable(w) ? kernels::packed_bytes(w) : bytes(w)) + 63) / 64 * 64;
-    };
-    size_t resident_total = 0;
-    for (const Weight* w : all) resident_total += slot(*w);
-    resident_ = HugeBuffer(resident_total);
-    size_t at = 0;
-    Progress bar("loading weights", total, progress);
-    int64_t done = 0;
-    for (Weight* w : all) {
-        auto* dst = reinterpret_cast<uint8_t*>(resident_.data()) + at;
-        at += slot(*w);
-        if (kernels::packable(*w)) {
-            kernels::pack_weight(*w, dst);
-            w->packed = dst;
-            // The packed copy serves every integer product; the original pages are read again
-            // only by float activations, tools that read the file and (tied) embedding lookups,
-            // which touch just their rows.
-            file_->release(w->data, bytes(*w));
-        } else {
-            std::memcpy(dst, w->data, bytes(*w));
-            file_->release(w->data, bytes(*w));
-            w->data = dst;
-        }
-        done += static_cast<int64_t>(bytes(*w));
-        bar.update(done);
-    }
-    bar.finish();
-}
-
-size_t LlamaModel::weight_bytes_per_token() const {
-    // What the kernels stream: the packed copy where integer activations read one (a Q4_K
-    // tile is 2.8 % larger than the file's blocks, an int4_g128 one 18 %), the matrix else.
-    const bool integer = kernels::activations() != kernels::Activations::F32;
-    auto bytes = [integer](const Weight& w) {
-        return integer && w.packed ? kernels::packed_bytes(w)
-                                   : w.row_stride * static_cast<size_t>(w.rows);
-    };
-    size_t total = bytes(output_) + tok_embd_.row_stride;
+size_t LlamaModel::weight_bytes_per_token(const kernels::Backend& backend) const {
+    size_t total = backend.bytes_read(output_) + tok_embd_.data.row_bytes();
     for (const auto& l : layers_)
-        total += bytes(l.wq) + bytes(l.wk) + bytes(l.wv) + bytes(l.wo) + bytes(l.w_gate) +
-                 bytes(l.w_up) + bytes(l.w_down);
+        for (const kernels::Matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+            total += backend.bytes_read(*w);
     return total;
 }
 
@@ -164,134 +159,81 @@ int64_t LlamaModel::parameter_count() const {
     return n;
 }
 
-void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
-                         kv::KvStore& store, float* logits, ThreadPool& pool) const {
+namespace {
+
+// The forward pass's working tensors, one backend scratch slot each.
+enum Slot { kX, kXn, kQ, kK, kV, kAttn, kGate, kUp, kOut, kRope, kLast };
+
+void observe(ActivationObserver* o, kernels::Backend& be, int layer, LinearInput which,
+             const Tensor& rows) {
+    if (o) o->observe(layer, which, be.host_view(rows));
+}
+
+}  // namespace
+
+void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
+                         const kernels::KvCacheView& kv, const Tensor& logits,
+                         ActivationObserver* observer) const {
     const LlamaConfig& c = cfg_;
-    const int64_t n = static_cast<int64_t>(tokens.size());
+    const int64_t n = batch.n_tokens();
     const int hd = c.head_dim;
-    const int bs = store.block_size();
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const kernels::AttentionShape attn_shape{c.n_head, c.n_head_kv, hd,
+                                             1.0f / std::sqrt(static_cast<float>(hd))};
+    const Tensor x = be.scratch(kX, DType::F32, {n, c.n_embd});
+    const Tensor xn = be.scratch(kXn, DType::F32, {n, c.n_embd});
+    const Tensor q = be.scratch(kQ, DType::F32, {n, c.q_dim()});
+    const Tensor k = be.scratch(kK, DType::F32, {n, c.kv_dim()});
+    const Tensor v = be.scratch(kV, DType::F32, {n, c.kv_dim()});
+    const Tensor attn = be.scratch(kAttn, DType::F32, {n, c.q_dim()});
+    const Tensor gate = be.scratch(kGate, DType::F32, {n, c.n_ff});
+    const Tensor up = be.scratch(kUp, DType::F32, {n, c.n_ff});
+    const Tensor out = be.scratch(kOut, DType::F32, {n, c.n_embd});
+    const Tensor rope = be.scratch(kRope, DType::F32, {n, c.rope_dim});
 
-    // Which sequence and position every token of the batch belongs to.
-    std::vector<int32_t> tok_seq(n);
-    std::vector<int64_t> tok_pos(n);
-    for (int64_t s = 0, t = 0; s < static_cast<int64_t>(seqs.size()); ++s)
-        for (int i = 0; i < seqs[s].n_tokens; ++i, ++t) {
-            tok_seq[t] = static_cast<int32_t>(s);
-            tok_pos[t] = seqs[s].start_pos + i;
-        }
-
-    // Working memory, kept per thread between calls: a step of 64 sequences needs ~2 MB, and
-    // allocations that size came back as fresh pages to fault in and zero on every step (5 % of
-    // a batched decode). Every buffer is written before it is read. They keep the largest size
-    // any call on the thread needed (every model's, a draft's too: forward is never re-entered
-    // on a thread), which the engine's token budget bounds (~13 MB at 512 tokens here).
-    thread_local std::vector<float> bufs[10];
-    auto buffer = [](std::vector<float>& b, int64_t size) -> std::vector<float>& {
-        if (static_cast<int64_t>(b.size()) < size) b.resize(size);
-        return b;
-    };
-    auto& x = buffer(bufs[0], n * c.n_embd);
-    auto& xn = buffer(bufs[1], n * c.n_embd);
-    auto& q = buffer(bufs[2], n * c.q_dim());
-    auto& k = buffer(bufs[3], n * c.kv_dim());
-    auto& v = buffer(bufs[4], n * c.kv_dim());
-    auto& attn = buffer(bufs[5], n * c.q_dim());
-    auto& gate = buffer(bufs[6], n * c.n_ff);
-    auto& up = buffer(bufs[7], n * c.n_ff);
-    auto& ffn_out = buffer(bufs[8], n * c.n_embd);
-    auto& rope_cs = buffer(bufs[9], n * c.rope_dim);
-    // Per sequence, the addresses of its blocks in the current layer.
-    std::vector<std::vector<const void*>> k_blocks(seqs.size()), v_blocks(seqs.size());
-    std::vector<kernels::SeqBlocks> seq_blocks(seqs.size());
-
-    for (int64_t t = 0; t < n; ++t) kernels::get_row(tok_embd_, tokens[t], &x[t * c.n_embd]);
-    // A token's rotation is the same in every layer.
-    for (int64_t t = 0; t < n; ++t)
-        kernels::rope_angles(tok_pos[t], c.rope_dim, c.rope_theta, &rope_cs[t * c.rope_dim]);
-    // Per-token work of a batch (norms, rotations, cache writes) over the pool once there is
-    // enough of it: with 64 sequences decoding, the serial share held the other core idle.
-    auto per_token = [&](auto&& fn) {
-        if (n < 8) {
-            for (int64_t t = 0; t < n; ++t) fn(t);
-            return;
-        }
-        pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
-            for (int64_t t = t0; t < t1; ++t) fn(t);
-        });
-    };
-
-    auto add_bias = [n](float* y, const float* bias, int dim) {
-        if (!bias) return;
-        for (int64_t t = 0; t < n; ++t)
-            for (int i = 0; i < dim; ++i) y[t * dim + i] += bias[i];
-    };
+    be.embed(tok_embd_, batch, x);
+    be.rope_angles(batch, c.rope_dim, c.rope_theta, rope);  // the same in every layer
 
     for (int li = 0; li < c.n_layer; ++li) {
         const LayerWeights& L = layers_[li];
 
         // Attention block.
-        per_token([&](int64_t t) {
-            kernels::rmsnorm(&x[t * c.n_embd], L.attn_norm, &xn[t * c.n_embd], c.n_embd, c.rms_eps);
-        });
-        if (observer_) observer_->observe(li, LinearInput::Attn, xn.data(), n, c.n_embd);
-        // q, k and v read the same input: one parallel region for the three.
-        const kernels::MatmulOut qkv[] = {{L.wq, q.data()}, {L.wk, k.data()}, {L.wv, v.data()}};
-        kernels::matmul_many(qkv, xn.data(), n, pool);
-        add_bias(q.data(), L.bq, c.q_dim());
-        add_bias(k.data(), L.bk, c.kv_dim());
-        add_bias(v.data(), L.bv, c.kv_dim());
-        per_token([&](int64_t t) {
-            const int64_t pos = tok_pos[t];
-            const float* cs = &rope_cs[t * c.rope_dim];
-            kernels::rope(&q[t * c.q_dim()], c.n_head, hd, c.rope_dim, cs, c.rope_style);
-            kernels::rope(&k[t * c.kv_dim()], c.n_head_kv, hd, c.rope_dim, cs, c.rope_style);
-            const int32_t block = seqs[tok_seq[t]].kv.blocks[pos / bs];
-            store.write(li, block, static_cast<int>(pos % bs), &k[t * c.kv_dim()],
-                        &v[t * c.kv_dim()]);
-        });
-        for (size_t s = 0; s < seqs.size(); ++s) {
-            const auto& kv = seqs[s].kv;
-            k_blocks[s].resize(kv.n_blocks);
-            v_blocks[s].resize(kv.n_blocks);
-            for (int64_t b = 0; b < kv.n_blocks; ++b) {
-                k_blocks[s][b] = store.k(li, kv.blocks[b]);
-                v_blocks[s][b] = store.v(li, kv.blocks[b]);
-            }
-            seq_blocks[s] = {k_blocks[s].data(), v_blocks[s].data()};
-        }
-        // Token t sees positions [0, pos]: causal masking is just the length of the scan.
-        kernels::attend_batch({q.data(), attn.data(), n, c.n_head, c.n_head_kv, hd, scale,
-                               tok_seq.data(), tok_pos.data(), seq_blocks, bs, store.layout(),
-                               store.dtype(), store.k_channel_scales(li)},
-                              pool);
-        if (observer_) observer_->observe(li, LinearInput::AttnOut, attn.data(), n, c.q_dim());
-        kernels::matmul(L.wo, attn.data(), n, ffn_out.data(), pool);
-        for (int64_t i = 0; i < n * c.n_embd; ++i) x[i] += ffn_out[i];
+        be.rmsnorm(x, L.attn_norm, c.rms_eps, xn);
+        observe(observer, be, li, LinearInput::Attn, xn);
+        // q, k and v read the same input: one pass for the three.
+        const kernels::MatmulOut qkv[] = {{&L.wq, q}, {&L.wk, k}, {&L.wv, v}};
+        be.matmul(qkv, xn);
+        if (!L.bq.empty()) be.add_bias(q, L.bq);
+        if (!L.bk.empty()) be.add_bias(k, L.bk);
+        if (!L.bv.empty()) be.add_bias(v, L.bv);
+        be.rope(q, c.n_head, hd, c.rope_dim, rope, c.rope_style);
+        be.rope(k, c.n_head_kv, hd, c.rope_dim, rope, c.rope_style);
+        be.kv_write(kv, li, batch, k, v);
+        be.attention(kv, li, batch, attn_shape, q, attn);
+        observe(observer, be, li, LinearInput::AttnOut, attn);
+        const kernels::MatmulOut o[] = {{&L.wo, out}};
+        be.matmul(o, attn);
+        be.add(x, out);
 
         // MLP block.
-        per_token([&](int64_t t) {
-            kernels::rmsnorm(&x[t * c.n_embd], L.ffn_norm, &xn[t * c.n_embd], c.n_embd, c.rms_eps);
-        });
-        if (observer_) observer_->observe(li, LinearInput::Ffn, xn.data(), n, c.n_embd);
-        const kernels::MatmulOut gate_up[] = {{L.w_gate, gate.data()}, {L.w_up, up.data()}};
-        kernels::matmul_many(gate_up, xn.data(), n, pool);
-        // Row by row, so whether an element lands in the vector body or the scalar tail (two
-        // exp roundings) never depends on the batch.
-        per_token(
-            [&](int64_t t) { kernels::silu_mul(&gate[t * c.n_ff], &up[t * c.n_ff], c.n_ff); });
-        if (observer_) observer_->observe(li, LinearInput::FfnDown, gate.data(), n, c.n_ff);
-        kernels::matmul(L.w_down, gate.data(), n, ffn_out.data(), pool);
-        for (int64_t i = 0; i < n * c.n_embd; ++i) x[i] += ffn_out[i];
+        be.rmsnorm(x, L.ffn_norm, c.rms_eps, xn);
+        observe(observer, be, li, LinearInput::Ffn, xn);
+        const kernels::MatmulOut gate_up[] = {{&L.w_gate, gate}, {&L.w_up, up}};
+        be.matmul(gate_up, xn);
+        be.silu_mul(gate, up);
+        observe(observer, be, li, LinearInput::FfnDown, gate);
+        const kernels::MatmulOut down[] = {{&L.w_down, out}};
+        be.matmul(down, gate);
+        be.add(x, out);
     }
 
     // Final norm and output head only for the tokens whose logits are wanted.
-    int64_t rows = 0;
-    for (int64_t s = 0, t0 = 0; s < static_cast<int64_t>(seqs.size()); t0 += seqs[s].n_tokens, ++s)
-        for (int64_t t = t0 + seqs[s].n_tokens - seqs[s].n_logits; t < t0 + seqs[s].n_tokens; ++t)
-            kernels::rmsnorm(&x[t * c.n_embd], output_norm_, &xn[rows++ * c.n_embd], c.n_embd,
-                             c.rms_eps);
-    if (rows > 0) kernels::matmul(output_, xn.data(), rows, logits, pool);
+    const auto rows = static_cast<int64_t>(batch.logit_tokens.size());
+    if (rows == 0) return;
+    const Tensor last = be.scratch(kLast, DType::F32, {rows, c.n_embd});
+    be.gather_rows(x, batch.logit_tokens, last);
+    be.rmsnorm(last, output_norm_, c.rms_eps, xn.slice(0, rows));
+    const kernels::MatmulOut head[] = {{&output_, logits}};
+    be.matmul(head, xn.slice(0, rows));
 }
 
 }  // namespace ferry::model

@@ -1,20 +1,18 @@
-// The Llama-family forward pass on the CPU: token embedding, then per layer RMSNorm →
-// grouped-query attention with RoPE over the KV cache → residual → RMSNorm → SwiGLU MLP →
-// residual, then a final RMSNorm and the output head (tied to the embedding when the file
-// has no separate `output.weight`). Written to be read top to bottom; speed lives in kernels.
+// The Llama-family forward pass: token embedding, then per layer RMSNorm → grouped-query
+// attention with RoPE over the KV cache → residual → RMSNorm → SwiGLU MLP → residual, then a
+// final RMSNorm and the output head (tied to the embedding when the file has no separate
+// `output.weight`). Written once against kernels::Backend and to be read top to bottom: it
+// names ops and tensors; where they run and how fast is the backend's business.
 #pragma once
 
 #include <memory>
 #include <span>
 #include <vector>
 
-#include "core/huge_buffer.h"
 #include "core/status.h"
-#include "core/thread_pool.h"
+#include "core/tensor.h"
 #include "gguf/gguf_file.h"
-#include "kernels/kernels.h"
-#include "kernels/packed_weights.h"
-#include "kv/kv_store.h"
+#include "kernels/backend.h"
 #include "model/llama_config.h"
 
 namespace ferry::model {
@@ -25,70 +23,56 @@ enum class LinearInput { Attn = 0, AttnOut = 1, Ffn = 2, FfnDown = 3 };
 constexpr int kLinearInputs = 4;
 
 // Sees the activations entering each linear map during forward (calibration for GPTQ and AWQ
-// in `ferry quantize`). `rows` holds n_tokens rows of dim floats and is valid only during the
+// in `ferry quantize`). `rows` is {n_tokens, dim} floats in host memory, valid only during the
 // call.
 class ActivationObserver {
   public:
     virtual ~ActivationObserver() = default;
-    virtual void observe(int layer, LinearInput which, const float* rows, int64_t n_tokens,
-                         int64_t dim) = 0;
+    virtual void observe(int layer, LinearInput which, const Tensor& rows) = 0;
 };
 
 struct LayerWeights {
-    const float* attn_norm = nullptr;
-    kernels::Weight wq, wk, wv, wo;
-    const float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // qwen2 has q/k/v biases
-    const float* ffn_norm = nullptr;
-    kernels::Weight w_gate, w_up, w_down;
+    Tensor attn_norm;
+    kernels::Matrix wq, wk, wv, wo;
+    Tensor bq, bk, bv;  // qwen2 has q/k/v biases; empty where the file has none
+    Tensor ffn_norm;
+    kernels::Matrix w_gate, w_up, w_down;
 };
 
 class LlamaModel {
   public:
     // Binds every tensor by name and checks its shape and type; fails with the tensor's name.
-    // Then makes the matrices resident in huge pages: Q4_0/Q4_1/Q8_0/Q4_K/Q6_K/int4 ones packed for
-    // the integer kernels, the others copied; with progress, under a progress bar.
+    // Then makes the weights resident on `backend` in the layout it reads, under a progress
+    // bar with `progress`; the model runs on any backend of that device.
     static Expected<std::unique_ptr<LlamaModel>> load(std::shared_ptr<gguf::File> file,
+                                                      kernels::Backend& backend,
                                                       bool progress = false);
 
     const LlamaConfig& config() const { return cfg_; }
     const gguf::File& file() const { return *file_; }
-    // Bytes of weights one decode step reads (every matrix once, packed where the integer path
-    // reads it packed, and one embedding row).
-    size_t weight_bytes_per_token() const;
+    Device device() const { return device_; }
+    // Bytes of weights one decode step reads on `backend` (every matrix once, in the layout the
+    // backend reads, and one embedding row).
+    size_t weight_bytes_per_token(const kernels::Backend& backend) const;
     int64_t parameter_count() const;
 
-    // One sequence's share of a ragged batch: n_tokens consecutive tokens starting at
-    // position start_pos, whose keys and values go into (and whose attention reads from) the
-    // blocks of `kv`, which must cover positions [0, start_pos + n_tokens).
-    struct BatchSeq {
-        int64_t start_pos = 0;
-        int n_tokens = 0;
-        kv::SeqKv kv;
-        int n_logits = 1;  // logits wanted for this many of the chunk's last tokens (0..n_tokens)
-    };
-
-    // Runs a ragged batch: `tokens` holds every sequence's chunk, back to back in seqs' order.
-    // Writes n_vocab logits per wanted token, sequence by sequence, into `logits`.
-    void forward(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
-                 kv::KvStore& store, float* logits, ThreadPool& pool) const;
-
-    // Calls `o` (not owned; null to stop) from every later forward on this model. A null
-    // observer costs one branch per linear input.
-    void set_observer(ActivationObserver* o) { observer_ = o; }
+    // Runs a ragged batch over the KV cache `kv` (whose blocks must cover every sequence's
+    // positions up to its last token) and writes n_vocab logits for each of the batch's
+    // logit_tokens into `logits` ({logit_tokens, n_vocab}; may be empty when none are wanted).
+    // `observer` (may be null) sees the input of every linear map.
+    void forward(kernels::Backend& backend, const kernels::Batch& batch,
+                 const kernels::KvCacheView& kv, const Tensor& logits,
+                 ActivationObserver* observer = nullptr) const;
 
   private:
     LlamaModel() = default;
-    // Copies of the matrices in one huge-page buffer, interleaved for the integer kernels
-    // where they can be; their file pages are then released.
-    void make_resident(bool progress);
     std::shared_ptr<gguf::File> file_;
     LlamaConfig cfg_;
-    kernels::Weight tok_embd_;
-    kernels::Weight output_;
-    const float* output_norm_ = nullptr;
+    Device device_ = Device::CPU;
+    kernels::Matrix tok_embd_;
+    kernels::Matrix output_;
+    Tensor output_norm_;
     std::vector<LayerWeights> layers_;
-    HugeBuffer resident_;  // every matrix a token reads, packed or copied, one after another
-    ActivationObserver* observer_ = nullptr;
 };
 
 }  // namespace ferry::model

@@ -6,7 +6,7 @@
 
 #include "core/status.h"
 #include "gguf/gguf_file.h"
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 
 namespace ferry::model {
 

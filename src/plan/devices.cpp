@@ -1,12 +1,12 @@
 #include "plan/devices.h"
-#include "core/strings.h"
 
 #include <algorithm>
 #include <cctype>
 #include <mutex>
+#include <thread>
 
-#include "core/machine_probe.h"
 #include "core/strings.h"
+#include "kernels/backend.h"
 
 namespace ferry::plan {
 namespace {
@@ -63,19 +63,25 @@ Device cpu_device() {
     static std::once_flag once;
     static Device cpu;
     std::call_once(once, [] {
-        const MachinePeaks peaks = measure_machine_peaks();
-        const double tflops = peaks.gflops_f32 / 1000.0;
+        // Every hardware thread, as a roofline's ceiling should be.
+        const int threads = std::max(1u, std::thread::hardware_concurrency());
+        auto made = kernels::make_backend({.threads = threads, .activations = {}});
+        if (!made) return;
+        kernels::Backend& be = **made;
+        const uint64_t memory = be.memory_bytes();
+        const double read_gbs = be.measure_read_bandwidth_gbs();
+        const double tflops = be.measure_peak_gflops_f32() / 1000.0;
         cpu = Device{"cpu",
-                     static_cast<double>(peaks.memory_bytes) / 1e9,
-                     peaks.memory_bytes,
-                     peaks.read_gbs,
+                     static_cast<double>(memory) / 1e9,
+                     memory,
+                     read_gbs,
                      tflops,
                      tflops,
                      tflops,
                      true,
                      fmt::format("measured on this machine ({} threads): MemTotal, multi-threaded "
                                  "read bandwidth, f32 FMA peak",
-                                 peaks.threads)};
+                                 threads)};
     });
     return cpu;
 }

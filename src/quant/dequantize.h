@@ -15,7 +15,7 @@ namespace ferry::quant {
 Status dequantize_row(DType type, const void* src, float* dst, int64_t n);
 
 // A k-quant super-block's integers in element order, as its dequantization multiplies them
-// (the packed layout of kernels/packed_weights.h and the integer reference are built on them):
+// (the packed layout of kernels/cpu/packed_weights.h and the integer reference are built on them):
 //   Q4_K: element i = d * sc[i / 32] * q[i] - dmin * m[i / 32], q in [0, 15], sc and m 6-bit;
 //   Q6_K: element i = d * scales[i / 16] * (q[i] - 32), q in [0, 63].
 struct BlockQ4_K;

@@ -6,10 +6,6 @@
 #include <cstring>
 #include <limits>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 namespace ferry::quant {
 
 const char* kv_dtype_name(KvDType t) {
@@ -90,36 +86,6 @@ uint8_t f32_to_e4m3(float f) {
     return sign | static_cast<uint8_t>((exp << 3) | m);
 }
 
-namespace {
-#if defined(__x86_64__)
-// Eight at a time through F16C, which rounds to nearest even exactly as f32_to_f16 does
-// (subnormals and overflow to infinity included); a group holding a NaN goes through
-// f32_to_f16, whose NaN is always the canonical quiet one. Every K/V row of every layer is
-// converted on its way into the cache: scalar, it was ~3 % of a 64-sequence step.
-__attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* x, int n, uint16_t* o) {
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_loadu_ps(x + i);
-        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) {
-            for (int j = i; j < i + 8; ++j) o[j] = f32_to_f16(x[j]);
-            continue;
-        }
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + i),
-                         _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    }
-    for (; i < n; ++i) o[i] = f32_to_f16(x[i]);
-}
-#endif
-
-void f32_to_f16_row(const float* x, int n, uint16_t* o) {
-#if defined(__x86_64__)
-    static const bool f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-    if (f16c) return f32_to_f16_f16c(x, n, o);
-#endif
-    for (int i = 0; i < n; ++i) o[i] = f32_to_f16(x[i]);
-}
-}  // namespace
-
 int64_t quantize_kv_row(KvDType t, const float* x, int n, void* dst, float* scale,
                         const float* channel_scale) {
     switch (t) {
@@ -127,7 +93,7 @@ int64_t quantize_kv_row(KvDType t, const float* x, int n, void* dst, float* scal
             std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float));
             return 0;
         case KvDType::F16:
-            f32_to_f16_row(x, n, static_cast<uint16_t*>(dst));
+            for (int i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_f16(x[i]);
             return 0;
         case KvDType::Int8: {
             auto* o = static_cast<int8_t*>(dst);

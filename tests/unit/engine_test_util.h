@@ -79,7 +79,6 @@ inline std::vector<std::vector<int32_t>> mixed_prompts(int n, uint32_t seed) {
 
 inline EngineConfig small_config() {
     EngineConfig c;
-    c.n_threads = 2;
     c.max_model_len = 512;
     c.kv_cache_memory = 64ll << 20;
     c.max_num_seqs = 64;

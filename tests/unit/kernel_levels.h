@@ -4,14 +4,15 @@
 
 #include <vector>
 
-#include "kernels/kernels.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/ops.h"
 
 namespace ferry::testing {
 
 // The SIMD levels of the target's architecture that the CPU has: AVX2 and AVX-512 on x86, NEON
 // on aarch64; with_scalar puts the scalar level first.
-inline std::vector<kernels::CpuLevel> simd_levels(bool with_scalar = false) {
-    using kernels::CpuLevel;
+inline std::vector<kernels::cpu::CpuLevel> simd_levels(bool with_scalar = false) {
+    using kernels::cpu::CpuLevel;
     std::vector<CpuLevel> out;
     if (with_scalar) out.push_back(CpuLevel::Scalar);
 #if defined(__aarch64__)
@@ -20,20 +21,20 @@ inline std::vector<kernels::CpuLevel> simd_levels(bool with_scalar = false) {
     const CpuLevel levels[] = {CpuLevel::AVX2, CpuLevel::AVX512};
 #endif
     for (CpuLevel l : levels)
-        if (l <= kernels::detected_cpu_level()) out.push_back(l);
+        if (l <= kernels::cpu::detected_cpu_level()) out.push_back(l);
     return out;
 }
 
 struct LevelGuard {
-    kernels::CpuLevel saved = kernels::cpu_level();
-    ~LevelGuard() { kernels::set_cpu_level(saved); }
+    kernels::cpu::CpuLevel saved = kernels::cpu::cpu_level();
+    ~LevelGuard() { kernels::cpu::set_cpu_level(saved); }
 };
 
 // Sets the activation mode for a scope and restores the one before.
 struct ActivationsGuard {
-    kernels::Activations saved = kernels::activations();
-    explicit ActivationsGuard(kernels::Activations a) { kernels::set_activations(a); }
-    ~ActivationsGuard() { kernels::set_activations(saved); }
+    kernels::Activations saved = kernels::cpu::activations();
+    explicit ActivationsGuard(kernels::Activations a) { kernels::cpu::set_activations(a); }
+    ~ActivationsGuard() { kernels::cpu::set_activations(saved); }
 };
 
 constexpr kernels::Activations kAllActivations[] = {

@@ -14,14 +14,15 @@
 #include "engine/generator.h"
 #include "engine/loaded_model.h"
 #include "kernel_levels.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/simd.h"
-#include "kernels/kernels.h"
 #include "test_util.h"
 
 namespace {
 using namespace ferry;
 using kernels::Activations;
-using kernels::CpuLevel;
+using kernels::cpu::CpuLevel;
 
 // Float activations: every level matches scalar to ~2e-5. 16-bit activations: a float-rounding
 // difference flips an activation by one step of amax / 16256 now and then; measured on
@@ -50,21 +51,21 @@ struct Outputs {
 
 Outputs run_level(const engine::LoadedModel& m, CpuLevel level,
                   const std::vector<std::vector<int32_t>>& prompts) {
-    kernels::set_cpu_level(level);
+    kernels::cpu::set_cpu_level(level);
     Outputs out;
     for (const auto& p : prompts) {
         for (int threads : {1, 2}) {
-            engine::Generator gen(*m.model, threads, 256);
+            engine::Generator gen(*m.model, ferry::testing::cpu_backend(threads), 256);
             auto lg = gen.logits_for(p);
             EXPECT_TRUE(lg.ok());
             if (threads == 1) {
                 out.logits.push_back(*lg);
             } else if (!out.logits.empty()) {
                 // Thread count must not change results at a fixed level.
-                EXPECT_EQ(*lg, out.logits.back()) << kernels::cpu_level_name(level);
+                EXPECT_EQ(*lg, out.logits.back()) << kernels::cpu::cpu_level_name(level);
             }
         }
-        engine::Generator gen(*m.model, 2, 256);
+        engine::Generator gen(*m.model, ferry::testing::cpu_backend(2), 256);
         engine::SamplingParams sp;
         sp.temperature = 0;
         std::vector<int32_t> toks;
@@ -96,7 +97,7 @@ TEST_P(DispatchLogits, EveryLevelMatchesScalar) {
                              "Once upon a time, in a small village by the sea, there lived"})
         prompts.push_back(m->tokenizer->encode(text));
 
-    const CpuLevel saved = kernels::cpu_level();
+    const CpuLevel saved = kernels::cpu::cpu_level();
     const Outputs ref = run_level(*m, CpuLevel::Scalar, prompts);
     std::vector<Outputs> simd;
     for (CpuLevel level : ferry::testing::simd_levels()) {
@@ -113,16 +114,16 @@ TEST_P(DispatchLogits, EveryLevelMatchesScalar) {
                 sq += d * d;
             }
             const double rms = std::sqrt(sq / a.size());
-            EXPECT_LT(max_diff, max_abs) << kernels::cpu_level_name(level) << " prompt " << i;
-            EXPECT_LT(rms, max_rms) << kernels::cpu_level_name(level) << " prompt " << i;
+            EXPECT_LT(max_diff, max_abs) << kernels::cpu::cpu_level_name(level) << " prompt " << i;
+            EXPECT_LT(rms, max_rms) << kernels::cpu::cpu_level_name(level) << " prompt " << i;
             EXPECT_EQ(std::max_element(a.begin(), a.end()) - a.begin(),
                       std::max_element(b.begin(), b.end()) - b.begin());
             const size_t agree = std::min(bnd.greedy_prefix, ref.greedy[i].size());
             EXPECT_EQ(std::vector<int32_t>(ref.greedy[i].begin(), ref.greedy[i].begin() + agree),
                       std::vector<int32_t>(got.greedy[i].begin(), got.greedy[i].begin() + agree))
-                << kernels::cpu_level_name(level) << " prompt " << i;
+                << kernels::cpu::cpu_level_name(level) << " prompt " << i;
             std::printf("[ %s prompt %zu ] max |dlogit| %.4f rms %.4f\n",
-                        kernels::cpu_level_name(level), i, max_diff, rms);
+                        kernels::cpu::cpu_level_name(level), i, max_diff, rms);
         }
     }
     // The two SIMD levels against each other: the same bound as against scalar.
@@ -136,7 +137,7 @@ TEST_P(DispatchLogits, EveryLevelMatchesScalar) {
             EXPECT_LT(max_diff, max_abs) << "prompt " << i;
         }
     }
-    kernels::set_cpu_level(saved);
+    kernels::cpu::set_cpu_level(saved);
 }
 
 INSTANTIATE_TEST_SUITE_P(Activations, DispatchLogits,

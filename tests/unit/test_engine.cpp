@@ -39,7 +39,7 @@ TEST(Engine, ConcurrentGreedyEqualsOneAtATime) {
 
 TEST(Engine, MatchesSingleStreamGenerator) {
     const auto prompt = model().tokenizer->encode("The capital of France is", true, false);
-    Generator gen(*model().model, 2, 256);
+    Generator gen(*model().model, ferry::testing::cpu_backend(2), 256);
     SamplingParams sp;
     sp.temperature = 0;
     std::vector<int32_t> expected;
@@ -60,7 +60,7 @@ TEST(Engine, MatchesSingleStreamGenerator) {
 // double from the Generator's logits for the same prompt (and the top list is its best k).
 TEST(Engine, LogprobsAreTheModelsLogSoftmax) {
     const auto prompt = model().tokenizer->encode("The capital of France is", true, false);
-    Generator gen(*model().model, 2, 256);
+    Generator gen(*model().model, ferry::testing::cpu_backend(2), 256);
     auto logits = gen.logits_for(prompt);
     ASSERT_TRUE(logits.ok());
     const std::vector<float>& l = *logits;
@@ -257,23 +257,20 @@ TEST(Engine, RejectsBadRequestsWithoutSideEffects) {
 TEST(Engine, ForwardIsBatchInvariant) {
     const auto& m = *model().model;
     const auto& tok = *model().tokenizer;
-    ferry::ThreadPool pool(2);
-    ferry::kv::KvStore store(m.config().n_layer, 32, 16, m.config().kv_dim(), m.config().head_dim);
+    ModelRunner runner(m, model().backend, 32, 16);
     const auto a = tok.encode("The capital of France is", false, false);
     const auto b = tok.encode("Once upon a time there was a little", false, false);
     const int n_vocab = m.config().n_vocab;
     std::vector<float> alone;
     for (int n : {1, 2, 3, 6, 11}) {
-        std::vector<int32_t> tokens = a;
         std::vector<std::vector<int32_t>> tables(n);
-        std::vector<ferry::model::LlamaModel::BatchSeq> seqs;
+        std::vector<ModelRunner::Work> work;
         for (int i = 0; i < n; ++i) {
             tables[i] = {i};
-            if (i > 0) tokens.insert(tokens.end(), b.begin(), b.end());
-            seqs.push_back({0, int(i ? b.size() : a.size()), {tables[i].data(), 1}, 1});
+            work.push_back(
+                {i ? std::span<const int32_t>(b) : std::span<const int32_t>(a), 0, tables[i], 1});
         }
-        std::vector<float> logits(size_t(n) * n_vocab);
-        m.forward(tokens, seqs, store, logits.data(), pool);
+        const auto logits = runner.run(work);
         if (alone.empty()) alone.assign(logits.begin(), logits.begin() + n_vocab);
         for (int v = 0; v < n_vocab; ++v)
             ASSERT_EQ(alone[v], logits[v]) << "batch of " << n << ", logit " << v;

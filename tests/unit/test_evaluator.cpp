@@ -46,7 +46,7 @@ std::span<const int32_t> first(const Fixture& f, size_t n) {
 TEST(Evaluator, ModelAgainstItselfHasZeroKlAndFullAgreement) {
     Fixture* f = fixture();
     if (!f) GTEST_SKIP() << "no default model";
-    EvalOptions opt{48, 16, 2, {}};
+    EvalOptions opt{48, 16, {}, nullptr};
     auto r = evaluate(*f->lm.model, f->lm.model.get(), first(*f, 100), opt);
     ASSERT_TRUE(r.ok()) << r.error().message;
     EXPECT_EQ(r->n_scored, 99);
@@ -65,7 +65,7 @@ TEST(Evaluator, ScoresEveryTokenOnceWhateverTheWindows) {
     const auto toks = first(*f, 70);
     double nll_full = 0;
     for (auto [ctx, stride] : {std::pair{70, 70}, {32, 32}, {32, 8}, {16, 15}}) {
-        auto r = evaluate(*f->lm.model, nullptr, toks, {ctx, stride, 2, {}});
+        auto r = evaluate(*f->lm.model, nullptr, toks, {ctx, stride, {}, nullptr});
         ASSERT_TRUE(r.ok()) << r.error().message;
         // HF's convention: a window's first token has no prediction, so with stride == ctx
         // (no overlap) every window after the first loses one token; with overlap none does.
@@ -80,8 +80,8 @@ TEST(Evaluator, ScoresEveryTokenOnceWhateverTheWindows) {
             EXPECT_LT(r->nll, nll_full + 2.0) << ctx << "/" << stride;
         }
     }
-    EXPECT_FALSE(evaluate(*f->lm.model, nullptr, toks, {16, 32, 1, {}}).ok());
-    EXPECT_FALSE(evaluate(*f->lm.model, nullptr, toks.first(1), {16, 8, 1, {}}).ok());
+    EXPECT_FALSE(evaluate(*f->lm.model, nullptr, toks, {16, 32, {}, nullptr}).ok());
+    EXPECT_FALSE(evaluate(*f->lm.model, nullptr, toks.first(1), {16, 8, {}, nullptr}).ok());
 }
 
 // Q4_1 → dequantize → Q8_0 adds little error on top of Q4_1's, so the re-quantized model
@@ -109,10 +109,10 @@ TEST(Evaluator, Q8RequantizationAgreesWithTheOriginal) {
     ASSERT_TRUE(w.write(out).ok());
     auto file = gguf::File::open(out);
     ASSERT_TRUE(file.ok()) << file.error().message;
-    auto q8 = model::LlamaModel::load(*file);
+    auto q8 = model::LlamaModel::load(*file, *ferry::testing::cpu_backend());
     ASSERT_TRUE(q8.ok()) << q8.error().message;
 
-    auto r = evaluate(**q8, f->lm.model.get(), first(*f, 512), {256, 128, 2, {}});
+    auto r = evaluate(**q8, f->lm.model.get(), first(*f, 512), {256, 128, {}, nullptr});
     ASSERT_TRUE(r.ok()) << r.error().message;
     EXPECT_GE(r->top1_agreement, 0.95);
     EXPECT_GT(r->kl_mean, 0.0);

@@ -19,10 +19,11 @@
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "kernel_levels.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/packed_weights.h"
 #include "kernels/cpu/quantize_activations.h"
 #include "kernels/cpu/reference.h"
-#include "kernels/kernels.h"
-#include "kernels/packed_weights.h"
 #include "quant/dequantize.h"
 #include "quant/ferry_types.h"
 #include "quant/quantize.h"
@@ -311,7 +312,7 @@ TEST(FerryTypes, GgufSizesIncludeTheRowHeader) {
 
 // ---- kernels ------------------------------------------------------------------------------
 
-using kernels::CpuLevel;
+using kernels::cpu::CpuLevel;
 
 std::vector<CpuLevel> all_levels() {
     return ferry::testing::simd_levels(true);
@@ -319,9 +320,9 @@ std::vector<CpuLevel> all_levels() {
 using ferry::testing::LevelGuard;
 
 struct Matrix {
-    kernels::Weight w;
+    kernels::cpu::Weight w;
     std::vector<uint8_t> bytes;
-    kernels::PackedWeight packed;  // int4: as the model packs it, for the integer kernels
+    kernels::cpu::PackedWeight packed;  // int4: as the model packs it, for the integer kernels
 };
 
 // Rows quantized from heavy-tailed data, with an all-zero row and (fp8) every finite code.
@@ -340,9 +341,9 @@ Matrix make_matrix(DType t, int64_t rows, int64_t cols, uint32_t seed) {
             }
         m.bytes.insert(m.bytes.end(), q->begin(), q->end());
     }
-    m.w = kernels::Weight{t, m.bytes.data(), rows, cols, row_bytes(t, cols)};
-    if (kernels::packable(t)) {
-        m.packed = kernels::PackedWeight(m.w);
+    m.w = kernels::cpu::Weight{t, m.bytes.data(), rows, cols, row_bytes(t, cols)};
+    if (kernels::cpu::packable(t)) {
+        m.packed = kernels::cpu::PackedWeight(m.w);
         m.w.packed = m.packed.data();
     }
     return m;
@@ -355,15 +356,16 @@ void check_matmul(const Matrix& m, const std::vector<float>& x, int64_t nt, Thre
                   const std::string& what) {
     const auto& w = m.w;
     std::vector<float> y(static_cast<size_t>(nt * w.rows), -1.0f), deq(w.cols);
-    kernels::matmul(w, x.data(), nt, y.data(), pool);
-    const kernels::Activations act = kernels::activations();
-    if (kernels::packable(w.type) && act != kernels::Activations::F32 && w.cols % 32 == 0) {
+    kernels::cpu::matmul(w, x.data(), nt, y.data(), pool);
+    const kernels::Activations act = kernels::cpu::activations();
+    if (kernels::cpu::packable(w.type) && act != kernels::Activations::F32 && w.cols % 32 == 0) {
         const int64_t nb = w.cols / 32;
-        std::vector<kernels::ActBlock> xa(static_cast<size_t>(nb * nt));
-        kernels::ref::quantize_act(x.data(), xa.data(), nt * w.cols, act);
+        std::vector<kernels::cpu::ActBlock> xa(static_cast<size_t>(nb * nt));
+        kernels::cpu::ref::quantize_act(x.data(), xa.data(), nt * w.cols, act);
         for (int64_t r = 0; r < w.rows; ++r)
             for (int64_t t = 0; t < nt; ++t) {
-                const float want = kernels::ref::dot_act(w.type, w.row(r), &xa[t * nb], nb, act);
+                const float want =
+                    kernels::cpu::ref::dot_act(w.type, w.row(r), &xa[t * nb], nb, act);
                 ASSERT_EQ(y[t * w.rows + r], want) << what << " row " << r << " token " << t;
             }
         return;
@@ -372,7 +374,7 @@ void check_matmul(const Matrix& m, const std::vector<float>& x, int64_t nt, Thre
         ASSERT_TRUE(dequantize_row(w.type, w.row(r), deq.data(), w.cols).ok());
         for (int64_t t = 0; t < nt; ++t) {
             const float* xt = x.data() + t * w.cols;
-            const float want = kernels::ref::vec_dot(w.type, w.row(r), xt, w.cols);
+            const float want = kernels::cpu::ref::vec_dot(w.type, w.row(r), xt, w.cols);
             double mag = 0;
             for (int64_t i = 0; i < w.cols; ++i) mag += std::fabs(deq[i] * xt[i]);
             ASSERT_NEAR(y[t * w.rows + r], want, 1e-5 * mag + 1e-30)
@@ -386,7 +388,7 @@ TEST(FerryTypes, MatmulEveryLevelMatchesReferenceOnOddShapes) {
     ThreadPool pool1(1), pool2(2);
     uint32_t seed = 10;
     for (CpuLevel level : all_levels()) {
-        kernels::set_cpu_level(level);
+        kernels::cpu::set_cpu_level(level);
         for (DType t : kTypes) {
             const int64_t g = dtype_info(t).block_size;
             const std::vector<int64_t> cols_list =
@@ -399,11 +401,12 @@ TEST(FerryTypes, MatmulEveryLevelMatchesReferenceOnOddShapes) {
                         std::uniform_real_distribution<float> u(-1, 1);
                         std::vector<float> x(static_cast<size_t>(nt * cols));
                         for (auto& v : x) v = u(rng);
-                        const std::string what = std::string(kernels::cpu_level_name(level)) + " " +
-                                                 name(t) + " " + std::to_string(rows) + "x" +
+                        const std::string what = std::string(kernels::cpu::cpu_level_name(level)) +
+                                                 " " + name(t) + " " + std::to_string(rows) + "x" +
                                                  std::to_string(cols) + " t" + std::to_string(nt);
                         for (kernels::Activations a : ferry::testing::kAllActivations) {
-                            if (!kernels::packable(t) && a != kernels::activations()) continue;
+                            if (!kernels::cpu::packable(t) && a != kernels::cpu::activations())
+                                continue;
                             ferry::testing::ActivationsGuard ag(a);
                             const std::string mode =
                                 std::string(" act ") + kernels::activations_name(a);
@@ -422,7 +425,7 @@ TEST(FerryTypes, EveryLevelDequantizesExactlyAsTheReference) {
     LevelGuard guard;
     ThreadPool pool(2);
     for (CpuLevel level : all_levels()) {
-        kernels::set_cpu_level(level);
+        kernels::cpu::set_cpu_level(level);
         for (DType t : kTypes) {
             // w8a8 quantizes the one-hot activations too (1 -> 127 * 1/127); its own test is
             // below.
@@ -435,13 +438,13 @@ TEST(FerryTypes, EveryLevelDequantizesExactlyAsTheReference) {
             std::vector<float> eye(static_cast<size_t>(cols * cols), 0.0f);
             for (int64_t i = 0; i < cols; ++i) eye[static_cast<size_t>(i * cols + i)] = 1.0f;
             std::vector<float> y(static_cast<size_t>(cols * 5)), deq(cols), row(cols);
-            kernels::matmul(m.w, eye.data(), cols, y.data(), pool);
+            kernels::cpu::matmul(m.w, eye.data(), cols, y.data(), pool);
             for (int64_t r = 0; r < 5; ++r) {
                 ASSERT_TRUE(dequantize_row(t, m.w.row(r), deq.data(), cols).ok());
-                kernels::get_row(m.w, r, row.data());
+                kernels::cpu::get_row(m.w, r, row.data());
                 for (int64_t i = 0; i < cols; ++i) {
-                    ASSERT_EQ(y[i * 5 + r], deq[i])
-                        << kernels::cpu_level_name(level) << " " << name(t) << " " << r << "," << i;
+                    ASSERT_EQ(y[i * 5 + r], deq[i]) << kernels::cpu::cpu_level_name(level) << " "
+                                                    << name(t) << " " << r << "," << i;
                     ASSERT_EQ(row[i], deq[i]) << name(t);
                 }
             }
@@ -453,15 +456,15 @@ TEST(FerryTypes, MatmulZeroActivationsAndNaN) {
     LevelGuard guard;
     ThreadPool pool(2);
     for (CpuLevel level : all_levels()) {
-        kernels::set_cpu_level(level);
+        kernels::cpu::set_cpu_level(level);
         for (DType t : kTypes) {
             const int64_t cols = dtype_info(t).block_size == 1 ? 40 : 128;
             const Matrix m = make_matrix(t, 5, cols, 7);
             std::vector<float> x(static_cast<size_t>(2 * cols), 0.0f), y(10, 1.0f);
-            kernels::matmul(m.w, x.data(), 2, y.data(), pool);
+            kernels::cpu::matmul(m.w, x.data(), 2, y.data(), pool);
             for (float v : y) EXPECT_EQ(v, 0.0f) << name(t);
             x[static_cast<size_t>(cols / 2)] = std::numeric_limits<float>::quiet_NaN();
-            kernels::matmul(m.w, x.data(), 2, y.data(), pool);
+            kernels::cpu::matmul(m.w, x.data(), 2, y.data(), pool);
             for (int64_t r = 0; r < 5; ++r) EXPECT_TRUE(std::isnan(y[r])) << name(t);
         }
     }
@@ -471,9 +474,9 @@ TEST(FerryTypes, MatmulZeroActivationsAndNaN) {
     std::vector<float> x(40, 1.0f);
     float y = 0;
     for (CpuLevel level : all_levels()) {
-        kernels::set_cpu_level(level);
-        kernels::matmul(m.w, x.data(), 1, &y, pool);
-        EXPECT_TRUE(std::isnan(y)) << kernels::cpu_level_name(level);
+        kernels::cpu::set_cpu_level(level);
+        kernels::cpu::matmul(m.w, x.data(), 1, &y, pool);
+        EXPECT_TRUE(std::isnan(y)) << kernels::cpu::cpu_level_name(level);
     }
 }
 
@@ -486,7 +489,7 @@ TEST(FerryTypes, W8A8EveryLevelEqualsTheReferenceExactly) {
     ThreadPool pool(2);
     uint32_t seed = 500;
     for (CpuLevel level : all_levels()) {
-        kernels::set_cpu_level(level);
+        kernels::cpu::set_cpu_level(level);
         for (int64_t cols : {1, 31, 64, 100, 576, 1536}) {
             Matrix m = make_matrix(DType::W8A8, 9, cols, ++seed);
             m.bytes[row_bytes(DType::W8A8, cols) * 3 + kW8A8HeaderBytes] = 0x80;  // -128
@@ -498,13 +501,14 @@ TEST(FerryTypes, W8A8EveryLevelEqualsTheReferenceExactly) {
                 std::vector<float> x = heavy_tailed(static_cast<size_t>(nt * cols), ++seed);
                 for (size_t i = 0; i < x.size(); i += 7) x[i] *= 1000.0f;  // outlier channels
                 std::vector<float> y(static_cast<size_t>(nt * 9));
-                kernels::matmul(m.w, x.data(), nt, y.data(), pool);
+                kernels::cpu::matmul(m.w, x.data(), nt, y.data(), pool);
                 for (int64_t r = 0; r < 9; ++r)
                     for (int64_t t = 0; t < nt; ++t)
-                        ASSERT_EQ(y[t * 9 + r], kernels::ref::vec_dot(DType::W8A8, m.w.row(r),
-                                                                      x.data() + t * cols, cols))
-                            << kernels::cpu_level_name(level) << " cols " << cols << " row " << r
-                            << " token " << t;
+                        ASSERT_EQ(y[t * 9 + r],
+                                  kernels::cpu::ref::vec_dot(DType::W8A8, m.w.row(r),
+                                                             x.data() + t * cols, cols))
+                            << kernels::cpu::cpu_level_name(level) << " cols " << cols << " row "
+                            << r << " token " << t;
             }
         }
     }
@@ -520,8 +524,8 @@ TEST(FerryTypes, W8A8DiffersFromInt8ByTheActivationStepOnly) {
     std::vector<float> x = gaussian(static_cast<size_t>(nt * cols), 42, 1.0f);
     x[17] = 300.0f;  // an outlier channel in token 0 coarsens its step 100-fold
     std::vector<float> y8(rows * nt), yi(rows * nt), deq(cols);
-    kernels::matmul(w8.w, x.data(), nt, y8.data(), pool);
-    kernels::matmul(i8.w, x.data(), nt, yi.data(), pool);
+    kernels::cpu::matmul(w8.w, x.data(), nt, y8.data(), pool);
+    kernels::cpu::matmul(i8.w, x.data(), nt, yi.data(), pool);
     double err0 = 0, err1 = 0;
     for (int64_t t = 0; t < nt; ++t) {
         float amax = 0;
@@ -595,7 +599,7 @@ Loaded load(const std::string& path) {
     if (!f.ok()) ADD_FAILURE() << f.error().message;
     if (!f.ok()) return l;
     l.file = *f;
-    auto m = model::LlamaModel::load(l.file);
+    auto m = model::LlamaModel::load(l.file, *ferry::testing::cpu_backend());
     if (!m.ok()) ADD_FAILURE() << m.error().message;
     if (m.ok()) l.model = std::move(m).value();
     return l;
@@ -623,7 +627,7 @@ TEST(FerryTypes, DefaultModelRunsQuantized) {
     EXPECT_EQ(int4.file->tensor("blk.0.ffn_down.weight")->type, DType::INT4_G128);
     EXPECT_EQ(int4.file->tensor("blk.0.ffn_up.weight")->type, DType::INT4_G64);
 
-    const eval::EvalOptions opt{192, 96, 2, {}};
+    const eval::EvalOptions opt{192, 96, {}, nullptr};
     auto r8 = eval::evaluate(*int8.model, f32.model.get(), tokens, opt);
     ASSERT_TRUE(r8.ok()) << r8.error().message;
     // Measured on this slice (AVX-512): top-1 94.5 %, KL 0.0045, PPL -1.3 %. The issue asks for

@@ -25,7 +25,8 @@
 
 #include "engine/generator.h"
 #include "engine/loaded_model.h"
-#include "kernels/kernels.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/ops.h"
 #include "test_util.h"
 
 using ferry::engine::Generator;
@@ -56,10 +57,10 @@ ExactBound exact_bound(Activations a) {
 class GoldenModel : public ::testing::TestWithParam<Activations> {
   protected:
     void SetUp() override {
-        saved_ = ferry::kernels::activations();
-        ferry::kernels::set_activations(GetParam());
+        saved_ = ferry::kernels::cpu::activations();
+        ferry::kernels::cpu::set_activations(GetParam());
     }
-    void TearDown() override { ferry::kernels::set_activations(saved_); }
+    void TearDown() override { ferry::kernels::cpu::set_activations(saved_); }
     Activations saved_ = Activations::F32;
 };
 class GoldenGreedy : public GoldenModel {};
@@ -110,7 +111,7 @@ TEST_P(GoldenModel, FinalLogitsMatchLlamaCppAndExactReference) {
     const size_t n_vocab = index["n_vocab"];
     ASSERT_EQ(n_vocab, size_t(model().model->config().n_vocab));
     ASSERT_GE(index["prompts"].size(), 5u);
-    Generator gen(*model().model, 2, 1024);
+    Generator gen(*model().model, ferry::testing::cpu_backend(2), 1024);
     for (const auto& p : index["prompts"]) {
         const std::string name = p["name"];
         const auto ids = p["ids"].get<std::vector<int32_t>>();
@@ -148,7 +149,7 @@ TEST_P(GoldenModel, FinalLogitsMatchLlamaCppAndExactReference) {
 TEST_P(GoldenGreedy, GreedyContinuationsMatchLlamaCpp) {
     auto golden = load_json("greedy.json");
     ASSERT_GE(golden["cases"].size(), 5u);
-    Generator gen(*model().model, 2, 1024);
+    Generator gen(*model().model, ferry::testing::cpu_backend(2), 1024);
     ferry::engine::SamplingParams greedy;
     greedy.temperature = 0;
     int identical = 0, total = 0;

@@ -18,6 +18,7 @@
 #include "calibrate/gptq.h"
 #include "calibrate/smoothquant.h"
 #include "engine/loaded_model.h"
+#include "engine/model_runner.h"
 #include "gguf/gguf_writer.h"
 #include "kv/kv_store.h"
 #include "model/llama.h"
@@ -264,17 +265,11 @@ std::vector<uint8_t> two_layer_model(const gguf::File& f, const TensorOverrides&
 }
 
 std::vector<float> logits_of(const model::LlamaModel& m, std::span<const int32_t> tokens) {
-    ThreadPool pool(2);
-    const auto& c = m.config();
-    kv::KvStore store(c.n_layer, 1, 256, c.kv_dim(), c.head_dim);
-    int32_t block = 0;
-    model::LlamaModel::BatchSeq seq;
-    seq.n_tokens = static_cast<int>(tokens.size());
-    seq.kv = {&block, 1};
-    seq.n_logits = seq.n_tokens;
-    std::vector<float> logits(tokens.size() * static_cast<size_t>(c.n_vocab));
-    m.forward(tokens, {&seq, 1}, store, logits.data(), pool);
-    return logits;
+    engine::ModelRunner runner(m, ferry::testing::cpu_backend(), 1, 256);
+    const int32_t block = 0;
+    const engine::ModelRunner::Work w{tokens, 0, {&block, 1}, static_cast<int>(tokens.size())};
+    const auto logits = runner.run({&w, 1});
+    return {logits.begin(), logits.end()};
 }
 
 // The first two layers as they are, as floats and as a loaded model.
@@ -297,7 +292,7 @@ TwoLayers plain_two_layers(const gguf::File& f, const model::LlamaConfig& c) {
     EXPECT_TRUE(file.ok());
     if (!file.ok()) return t;
     t.file = *file;
-    auto m = model::LlamaModel::load(t.file);
+    auto m = model::LlamaModel::load(t.file, *ferry::testing::cpu_backend());
     EXPECT_TRUE(m.ok());
     if (m.ok()) t.model = std::move(m).value();
     return t;
@@ -340,7 +335,8 @@ TEST(Awq, FoldingScalesIntoTheRealModelKeepsItsLogits) {
     const auto a_bytes = two_layer_model(f, plain), b_bytes = two_layer_model(f, scaled);
     auto fa = gguf::File::parse(a_bytes), fb = gguf::File::parse(b_bytes);
     ASSERT_TRUE(fa.ok() && fb.ok());
-    auto ma = model::LlamaModel::load(*fa), mb = model::LlamaModel::load(*fb);
+    auto ma = model::LlamaModel::load(*fa, *ferry::testing::cpu_backend()),
+         mb = model::LlamaModel::load(*fb, *ferry::testing::cpu_backend());
     ASSERT_TRUE(ma.ok()) << ma.error().message;
     ASSERT_TRUE(mb.ok()) << mb.error().message;
     auto tokens = lm.tokenizer->encode(calib_text(), true);
@@ -376,7 +372,7 @@ TEST(Awq, RealLayersNeverWorseThanRtn) {
     opt.hessian = true;
     opt.n_samples = 64;
     opt.window = 128;
-    auto stats = calibrate(*m, tokens, opt, pool);
+    auto stats = calibrate(*m, ferry::testing::cpu_backend(), tokens, opt);
     ASSERT_TRUE(stats.ok()) << stats.error().message;
     EXPECT_EQ(stats->at(1, model::LinearInput::FfnDown).n_tokens, 256);
     EXPECT_EQ(stats->at(1, model::LinearInput::FfnDown).n_samples, 64);
@@ -453,7 +449,7 @@ TEST(SmoothQuant, RealLayersKeepLogitsAndCutW8A8Error) {
     CalibrationOptions opt;
     opt.abs_max = true;
     opt.window = 128;
-    auto stats = calibrate(*plain_model, tokens, opt, pool);
+    auto stats = calibrate(*plain_model, ferry::testing::cpu_backend(), tokens, opt);
     ASSERT_TRUE(stats.ok()) << stats.error().message;
     for (const InputStats& st : stats->layers[0]) ASSERT_EQ(st.abs_max.size(), size_t(st.dim));
     TensorOverrides smooth;
@@ -470,7 +466,7 @@ TEST(SmoothQuant, RealLayersKeepLogitsAndCutW8A8Error) {
         const auto bytes = two_layer_model(f, o, type);
         auto file = gguf::File::parse(bytes);
         EXPECT_TRUE(file.ok());
-        auto m = model::LlamaModel::load(*file);
+        auto m = model::LlamaModel::load(*file, *ferry::testing::cpu_backend());
         EXPECT_TRUE(m.ok());
         const std::vector<int32_t> probe(tokens.begin() + 100, tokens.begin() + 164);
         return logits_of(**m, probe);

@@ -12,17 +12,18 @@
 
 #include "core/thread_pool.h"
 #include "kernel_levels.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/packed_weights.h"
 #include "kernels/cpu/quantize_activations.h"
 #include "kernels/cpu/reference.h"
 #include "kernels/cpu/simd.h"
-#include "kernels/kernels.h"
-#include "kernels/packed_weights.h"
 #include "quant/block_formats.h"
 #include "quant/dequantize.h"
 
 namespace {
 using namespace ferry;
-using kernels::CpuLevel;
+using kernels::cpu::CpuLevel;
 
 using ferry::testing::ActivationsGuard;
 using ferry::testing::kAllActivations;
@@ -92,9 +93,9 @@ std::vector<uint8_t> random_row(DType type, int64_t cols, std::mt19937& rng, Sca
 }
 
 struct Matrix {
-    kernels::Weight w;
+    kernels::cpu::Weight w;
     std::vector<uint8_t> bytes;
-    kernels::PackedWeight packed;  // as the model packs it, for Q4_0 / Q4_1 / Q8_0
+    kernels::cpu::PackedWeight packed;  // as the model packs it, for Q4_0 / Q4_1 / Q8_0
 };
 
 Matrix random_matrix(DType type, int64_t rows, int64_t cols, std::mt19937& rng,
@@ -105,9 +106,9 @@ Matrix random_matrix(DType type, int64_t rows, int64_t cols, std::mt19937& rng,
         auto row = random_row(type, cols, rng, sc);
         m.bytes.insert(m.bytes.end(), row.begin(), row.end());
     }
-    m.w = kernels::Weight{type, m.bytes.data(), rows, cols, stride};
-    if (kernels::packable(type)) {
-        m.packed = kernels::PackedWeight(m.w);
+    m.w = kernels::cpu::Weight{type, m.bytes.data(), rows, cols, stride};
+    if (kernels::cpu::packable(type)) {
+        m.packed = kernels::cpu::PackedWeight(m.w);
         m.w.packed = m.packed.data();
     }
     return m;
@@ -130,7 +131,7 @@ std::vector<std::pair<CpuLevel, Activations>> levels_and_modes() {
 
 // Whether matmul takes the integer path for this type in the current activation mode.
 bool integer_path(DType t) {
-    return kernels::packable(t) && kernels::activations() != Activations::F32;
+    return kernels::cpu::packable(t) && kernels::cpu::activations() != Activations::F32;
 }
 
 bool same_float(float a, float b) {
@@ -138,16 +139,16 @@ bool same_float(float a, float b) {
 }
 
 // The reference's integer product of every row and token: what the integer paths must give.
-std::vector<float> reference_integer(const kernels::Weight& w, const std::vector<float>& x,
+std::vector<float> reference_integer(const kernels::cpu::Weight& w, const std::vector<float>& x,
                                      int64_t nt) {
     const int64_t nb = w.cols / 32;
-    std::vector<kernels::ActBlock> xa(nb * nt);
-    kernels::ref::quantize_act(x.data(), xa.data(), nt * w.cols, kernels::activations());
+    std::vector<kernels::cpu::ActBlock> xa(nb * nt);
+    kernels::cpu::ref::quantize_act(x.data(), xa.data(), nt * w.cols, kernels::cpu::activations());
     std::vector<float> y(nt * w.rows);
     for (int64_t r = 0; r < w.rows; ++r)
         for (int64_t t = 0; t < nt; ++t)
-            y[t * w.rows + r] = kernels::ref::dot_act(w.type, w.row(r), xa.data() + t * nb, nb,
-                                                      kernels::activations());
+            y[t * w.rows + r] = kernels::cpu::ref::dot_act(w.type, w.row(r), xa.data() + t * nb, nb,
+                                                           kernels::cpu::activations());
     return y;
 }
 
@@ -157,9 +158,9 @@ void check_matmul(const Matrix& m, const std::vector<float>& x, int64_t nt, Thre
                   const std::string& what) {
     const auto& w = m.w;
     std::vector<float> y(nt * w.rows, -1.0f);
-    kernels::matmul(w, x.data(), nt, y.data(), pool);
+    kernels::cpu::matmul(w, x.data(), nt, y.data(), pool);
     const std::string mode =
-        std::string(" act ") + kernels::activations_name(kernels::activations());
+        std::string(" act ") + kernels::activations_name(kernels::cpu::activations());
     if (integer_path(w.type)) {
         const auto want = reference_integer(w, x, nt);
         for (int64_t i = 0; i < nt * w.rows; ++i)
@@ -171,7 +172,7 @@ void check_matmul(const Matrix& m, const std::vector<float>& x, int64_t nt, Thre
     for (int64_t r = 0; r < w.rows; ++r) {
         for (int64_t t = 0; t < nt; ++t) {
             const float* xt = x.data() + t * w.cols;
-            const float want = kernels::ref::vec_dot(w.type, w.row(r), xt, w.cols);
+            const float want = kernels::cpu::ref::vec_dot(w.type, w.row(r), xt, w.cols);
             std::vector<float> deq(w.cols);
             ASSERT_TRUE(quant::dequantize_row(w.type, w.row(r), deq.data(), w.cols));
             double mag = 0;
@@ -191,7 +192,7 @@ TEST(Kernels, MatmulMatchesReferenceOnOddShapes) {
     std::mt19937 rng(1);
     ThreadPool pool1(1), pool2(2);
     for (const auto& [level, act] : levels_and_modes()) {
-        kernels::set_cpu_level(level);
+        kernels::cpu::set_cpu_level(level);
         ActivationsGuard ag(act);
         for (DType type : kAllTypes) {
             const bool k = dtype_info(type).block_size == 256;
@@ -202,8 +203,8 @@ TEST(Kernels, MatmulMatchesReferenceOnOddShapes) {
                     const Matrix m = random_matrix(type, rows, cols, rng);
                     for (int64_t nt : {1, 2, 5, 7, 9}) {
                         const auto x = random_floats(nt * cols, rng);
-                        const std::string what = std::string(kernels::cpu_level_name(level)) + " " +
-                                                 std::string(dtype_name(type)) + " " +
+                        const std::string what = std::string(kernels::cpu::cpu_level_name(level)) +
+                                                 " " + std::string(dtype_name(type)) + " " +
                                                  std::to_string(rows) + "x" + std::to_string(cols) +
                                                  " t" + std::to_string(nt);
                         check_matmul(m, x, nt, pool1, what + " 1 thread");
@@ -221,16 +222,16 @@ TEST(Kernels, MatmulPrefillAcrossTokenBlocks) {
     std::mt19937 rng(2);
     ThreadPool pool(2);
     for (const auto& [level, act] : levels_and_modes()) {
-        kernels::set_cpu_level(level);
+        kernels::cpu::set_cpu_level(level);
         ActivationsGuard ag(act);
         for (DType type :
              {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::Q4_K, DType::Q6_K}) {
             const int64_t cols = dtype_info(type).block_size == 256 ? 256 : 160;
             const Matrix m = random_matrix(type, 37, cols, rng);
             const auto x = random_floats(70 * cols, rng);
-            check_matmul(
-                m, x, 70, pool,
-                std::string(kernels::cpu_level_name(level)) + " " + std::string(dtype_name(type)));
+            check_matmul(m, x, 70, pool,
+                         std::string(kernels::cpu::cpu_level_name(level)) + " " +
+                             std::string(dtype_name(type)));
         }
     }
 }
@@ -243,7 +244,7 @@ TEST(Kernels, MatmulResultOfATokenDoesNotDependOnTheBatch) {
     std::mt19937 rng(5);
     ThreadPool pool(2);
     for (const auto& [level, act] : levels_and_modes()) {
-        kernels::set_cpu_level(level);
+        kernels::cpu::set_cpu_level(level);
         ActivationsGuard ag(act);
         for (DType type : kAllTypes) {
             const int64_t cols = dtype_info(type).block_size == 256 ? 512 : 576;
@@ -251,15 +252,15 @@ TEST(Kernels, MatmulResultOfATokenDoesNotDependOnTheBatch) {
             const int64_t nt = 70;
             const auto x = random_floats(nt * cols, rng);
             std::vector<float> all(nt * m.w.rows);
-            kernels::matmul(m.w, x.data(), nt, all.data(), pool);
+            kernels::cpu::matmul(m.w, x.data(), nt, all.data(), pool);
             for (int64_t t0 : {0, 3, 66}) {
                 for (int64_t len : {1, 2, 4, 5}) {
                     if (t0 + len > nt) continue;
                     std::vector<float> part(len * m.w.rows);
-                    kernels::matmul(m.w, x.data() + t0 * cols, len, part.data(), pool);
+                    kernels::cpu::matmul(m.w, x.data() + t0 * cols, len, part.data(), pool);
                     for (int64_t i = 0; i < len * m.w.rows; ++i)
                         ASSERT_EQ(part[i], all[t0 * m.w.rows + i])
-                            << kernels::cpu_level_name(level) << " " << dtype_name(type)
+                            << kernels::cpu::cpu_level_name(level) << " " << dtype_name(type)
                             << " tokens " << t0 << "+" << len;
                 }
             }
@@ -272,7 +273,7 @@ TEST(Kernels, MatmulZeroAndExtremeScales) {
     std::mt19937 rng(3);
     ThreadPool pool(2);
     for (const auto& [level, act] : levels_and_modes()) {
-        kernels::set_cpu_level(level);
+        kernels::cpu::set_cpu_level(level);
         ActivationsGuard ag(act);
         for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
             const int64_t cols = dtype_info(type).block_size == 256 ? 256 : 64;
@@ -280,7 +281,7 @@ TEST(Kernels, MatmulZeroAndExtremeScales) {
                 const Matrix m = random_matrix(type, 9, cols, rng, sc);
                 const auto x = random_floats(3 * cols, rng);
                 check_matmul(m, x, 3, pool,
-                             std::string(kernels::cpu_level_name(level)) + " " +
+                             std::string(kernels::cpu::cpu_level_name(level)) + " " +
                                  std::string(dtype_name(type)) + " scales " +
                                  std::to_string(static_cast<int>(sc)));
             }
@@ -293,27 +294,27 @@ TEST(Kernels, MatmulZeroActivationsAndNonFinite) {
     std::mt19937 rng(4);
     ThreadPool pool(2);
     for (const auto& [level, act] : levels_and_modes()) {
-        kernels::set_cpu_level(level);
+        kernels::cpu::set_cpu_level(level);
         ActivationsGuard ag(act);
         for (DType type : kAllTypes) {
             const int64_t cols = dtype_info(type).block_size == 256 ? 256 : 64;
             const Matrix m = random_matrix(type, 5, cols, rng);
             std::vector<float> x(2 * cols, 0.0f);
             std::vector<float> y(2 * 5, 1.0f);
-            kernels::matmul(m.w, x.data(), 2, y.data(), pool);
+            kernels::cpu::matmul(m.w, x.data(), 2, y.data(), pool);
             for (float v : y) EXPECT_EQ(v, 0.0f) << dtype_name(type);
             // A NaN or Inf activation poisons every output that reads it, as in the reference.
             x[cols / 2] = std::numeric_limits<float>::quiet_NaN();
             x[cols + 7] = std::numeric_limits<float>::infinity();
-            kernels::matmul(m.w, x.data(), 2, y.data(), pool);
+            kernels::cpu::matmul(m.w, x.data(), 2, y.data(), pool);
             for (int64_t r = 0; r < 5; ++r) {
                 EXPECT_TRUE(std::isnan(y[r]))
-                    << dtype_name(type) << " " << kernels::cpu_level_name(level);
+                    << dtype_name(type) << " " << kernels::cpu::cpu_level_name(level);
                 const float want =
-                    kernels::ref::vec_dot(m.w.type, m.w.row(r), x.data() + cols, cols);
+                    kernels::cpu::ref::vec_dot(m.w.type, m.w.row(r), x.data() + cols, cols);
                 if (!std::isfinite(want)) {
                     EXPECT_FALSE(std::isfinite(y[5 + r]))
-                        << dtype_name(type) << " " << kernels::cpu_level_name(level);
+                        << dtype_name(type) << " " << kernels::cpu::cpu_level_name(level);
                 }
             }
         }
@@ -332,12 +333,12 @@ TEST(Kernels, MatmulManyEqualsSeparateMatmuls) {
         for (int64_t nt : {1, 6}) {
             const auto x = random_floats(nt * 128, rng);
             std::vector<float> ya(nt * 21), yb(nt * 7), yc(nt * 13), za(ya), zb(yb), zc(yc);
-            kernels::matmul(a.w, x.data(), nt, ya.data(), pool);
-            kernels::matmul(b.w, x.data(), nt, yb.data(), pool);
-            kernels::matmul(c.w, x.data(), nt, yc.data(), pool);
-            const kernels::MatmulOut outs[] = {
+            kernels::cpu::matmul(a.w, x.data(), nt, ya.data(), pool);
+            kernels::cpu::matmul(b.w, x.data(), nt, yb.data(), pool);
+            kernels::cpu::matmul(c.w, x.data(), nt, yc.data(), pool);
+            const kernels::cpu::MatmulTarget outs[] = {
                 {a.w, za.data()}, {b.w, zb.data()}, {c.w, zc.data()}};
-            kernels::matmul_many(outs, x.data(), nt, pool);
+            kernels::cpu::matmul_many(outs, x.data(), nt, pool, act);
             EXPECT_EQ(ya, za);
             EXPECT_EQ(yb, zb);
             EXPECT_EQ(yc, zc);
@@ -349,13 +350,13 @@ TEST(Kernels, ElementwiseOpsMatchReference) {
     LevelGuard guard;
     std::mt19937 rng(6);
     for (CpuLevel level : simd_levels()) {
-        kernels::set_cpu_level(level);
+        kernels::cpu::set_cpu_level(level);
         for (int64_t n : {1, 7, 16, 33, 576, 1537}) {
             const auto x = random_floats(n, rng, 4.0f);
             const auto wt = random_floats(n, rng);
             std::vector<float> a(n), b(n);
-            kernels::rmsnorm(x.data(), wt.data(), a.data(), n, 1e-5f);
-            kernels::ref::rmsnorm(x.data(), wt.data(), b.data(), n, 1e-5f);
+            kernels::cpu::rmsnorm(x.data(), wt.data(), a.data(), n, 1e-5f);
+            kernels::cpu::ref::rmsnorm(x.data(), wt.data(), b.data(), n, 1e-5f);
             for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(a[i], b[i], 1e-5f * (1 + std::fabs(b[i])));
 
             auto g = random_floats(n, rng, 12.0f);
@@ -363,22 +364,22 @@ TEST(Kernels, ElementwiseOpsMatchReference) {
             if (n > 1) g[1] = -1e4f;
             const auto up = random_floats(n, rng);
             a = g, b = g;
-            kernels::silu_mul(a.data(), up.data(), n);
-            kernels::ref::silu_mul(b.data(), up.data(), n);
+            kernels::cpu::silu_mul(a.data(), up.data(), n);
+            kernels::cpu::ref::silu_mul(b.data(), up.data(), n);
             for (int64_t i = 0; i < n; ++i)
                 ASSERT_NEAR(a[i], b[i], 1e-5f * (1 + std::fabs(b[i]))) << i;
 
             auto s = random_floats(n, rng, 30.0f);
             if (n > 2) s[2] = -std::numeric_limits<float>::infinity();  // a masked score
             a = s, b = s;
-            kernels::softmax(a.data(), n);
-            kernels::ref::softmax(b.data(), n);
+            kernels::cpu::softmax(a.data(), n);
+            kernels::cpu::ref::softmax(b.data(), n);
             for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(a[i], b[i], 1e-6f + 1e-5f * b[i]) << i;
         }
         // NaN stays NaN.
         std::vector<float> g = {std::nanf(""), 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
         std::vector<float> up(16, 1.0f);
-        kernels::silu_mul(g.data(), up.data(), 16);
+        kernels::cpu::silu_mul(g.data(), up.data(), 16);
         EXPECT_TRUE(std::isnan(g[0]));
     }
 }
@@ -398,11 +399,11 @@ TEST(Kernels, RopeMatchesReferenceBitForBit) {
         for (auto style : {kernels::RopeStyle::Normal, kernels::RopeStyle::Neox})
             for (int64_t pos : {0L, 1L, 77L, 4095L, 100000L}) {
                 std::vector<float> cs(sh.rope_dim);
-                kernels::rope_angles(pos, sh.rope_dim, 10000.0f, cs.data());
+                kernels::cpu::rope_angles(pos, sh.rope_dim, 10000.0f, cs.data());
                 const auto x = random_floats(int64_t(sh.n_heads) * sh.head_dim, rng, 30.0f);
                 auto want = x;
-                kernels::ref::rope(want.data(), sh.n_heads, sh.head_dim, sh.rope_dim, cs.data(),
-                                   style);
+                kernels::cpu::ref::rope(want.data(), sh.n_heads, sh.head_dim, sh.rope_dim,
+                                        cs.data(), style);
                 if (pos == 0) {
                     EXPECT_EQ(want, x);
                 }
@@ -422,10 +423,10 @@ TEST(Kernels, RopeMatchesReferenceBitForBit) {
                         ASSERT_EQ(want[size_t(h) * sh.head_dim + d],
                                   x[size_t(h) * sh.head_dim + d]);
                 for (CpuLevel level : simd_levels()) {
-                    kernels::set_cpu_level(level);
+                    kernels::cpu::set_cpu_level(level);
                     auto got = x;
-                    kernels::rope(got.data(), sh.n_heads, sh.head_dim, sh.rope_dim, cs.data(),
-                                  style);
+                    kernels::cpu::rope(got.data(), sh.n_heads, sh.head_dim, sh.rope_dim, cs.data(),
+                                       style);
                     ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
                         << "level " << int(level) << " head_dim " << sh.head_dim << " rope_dim "
                         << sh.rope_dim << " style " << int(style) << " pos " << pos;
@@ -474,21 +475,21 @@ TEST(Kernels, ArgmaxIsTheFirstLargestIgnoringNaN) {
     }
     for (const auto& x : cases) {
         const int64_t want = first_largest(x);
-        EXPECT_EQ(kernels::ref::argmax(x.data(), int64_t(x.size())), want) << x.size();
+        EXPECT_EQ(kernels::cpu::ref::argmax(x.data(), int64_t(x.size())), want) << x.size();
         for (CpuLevel level : simd_levels()) {
-            kernels::set_cpu_level(level);
-            EXPECT_EQ(kernels::argmax(x.data(), int64_t(x.size())), want)
+            kernels::cpu::set_cpu_level(level);
+            EXPECT_EQ(kernels::cpu::argmax(x.data(), int64_t(x.size())), want)
                 << "level " << int(level) << " n " << x.size();
         }
     }
-    EXPECT_EQ(kernels::argmax(nullptr, 0), 0);
+    EXPECT_EQ(kernels::cpu::argmax(nullptr, 0), 0);
 }
 
 TEST(Kernels, AttendMatchesReference) {
     LevelGuard guard;
     std::mt19937 rng(7);
     for (CpuLevel level : simd_levels()) {
-        kernels::set_cpu_level(level);
+        kernels::cpu::set_cpu_level(level);
         for (int hd : {32, 48, 64, 128}) {
             for (int64_t n_kv : {1, 15, 16, 17, 100}) {
                 const size_t stride = static_cast<size_t>(hd) * 3 + 8;  // kv heads interleaved
@@ -497,9 +498,10 @@ TEST(Kernels, AttendMatchesReference) {
                 const auto v = random_floats(n_kv * stride, rng);
                 std::vector<float> a(hd), b(hd);
                 const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-                kernels::attend(q.data(), k.data(), v.data(), stride, n_kv, hd, scale, a.data());
-                kernels::ref::attend(q.data(), k.data(), v.data(), stride, n_kv, hd, scale,
-                                     b.data());
+                kernels::cpu::attend(q.data(), k.data(), v.data(), stride, n_kv, hd, scale,
+                                     a.data());
+                kernels::cpu::ref::attend(q.data(), k.data(), v.data(), stride, n_kv, hd, scale,
+                                          b.data());
                 for (int d = 0; d < hd; ++d) ASSERT_NEAR(a[d], b[d], 1e-5f) << hd << " " << n_kv;
             }
         }
@@ -507,12 +509,13 @@ TEST(Kernels, AttendMatchesReference) {
 }
 
 // The levels' tables, for the ops the public interface only reaches through matmul.
-std::vector<std::pair<CpuLevel, const kernels::LevelKernels*>> level_tables() {
-    std::vector<std::pair<CpuLevel, const kernels::LevelKernels*>> out;
+std::vector<std::pair<CpuLevel, const kernels::cpu::LevelKernels*>> level_tables() {
+    std::vector<std::pair<CpuLevel, const kernels::cpu::LevelKernels*>> out;
     for (CpuLevel level : simd_levels()) {
-        const kernels::LevelKernels* t = level == CpuLevel::AVX512 ? kernels::avx512_kernels()
-                                         : level == CpuLevel::AVX2 ? kernels::avx2_kernels()
-                                                                   : kernels::neon_kernels();
+        const kernels::cpu::LevelKernels* t =
+            level == CpuLevel::AVX512 ? kernels::cpu::avx512_kernels()
+            : level == CpuLevel::AVX2 ? kernels::cpu::avx2_kernels()
+                                      : kernels::cpu::neon_kernels();
         if (t) out.emplace_back(level, t);
     }
     return out;
@@ -530,9 +533,9 @@ TEST(Kernels, QuantizeActivationsFollowsTheGrid) {
     for (int j = 192; j < 224; ++j) x[j] = 1e-36f * (j % 3);  // a step whose inverse overflows
     for (Activations act : {Activations::Int16, Activations::Int8}) {
         const bool wide = act == Activations::Int16;
-        const float vmax = wide ? kernels::kActMax16 : kernels::kActMax8;
-        std::vector<kernels::ActBlock> q(7);
-        kernels::ref::quantize_act(x.data(), q.data(), 32 * 7, act);
+        const float vmax = wide ? kernels::cpu::kActMax16 : kernels::cpu::kActMax8;
+        std::vector<kernels::cpu::ActBlock> q(7);
+        kernels::cpu::ref::quantize_act(x.data(), q.data(), 32 * 7, act);
         for (int b = 0; b < 4; ++b) {
             float amax = 0;
             for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[32 * b + j]));
@@ -544,7 +547,7 @@ TEST(Kernels, QuantizeActivationsFollowsTheGrid) {
                 EXPECT_LE(q[b].hi[j], 127);
                 EXPECT_GE(q[b].lo[j], wide ? -64 : 0);
                 EXPECT_LE(q[b].lo[j], wide ? 63 : 0);
-                EXPECT_LE(std::abs(v), wide ? kernels::kActMax16 : kernels::kActMax8);
+                EXPECT_LE(std::abs(v), wide ? kernels::cpu::kActMax16 : kernels::cpu::kActMax8);
                 EXPECT_LE(std::fabs(v * q[b].d - x[32 * b + j]), q[b].d * 0.5001f + 1e-37f)
                     << b << " " << j;
                 sum += v;
@@ -562,16 +565,16 @@ TEST(Kernels, QuantizeActivationsFollowsTheGrid) {
 
         // Every level's quantizer writes the reference's bytes.
         for (auto [level, table] : level_tables()) {
-            std::vector<kernels::ActBlock> got(7);
+            std::vector<kernels::cpu::ActBlock> got(7);
             table->quantize_act(x.data(), got.data(), 32 * 7, act);
             for (int b = 0; b < 7; ++b) {
                 EXPECT_EQ(0, std::memcmp(got[b].hi, q[b].hi, 64))
-                    << kernels::cpu_level_name(level) << " " << b;
+                    << kernels::cpu::cpu_level_name(level) << " " << b;
                 EXPECT_TRUE(same_float(got[b].d, q[b].d))
-                    << kernels::cpu_level_name(level) << " " << b;
+                    << kernels::cpu::cpu_level_name(level) << " " << b;
                 EXPECT_TRUE(same_float(got[b].sx, q[b].sx))
-                    << kernels::cpu_level_name(level) << " " << b;
-                EXPECT_EQ(got[b].s, q[b].s) << kernels::cpu_level_name(level) << " " << b;
+                    << kernels::cpu::cpu_level_name(level) << " " << b;
+                EXPECT_EQ(got[b].s, q[b].s) << kernels::cpu::cpu_level_name(level) << " " << b;
             }
         }
     }
@@ -585,14 +588,15 @@ TEST(Kernels, IntegerProductIsWithinTheActivationGrid) {
     ThreadPool pool(2);
     for (Activations act : {Activations::Int16, Activations::Int8}) {
         ActivationsGuard ag(act);
-        const double vmax = act == Activations::Int16 ? kernels::kActMax16 : kernels::kActMax8;
+        const double vmax =
+            act == Activations::Int16 ? kernels::cpu::kActMax16 : kernels::cpu::kActMax8;
         for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
             const int64_t cols = dtype_info(type).block_size == 256 ? 768 : 576;
             const Matrix m = random_matrix(type, 33, cols, rng);
             auto x = random_floats(3 * cols, rng);
             for (size_t i = 0; i < x.size(); i += 97) x[i] *= 300.0f;  // outliers
             std::vector<float> y(3 * 33);
-            kernels::matmul(m.w, x.data(), 3, y.data(), pool);
+            kernels::cpu::matmul(m.w, x.data(), 3, y.data(), pool);
             std::vector<float> deq(cols);
             for (int64_t r = 0; r < 33; ++r) {
                 ASSERT_TRUE(quant::dequantize_row(type, m.w.row(r), deq.data(), cols));
@@ -608,7 +612,7 @@ TEST(Kernels, IntegerProductIsWithinTheActivationGrid) {
                             mag += std::fabs(deq[b + j] * xt[b + j]);
                         }
                     }
-                    const float want = kernels::ref::vec_dot(type, m.w.row(r), xt, cols);
+                    const float want = kernels::cpu::ref::vec_dot(type, m.w.row(r), xt, cols);
                     EXPECT_NEAR(y[t * 33 + r], want, bound * 1.01 + 1e-5 * mag)
                         << dtype_name(type) << " " << kernels::activations_name(act);
                 }
@@ -617,13 +621,13 @@ TEST(Kernels, IntegerProductIsWithinTheActivationGrid) {
     }
 }
 
-// The packed layout is the one kernels/packed_weights.h documents, byte for byte, including
+// The packed layout is the one kernels/cpu/packed_weights.h documents, byte for byte, including
 // the zero rows that pad the last group.
 TEST(Kernels, PackedLayoutIsAsDocumented) {
     std::mt19937 rng(11);
     for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) {
         const Matrix m = random_matrix(type, 19, 96, rng);
-        const size_t tile = kernels::packed_tile_bytes(type);
+        const size_t tile = kernels::cpu::packed_tile_bytes(type);
         ASSERT_EQ(tile, 16 * dtype_info(type).block_bytes);
         ASSERT_EQ(m.packed.size(), 2 * 3 * tile);
         const int chunks = type == DType::Q8_0 ? 8 : 4;
@@ -658,7 +662,7 @@ TEST(Kernels, PackedKQuantLayoutIsAsDocumented) {
     std::mt19937 rng(13);
     for (DType type : {DType::Q4_K, DType::Q6_K}) {
         const Matrix m = random_matrix(type, 17, 512, rng);
-        const size_t tile = kernels::packed_tile_bytes(type);
+        const size_t tile = kernels::cpu::packed_tile_bytes(type);
         ASSERT_EQ(m.packed.size(), 2 * 2 * tile);
         for (int64_t r = 0; r < 17; ++r)
             for (int64_t sb = 0; sb < 2; ++sb) {
@@ -715,12 +719,12 @@ TEST(Kernels, UnpackedWeightGivesThePackedResult) {
     ActivationsGuard ag(Activations::Int16);
     for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
         const Matrix m = random_matrix(type, 21, 256, rng);
-        kernels::Weight plain = m.w;
+        kernels::cpu::Weight plain = m.w;
         plain.packed = nullptr;
         const auto x = random_floats(5 * 256, rng);
         std::vector<float> a(5 * 21), b(5 * 21);
-        kernels::matmul(m.w, x.data(), 5, a.data(), pool);
-        kernels::matmul(plain, x.data(), 5, b.data(), pool);
+        kernels::cpu::matmul(m.w, x.data(), 5, a.data(), pool);
+        kernels::cpu::matmul(plain, x.data(), 5, b.data(), pool);
         EXPECT_EQ(a, b) << dtype_name(type);
     }
 }
@@ -732,7 +736,7 @@ namespace {
 // order: their results are identical. Float paths sum in different orders, so they agree to
 // float rounding.
 TEST(Kernels, SimdLevelsAgreeWithEachOther) {
-    if (kernels::detected_cpu_level() < CpuLevel::AVX512) GTEST_SKIP() << "needs AVX-512";
+    if (kernels::cpu::detected_cpu_level() < CpuLevel::AVX512) GTEST_SKIP() << "needs AVX-512";
     LevelGuard guard;
     std::mt19937 rng(9);
     ThreadPool pool(2);
@@ -745,10 +749,10 @@ TEST(Kernels, SimdLevelsAgreeWithEachOther) {
                 auto x = random_floats(nt * cols, rng);
                 for (size_t i = 0; i < x.size(); i += 37) x[i] *= 100.0f;  // activation outliers
                 std::vector<float> a(nt * 67), b(nt * 67);
-                kernels::set_cpu_level(CpuLevel::AVX2);
-                kernels::matmul(m.w, x.data(), nt, a.data(), pool);
-                kernels::set_cpu_level(CpuLevel::AVX512);
-                kernels::matmul(m.w, x.data(), nt, b.data(), pool);
+                kernels::cpu::set_cpu_level(CpuLevel::AVX2);
+                kernels::cpu::matmul(m.w, x.data(), nt, a.data(), pool);
+                kernels::cpu::set_cpu_level(CpuLevel::AVX512);
+                kernels::cpu::matmul(m.w, x.data(), nt, b.data(), pool);
                 for (size_t i = 0; i < a.size(); ++i) {
                     if (integer_path(type))
                         ASSERT_EQ(a[i], b[i]) << dtype_name(type) << " " << i;

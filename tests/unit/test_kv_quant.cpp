@@ -15,8 +15,9 @@
 #include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "engine/kv_calibration.h"
+#include "engine/model_runner.h"
 #include "engine_test_util.h"
-#include "kernels/paged_attention.h"
+#include "kernels/cpu/paged_attention.h"
 #include "kv/kv_store.h"
 #include "quant/kv_format.h"
 #include "test_util.h"
@@ -165,14 +166,16 @@ TEST(KvQuant, StoreBytesAndCopyOnWriteCopiesScales) {
     std::mt19937 rng(5);
     std::uniform_real_distribution<float> d(-2.0f, 2.0f);
     for (KvDType t : {KvDType::F32, KvDType::F16, KvDType::Int8, KvDType::FP8}) {
-        kv::KvStore store(n_layer, 3, bs, kv_dim, hd, format_for(t, n_layer, kv_dim, 2.0f));
+        kv::KvStore store(*ferry::testing::cpu_backend(), n_layer, 3, bs, kv_dim, hd,
+                          format_for(t, n_layer, kv_dim, 2.0f));
         std::vector<float> k(kv_dim), v(kv_dim), k2(kv_dim), v2(kv_dim), k3(kv_dim), v3(kv_dim);
         for (int l = 0; l < n_layer; ++l)
             for (int s = 0; s < bs; ++s) {
                 for (int i = 0; i < kv_dim; ++i) k[i] = d(rng) * (1 + s), v[i] = d(rng) * (1 + s);
                 store.write(l, 0, s, k.data(), v.data());
             }
-        store.copy_block(0, 2);
+        const std::pair<int32_t, int32_t> cow[] = {{0, 2}};
+        store.copy_blocks(cow);
         for (int l = 0; l < n_layer; ++l)
             for (int s = 0; s < bs; ++s) {
                 store.read(l, 0, s, k2.data(), v2.data());
@@ -213,30 +216,32 @@ TEST(KvQuant, AttentionWithinToleranceOfF32) {
         kv::KvFormat f = format_for(t, 1, kv_dim, 1.0f);
         if (t == KvDType::Int8)
             for (int c = 0; c < kv_dim; ++c) f.k_scales[c] = amax[c] * 1.5f / quant::kInt8Max;
-        kv::KvStore store(1, nb, bs, kv_dim, hd, std::move(f));
+        kv::KvStore store(*ferry::testing::cpu_backend(), 1, nb, bs, kv_dim, hd, std::move(f));
         for (int64_t p = 0; p < n_kv; ++p)
             store.write(0, table[p / bs], static_cast<int>(p % bs), &k[p * kv_dim], &v[p * kv_dim]);
         std::vector<const void*> kb(nb), vb(nb);
-        for (int64_t b = 0; b < nb; ++b) kb[b] = store.k(0, table[b]), vb[b] = store.v(0, table[b]);
-        const kernels::SeqBlocks seq{kb.data(), vb.data()};
+        const kernels::KvCacheView view = store.view();
+        for (int64_t b = 0; b < nb; ++b)
+            kb[b] = view.k_block(0, table[b]), vb[b] = view.v_block(0, table[b]);
+        const kernels::cpu::SeqBlocks seq{kb.data(), vb.data()};
         const int32_t tok_seq = 0;
         const int64_t tok_pos = n_kv - 1;
         std::vector<float> out(n_head * hd);
-        kernels::attend_batch({q.data(),
-                               out.data(),
-                               1,
-                               n_head,
-                               n_head_kv,
-                               hd,
-                               0.125f,
-                               &tok_seq,
-                               &tok_pos,
-                               {&seq, 1},
-                               bs,
-                               store.layout(),
-                               t,
-                               store.k_channel_scales(0)},
-                              pool);
+        kernels::cpu::attend_batch({q.data(),
+                                    out.data(),
+                                    1,
+                                    n_head,
+                                    n_head_kv,
+                                    hd,
+                                    0.125f,
+                                    &tok_seq,
+                                    &tok_pos,
+                                    {&seq, 1},
+                                    bs,
+                                    store.layout(),
+                                    t,
+                                    view.k_channel_scales},
+                                   pool);
         return out;
     };
     const auto want = attend(KvDType::F32);
@@ -268,23 +273,20 @@ struct EvalRun {
     int64_t k_clipped = 0;
 };
 
-EvalRun evaluate(const engine::LoadedModel& lm, const std::vector<int32_t>& tokens, KvDType t,
-                 ThreadPool& pool) {
+EvalRun evaluate(const engine::LoadedModel& lm, const std::vector<int32_t>& tokens, KvDType t) {
     const auto& m = *lm.model;
     const auto& c = m.config();
     const int bs = 16, chunk = 128;
     const int64_t n = static_cast<int64_t>(tokens.size());
     const int64_t nb = (n + bs - 1) / bs;
-    kv::KvStore store(c.n_layer, nb, bs, c.kv_dim(), c.head_dim,
-                      engine::kv_format_for(lm, t, &pool));
+    engine::ModelRunner runner(m, lm.backend, nb, bs, engine::kv_format_for(lm, t));
     std::vector<int32_t> table(nb);
     for (int64_t b = 0; b < nb; ++b) table[b] = static_cast<int32_t>(b);
     EvalRun r;
-    std::vector<float> logits(static_cast<size_t>(chunk) * c.n_vocab);
     for (int64_t s = 0; s < n; s += chunk) {
         const int len = static_cast<int>(std::min<int64_t>(chunk, n - s));
-        const model::LlamaModel::BatchSeq seq{s, len, {table.data(), nb}, len};
-        m.forward(std::span(tokens).subspan(s, len), {&seq, 1}, store, logits.data(), pool);
+        const engine::ModelRunner::Work w{std::span(tokens).subspan(s, len), s, table, len};
+        const auto logits = runner.run({&w, 1});
         for (int i = 0; i < len; ++i) {
             const float* row = &logits[static_cast<size_t>(i) * c.n_vocab];
             const int32_t best = static_cast<int32_t>(std::max_element(row, row + c.n_vocab) - row);
@@ -295,7 +297,7 @@ EvalRun evaluate(const engine::LoadedModel& lm, const std::vector<int32_t>& toke
             r.nll.push_back(std::log(z) + row[best] - row[tokens[s + i + 1]]);
         }
     }
-    r.k_clipped = store.k_clipped();
+    r.k_clipped = runner.kv().k_clipped();
     return r;
 }
 
@@ -308,17 +310,16 @@ TEST(KvQuantModel, PerplexityWithQuantizedKvIsCloseToF32) {
     auto tokens = lm.tokenizer->encode(text.str(), true, false);
     ASSERT_GE(tokens.size(), 512u);
     tokens.resize(512);
-    ThreadPool pool(2);
     auto ppl = [](const EvalRun& r) {
         double s = 0;
         for (double e : r.nll) s += e;
         return std::exp(s / static_cast<double>(r.nll.size()));
     };
-    const EvalRun base = evaluate(lm, tokens, KvDType::F32, pool);
+    const EvalRun base = evaluate(lm, tokens, KvDType::F32);
     const double p0 = ppl(base);
     std::printf("[ kv-quant ] lighthouse.txt, 512 tokens: f32 KV ppl %.4f\n", p0);
     for (KvDType t : {KvDType::F16, KvDType::Int8, KvDType::FP8}) {
-        const EvalRun r = evaluate(lm, tokens, t, pool);
+        const EvalRun r = evaluate(lm, tokens, t);
         int agree = 0;
         for (size_t i = 0; i < r.top1.size(); ++i) agree += r.top1[i] == base.top1[i];
         const double p = ppl(r), delta = (p - p0) / p0;

@@ -13,13 +13,14 @@
 
 #include "core/thread_pool.h"
 #include "kernel_levels.h"
-#include "kernels/kernels.h"
-#include "kernels/paged_attention.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/paged_attention.h"
 #include "quant/kv_format.h"
 
 namespace {
 using namespace ferry;
-using kernels::CpuLevel;
+using kernels::cpu::CpuLevel;
 
 using ferry::testing::LevelGuard;
 using ferry::testing::simd_levels;
@@ -35,7 +36,7 @@ struct Paged {
     std::vector<std::vector<std::byte>> kb, vb;
     std::vector<const void*> kp, vp;
     std::vector<float> channel_scales;  // int8 keys: stride floats
-    kernels::PagedKvView view(size_t head_offset) const {
+    kernels::cpu::PagedKvView view(size_t head_offset) const {
         return {kp.data(),
                 vp.data(),
                 block_size,
@@ -123,14 +124,14 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 std::vector<float> run_one(const float* q, const Paged& p, size_t head_offset, int64_t n_kv, int hd,
                            float scale) {
     std::vector<float> out(hd, 123.0f);
-    kernels::attend_paged(q, p.view(head_offset), n_kv, hd, scale, out.data());
+    kernels::cpu::attend_paged(q, p.view(head_offset), n_kv, hd, scale, out.data());
     return out;
 }
 
 std::vector<float> run_ref(const float* q, const Paged& p, size_t head_offset, int64_t n_kv, int hd,
                            float scale) {
     std::vector<float> out(hd, 123.0f);
-    kernels::attend_paged_reference(q, p.view(head_offset), n_kv, hd, scale, out.data());
+    kernels::cpu::attend_paged_reference(q, p.view(head_offset), n_kv, hd, scale, out.data());
     return out;
 }
 
@@ -155,10 +156,10 @@ TEST(PagedAttention, EveryLevelMatchesReference) {
                 const Paged p = make_paged(k, v, n_kv, stride, 16, t, hd);
                 const auto want = run_ref(q.data(), p, hd, n_kv, hd, scale);
                 for (CpuLevel l : simd_levels(true)) {
-                    kernels::set_cpu_level(l);
+                    kernels::cpu::set_cpu_level(l);
                     const auto got = run_one(q.data(), p, hd, n_kv, hd, scale);
                     expect_near_all(got, want, 2e-5f,
-                                    std::string(kernels::cpu_level_name(l)) + " " +
+                                    std::string(kernels::cpu::cpu_level_name(l)) + " " +
                                         quant::kv_dtype_name(t) + " hd=" + std::to_string(hd) +
                                         " n_kv=" + std::to_string(n_kv));
                 }
@@ -171,7 +172,7 @@ TEST(PagedAttention, ResultsDoNotDependOnBlockSize) {
     LevelGuard guard;
     std::mt19937 rng(11);
     for (CpuLevel l : simd_levels()) {
-        kernels::set_cpu_level(l);
+        kernels::cpu::set_cpu_level(l);
         for (int hd : {17, 64}) {
             for (int64_t n_kv : {1, 15, 16, 17, 255, 1000}) {
                 const size_t stride = 3 * hd;
@@ -187,7 +188,7 @@ TEST(PagedAttention, ResultsDoNotDependOnBlockSize) {
                             first = out;
                         else
                             EXPECT_TRUE(same_bits(out, first))
-                                << kernels::cpu_level_name(l) << " " << quant::kv_dtype_name(t)
+                                << kernels::cpu::cpu_level_name(l) << " " << quant::kv_dtype_name(t)
                                 << " hd=" << hd << " n_kv=" << n_kv << " block_size=" << bs;
                     }
                 }
@@ -208,21 +209,21 @@ TEST(PagedAttention, RowsTogetherEqualRowsAlone) {
     const auto v = random_vec(n_kv * stride, rng);
     for (KvDType t : kAllTypes)
         for (CpuLevel l : simd_levels(true)) {
-            kernels::set_cpu_level(l);
+            kernels::cpu::set_cpu_level(l);
             SCOPED_TRACE(quant::kv_dtype_name(t));
             const Paged p = make_paged(k, v, n_kv, stride, 16, t, hd);
             for (int nr : {2, 3, 9, 16, 70}) {
                 const auto q = random_vec(static_cast<size_t>(nr) * hd, rng);
                 std::vector<float> out(static_cast<size_t>(nr) * hd);
-                std::vector<kernels::AttnRow> rows;
+                std::vector<kernels::cpu::AttnRow> rows;
                 for (int r = 0; r < nr; ++r)
                     rows.push_back({&q[r * hd], &out[r * hd], n_kv - (r * 37) % 290});
-                kernels::attend_paged_rows(rows, p.view(hd), hd, 0.125f);
+                kernels::cpu::attend_paged_rows(rows, p.view(hd), hd, 0.125f);
                 for (int r = 0; r < nr; ++r) {
                     const auto alone = run_one(&q[r * hd], p, hd, rows[r].n_kv, hd, 0.125f);
                     const std::vector<float> together(&out[r * hd], &out[(r + 1) * hd]);
                     EXPECT_TRUE(same_bits(together, alone))
-                        << kernels::cpu_level_name(l) << " rows=" << nr << " row=" << r;
+                        << kernels::cpu::cpu_level_name(l) << " rows=" << nr << " row=" << r;
                     const auto want = run_ref(&q[r * hd], p, hd, rows[r].n_kv, hd, 0.125f);
                     expect_near_all(together, want, 2e-5f, "vs reference");
                 }
@@ -238,7 +239,7 @@ TEST(PagedAttention, ExtremeAndEqualScores) {
     const int64_t n_kv = 255;
     const size_t stride = hd;
     for (CpuLevel l : simd_levels(true)) {
-        kernels::set_cpu_level(l);
+        kernels::cpu::set_cpu_level(l);
         // Large scores: q.k around +-1e4 after scaling; position 100 wins by a wide margin.
         {
             auto k = random_vec(n_kv * stride, rng, -30.0f, 30.0f);
@@ -248,7 +249,7 @@ TEST(PagedAttention, ExtremeAndEqualScores) {
             const Paged p = make_paged(k, v, n_kv, stride, 16);
             const auto got = run_one(q.data(), p, 0, n_kv, hd, 0.125f);
             for (int d = 0; d < hd; ++d)
-                ASSERT_NEAR(got[d], v[100 * stride + d], 1e-6f) << kernels::cpu_level_name(l);
+                ASSERT_NEAR(got[d], v[100 * stride + d], 1e-6f) << kernels::cpu::cpu_level_name(l);
             expect_near_all(got, run_ref(q.data(), p, 0, n_kv, hd, 0.125f), 1e-6f, "large");
         }
         // Equal scores: every key row the same.
@@ -264,7 +265,7 @@ TEST(PagedAttention, ExtremeAndEqualScores) {
                 double mean = 0;
                 for (int64_t i = 0; i < n_kv; ++i) mean += v[i * stride + d];
                 mean /= static_cast<double>(n_kv);
-                ASSERT_NEAR(got[d], mean, 1e-5) << kernels::cpu_level_name(l) << " d=" << d;
+                ASSERT_NEAR(got[d], mean, 1e-5) << kernels::cpu::cpu_level_name(l) << " d=" << d;
             }
         }
         // No positions: zeros, like the reference.
@@ -283,20 +284,21 @@ TEST(PagedAttention, NanReachesTheOutput) {
     const int hd = 64;
     const int64_t n_kv = 40;
     for (CpuLevel l : simd_levels(true)) {
-        kernels::set_cpu_level(l);
+        kernels::cpu::set_cpu_level(l);
         auto k = random_vec(n_kv * hd, rng);
         const auto v = random_vec(n_kv * hd, rng);
         const auto q = random_vec(hd, rng);
         k[20 * hd + 3] = std::numeric_limits<float>::quiet_NaN();
         const Paged p = make_paged(k, v, n_kv, hd, 16);
         const auto got = run_one(q.data(), p, 0, n_kv, hd, 0.125f);
-        for (float x : got) EXPECT_TRUE(std::isnan(x)) << kernels::cpu_level_name(l);
+        for (float x : got) EXPECT_TRUE(std::isnan(x)) << kernels::cpu::cpu_level_name(l);
     }
 }
 
 // A ragged batch over `paged` (one per sequence): every row matches the reference, and is
 // bit-identical whatever the thread count and whatever else is in the batch.
-void run_batch_checks(const std::vector<Paged>& paged, const std::vector<kernels::SeqBlocks>& seqs,
+void run_batch_checks(const std::vector<Paged>& paged,
+                      const std::vector<kernels::cpu::SeqBlocks>& seqs,
                       const std::vector<int32_t>& tok_seq, const std::vector<int64_t>& tok_pos,
                       const std::vector<float>& q, int n_head, int n_head_kv, int hd, int bs,
                       size_t stride, float tol) {
@@ -308,7 +310,7 @@ void run_batch_checks(const std::vector<Paged>& paged, const std::vector<kernels
     auto run_batch = [&](int threads, int64_t t0, int64_t t1) {
         std::vector<float> out((t1 - t0) * n_head * hd);
         ThreadPool pool(threads);
-        const kernels::AttentionBatch b{
+        const kernels::cpu::AttentionBatch b{
             &q[t0 * n_head * hd],
             out.data(),
             t1 - t0,
@@ -324,18 +326,19 @@ void run_batch_checks(const std::vector<Paged>& paged, const std::vector<kernels
             {stride, static_cast<size_t>(hd), quant::kv_scale_offset(paged[0].dtype, bs, stride)},
             paged[0].dtype,
             cs};
-        kernels::attend_batch(b, pool);
+        kernels::cpu::attend_batch(b, pool);
         return out;
     };
     for (CpuLevel l : simd_levels(true)) {
-        kernels::set_cpu_level(l);
+        kernels::cpu::set_cpu_level(l);
         const auto one = run_batch(1, 0, n);
-        EXPECT_TRUE(same_bits(run_batch(2, 0, n), one)) << kernels::cpu_level_name(l);
-        EXPECT_TRUE(same_bits(run_batch(3, 0, n), one)) << kernels::cpu_level_name(l);
+        EXPECT_TRUE(same_bits(run_batch(2, 0, n), one)) << kernels::cpu::cpu_level_name(l);
+        EXPECT_TRUE(same_bits(run_batch(3, 0, n), one)) << kernels::cpu::cpu_level_name(l);
         for (int64_t t = 0; t < n; ++t) {  // each token alone, as in a decode step
             const auto alone = run_batch(2, t, t + 1);
             const std::vector<float> in_batch(&one[t * n_head * hd], &one[(t + 1) * n_head * hd]);
-            EXPECT_TRUE(same_bits(alone, in_batch)) << kernels::cpu_level_name(l) << " t=" << t;
+            EXPECT_TRUE(same_bits(alone, in_batch))
+                << kernels::cpu::cpu_level_name(l) << " t=" << t;
             for (int h = 0; h < n_head; ++h) {
                 const Paged& p = paged[tok_seq[t]];
                 const auto want =
@@ -369,7 +372,7 @@ TEST(PagedAttention, BatchGqaMatchesReferenceAndIsBatchInvariant) {
     tok_seq.push_back(1), tok_pos.push_back(36);
     const int64_t n = static_cast<int64_t>(tok_seq.size());
     const auto q = random_vec(n * n_head * hd, rng);
-    std::vector<kernels::SeqBlocks> seqs;
+    std::vector<kernels::cpu::SeqBlocks> seqs;
     for (const Paged& p : paged) seqs.push_back({p.kp.data(), p.vp.data()});
     run_batch_checks(paged, seqs, tok_seq, tok_pos, q, n_head, n_head_kv, hd, bs, stride, 2e-5f);
 }
@@ -395,7 +398,7 @@ TEST(PagedAttention, QuantizedBatchMatchesReferenceAndIsBatchInvariant) {
         tok_seq.push_back(1), tok_pos.push_back(36);
         const int64_t n = static_cast<int64_t>(tok_seq.size());
         const auto q = random_vec(n * n_head * hd, rng);
-        std::vector<kernels::SeqBlocks> seqs;
+        std::vector<kernels::cpu::SeqBlocks> seqs;
         for (const Paged& p : paged) seqs.push_back({p.kp.data(), p.vp.data()});
         SCOPED_TRACE(quant::kv_dtype_name(t));
         run_batch_checks(paged, seqs, tok_seq, tok_pos, q, n_head, n_head_kv, hd, bs, stride,

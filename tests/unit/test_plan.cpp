@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/machine_probe.h"
+#include "kernels/cpu/machine_probe.h"
 #include "plan/advice.h"
 #include "plan/bottleneck.h"
 #include "plan/devices.h"
@@ -227,7 +227,7 @@ TEST(PlanDevices, CatalogueHasTheSheetsAndLookupIsCaseInsensitive) {
 TEST(PlanDevices, CpuIsMeasured) {
     const Device cpu = device("CPU");
     EXPECT_TRUE(cpu.measured);
-    EXPECT_EQ(cpu.memory_bytes, total_memory_bytes());
+    EXPECT_EQ(cpu.memory_bytes, kernels::cpu::total_memory_bytes());
     EXPECT_GT(cpu.bandwidth_gbs, 0.1);
     EXPECT_GT(cpu.fp16_tflops, 0.001);
 }
@@ -412,9 +412,9 @@ TEST(PlanReport, JsonHasStableKeys) {
 }
 
 TEST(MachineProbe, MeasuresSomethingQuickly) {
-    EXPECT_GT(measure_read_bandwidth_gbs(1, 64u << 20), 0.1);
-    EXPECT_GT(measure_peak_gflops_f32(1), 0.1);
-    EXPECT_GT(total_memory_bytes(), 1ull << 28);
+    EXPECT_GT(kernels::cpu::measure_read_bandwidth_gbs(1, 64u << 20), 0.1);
+    EXPECT_GT(kernels::cpu::measure_peak_gflops_f32(1), 0.1);
+    EXPECT_GT(kernels::cpu::total_memory_bytes(), 1ull << 28);
 }
 
 }  // namespace

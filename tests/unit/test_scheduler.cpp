@@ -3,6 +3,7 @@
 // No model runs: "computing" a chunk just marks its tokens as cached.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <random>
@@ -46,9 +47,9 @@ void check_invariants(const Scheduler& sch, const std::vector<Sequence*>& live, 
     for (const Sequence* s : live) {
         if (s->status != SeqStatus::Running) continue;
         // Every cached token has a slot.
-        ASSERT_GE(static_cast<int64_t>(s->blocks.size()) * block_size, s->num_computed);
+        ASSERT_GE(static_cast<int64_t>(s->kv.blocks.size()) * block_size, s->num_computed);
         ASSERT_LE(s->num_computed, static_cast<int>(s->tokens.size()));
-        for (int32_t b : s->blocks) ++holders[b];
+        for (int32_t b : s->kv.blocks) ++holders[b];
     }
     for (auto [b, n] : holders) ASSERT_EQ(sch.pool().ref(b), n) << "block " << b;
 }
@@ -82,20 +83,28 @@ void run_random(EngineConfig cfg, uint32_t seed, int vocab_span) {
         ASSERT_LE(static_cast<int>(out.seqs.size()), cfg.max_num_seqs);
         std::set<const Sequence*> once;
         for (const auto& s : out.seqs) {
-            ASSERT_TRUE(once.insert(s.seq).second) << "a sequence scheduled twice in one step";
-            ASSERT_GT(s.num_tokens, 0);
-            ASSERT_GE(static_cast<int64_t>(s.seq->blocks.size()) * cfg.block_size,
-                      s.seq->num_computed + s.num_tokens);
+            const Sequence* q = sch.sequence(s.seq_id);
+            ASSERT_NE(q, nullptr);
+            ASSERT_TRUE(once.insert(q).second) << "a sequence scheduled twice in one step";
+            ASSERT_GT(s.num_tokens(), 0);
+            ASSERT_GE(static_cast<int64_t>(q->kv.blocks.size()) * cfg.block_size,
+                      q->num_computed + s.num_tokens());
+            // The plain output says what the sequence holds: its next tokens from the first
+            // uncomputed position, and its block table.
+            ASSERT_EQ(s.start_pos, q->num_computed);
+            ASSERT_TRUE(
+                std::equal(s.tokens.begin(), s.tokens.end(), q->tokens.begin() + q->num_computed));
+            ASSERT_EQ(s.blocks, q->kv.blocks);
             // A block written this step is held by this sequence alone (copy-on-write done).
-            const int64_t first = s.seq->num_computed / cfg.block_size;
-            if (first < static_cast<int64_t>(s.seq->blocks.size())) {
-                ASSERT_EQ(sch.pool().ref(s.seq->blocks[first]), 1);
+            const int64_t first = q->num_computed / cfg.block_size;
+            if (first < static_cast<int64_t>(q->kv.blocks.size())) {
+                ASSERT_EQ(sch.pool().ref(q->kv.blocks[first]), 1);
             }
         }
-        for (const auto& s : out.seqs) sch.on_computed(s.seq, s.num_tokens);
+        for (const auto& s : out.seqs) sch.on_computed(sch.sequence(s.seq_id), s.num_tokens());
         for (const auto& s : out.seqs) {
             if (!s.wants_logits) continue;
-            Sequence* q = s.seq;
+            Sequence* q = sch.sequence(s.seq_id);
             q->tokens.push_back(static_cast<int32_t>(rng() % vocab_span));
             if (q->output_len() >= q->request->params.max_tokens ||
                 static_cast<int>(q->tokens.size()) >= max_len) {
@@ -160,7 +169,7 @@ TEST(Scheduler, ChunkedPrefillSharesTheStepWithDecodes) {
     sch.add(small);
     auto out = sch.schedule(Clock::now());
     ASSERT_EQ(out.seqs.size(), 1u);
-    sch.on_computed(small, out.seqs[0].num_tokens);
+    sch.on_computed(small, out.seqs[0].num_tokens());
     small->tokens.push_back(1);  // now decoding
     Sequence* big = new_request(w, rng, 1, 1000, 10, 1000);
     sch.add(big);
@@ -168,12 +177,12 @@ TEST(Scheduler, ChunkedPrefillSharesTheStepWithDecodes) {
         out = sch.schedule(Clock::now());
         // The decode keeps its token every step while the long prompt advances in chunks.
         ASSERT_EQ(out.seqs.size(), 2u);
-        EXPECT_EQ(out.seqs[0].seq, small);
-        EXPECT_EQ(out.seqs[0].num_tokens, 1);
-        EXPECT_EQ(out.seqs[1].seq, big);
-        EXPECT_EQ(out.seqs[1].num_tokens, 31);
+        EXPECT_EQ(out.seqs[0].seq_id, small->id);
+        EXPECT_EQ(out.seqs[0].num_tokens(), 1);
+        EXPECT_EQ(out.seqs[1].seq_id, big->id);
+        EXPECT_EQ(out.seqs[1].num_tokens(), 31);
         EXPECT_FALSE(out.seqs[1].wants_logits);
-        for (const auto& s : out.seqs) sch.on_computed(s.seq, s.num_tokens);
+        for (const auto& s : out.seqs) sch.on_computed(sch.sequence(s.seq_id), s.num_tokens());
         small->tokens.push_back(1);
     }
 }
@@ -186,7 +195,7 @@ TEST(Scheduler, PrefixHitReusesBlocksAndLeavesOneTokenToCompute) {
     Sequence* a = new_request(w, rng, 0, 48, 4, 1000);
     sch.add(a);
     auto out = sch.schedule(Clock::now());
-    for (const auto& s : out.seqs) sch.on_computed(s.seq, s.num_tokens);
+    for (const auto& s : out.seqs) sch.on_computed(sch.sequence(s.seq_id), s.num_tokens());
     sch.remove(a);  // its three full blocks stay cached
     EXPECT_EQ(sch.pool().num_cached(), 3);
 
@@ -198,6 +207,6 @@ TEST(Scheduler, PrefixHitReusesBlocksAndLeavesOneTokenToCompute) {
     out = sch.schedule(Clock::now());
     ASSERT_EQ(out.seqs.size(), 1u);
     // Two blocks reused; the third would leave nothing to compute, so it is recomputed.
-    EXPECT_EQ(out.seqs[0].num_tokens, 16);
+    EXPECT_EQ(out.seqs[0].num_tokens(), 16);
     EXPECT_EQ(sch.prefix_hit_tokens(), 32u);
 }

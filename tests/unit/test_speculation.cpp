@@ -187,7 +187,7 @@ std::vector<int32_t> generate(Generator& g, const std::vector<int32_t>& prompt, 
 }  // namespace
 
 TEST(Speculation, GeneratorGreedyOutputIsIdenticalForBothProposers) {
-    Generator gen(*model().model, 2, 512);
+    Generator gen(*model().model, ferry::testing::cpu_backend(2), 512);
     NgramProposer ngram(1, 3);
     auto draft = DraftProposer::create(model(), model(), 512);
     ASSERT_TRUE(draft.ok()) << draft.error().message;

@@ -149,7 +149,7 @@ TEST(TaskEval, AccuracyOnKnownAnswersOfTheDefaultModel) {
         "\"content\": \"Say hello.\"}], \"max_tokens\": 6}\n",
         "t.jsonl");
     ASSERT_TRUE(tasks.ok()) << tasks.error().message;
-    auto r = run_tasks(*lm, nullptr, *tasks, {2});
+    auto r = run_tasks(*lm, nullptr, *tasks);
     ASSERT_TRUE(r.ok()) << r.error().message;
     ASSERT_EQ(r->items.size(), 3u);
     EXPECT_TRUE(r->items[0].correct) << r->items[0].out.text;
@@ -182,7 +182,7 @@ TEST(TaskEval, ModelAgainstItselfAgreesEverywhere) {
         "\"content\": \"Who am I? 🙂 ∑ {x}\"}], \"max_tokens\": 8}\n",
         "t.jsonl");
     ASSERT_TRUE(tasks.ok()) << tasks.error().message;
-    auto r = run_tasks(*lm, lm, *tasks, {2});
+    auto r = run_tasks(*lm, lm, *tasks);
     ASSERT_TRUE(r.ok()) << r.error().message;
     EXPECT_TRUE(r->has_ref);
     EXPECT_EQ(r->overall.ref_agreement(), 1.0);

@@ -22,6 +22,23 @@ inline std::string golden_dir() {
     return source_dir() + "/tests/golden";
 }
 
+// A CPU backend with the default options, for tests that need one without a model.
+inline const std::shared_ptr<kernels::Backend>& cpu_backend() {
+    static const std::shared_ptr<kernels::Backend> b = [] {
+        auto r = kernels::make_backend();
+        if (!r) throw std::runtime_error(r.error().message);
+        return std::move(r).value();
+    }();
+    return b;
+}
+
+// A new CPU backend of `threads` threads, running as the process's activation mode is set now.
+inline std::shared_ptr<kernels::Backend> cpu_backend(int threads) {
+    auto r = kernels::make_backend({.threads = threads, .activations = {}});
+    if (!r) throw std::runtime_error(r.error().message);
+    return std::move(r).value();
+}
+
 // The default model as scripts/get-model.sh caches it; FERRY_MODEL overrides.
 inline std::string default_model_path() {
     if (const char* m = std::getenv("FERRY_MODEL")) return m;

@@ -9,22 +9,22 @@
 #pragma GCC target("avx2,fma,f16c")
 #define FERRY_AVX512 0
 
-namespace ferry::kernels::attention_avx2 {
+namespace ferry::kernels::cpu::attention_avx2 {
 #include "kernels/cpu/attention_x86.inc"
-}  // namespace ferry::kernels::attention_avx2
+}  // namespace ferry::kernels::cpu::attention_avx2
 
 #undef FERRY_AVX512
 #pragma GCC pop_options
 
-namespace ferry::kernels {
+namespace ferry::kernels::cpu {
 AttendRowsFn avx2_attend_rows() {
     return attention_avx2::attend_rows;
 }
-}  // namespace ferry::kernels
+}  // namespace ferry::kernels::cpu
 #else
-namespace ferry::kernels {
+namespace ferry::kernels::cpu {
 AttendRowsFn avx2_attend_rows() {
     return nullptr;
 }
-}  // namespace ferry::kernels
+}  // namespace ferry::kernels::cpu
 #endif

@@ -12,22 +12,22 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define FERRY_AVX512 1
 
-namespace ferry::kernels::attention_avx512 {
+namespace ferry::kernels::cpu::attention_avx512 {
 #include "kernels/cpu/attention_x86.inc"
-}  // namespace ferry::kernels::attention_avx512
+}  // namespace ferry::kernels::cpu::attention_avx512
 
 #undef FERRY_AVX512
 #pragma GCC pop_options
 
-namespace ferry::kernels {
+namespace ferry::kernels::cpu {
 AttendRowsFn avx512_attend_rows() {
     return attention_avx512::attend_rows;
 }
-}  // namespace ferry::kernels
+}  // namespace ferry::kernels::cpu
 #else
-namespace ferry::kernels {
+namespace ferry::kernels::cpu {
 AttendRowsFn avx512_attend_rows() {
     return nullptr;
 }
-}  // namespace ferry::kernels
+}  // namespace ferry::kernels::cpu
 #endif

@@ -19,7 +19,7 @@
 
 #include "kernels/cpu/neon_math.h"
 
-namespace ferry::kernels::neon {
+namespace ferry::kernels::cpu::neon {
 namespace {
 using quant::KvDType;
 using vf = float32x4_t;
@@ -258,17 +258,17 @@ void attend_rows(const AttnRow* rows, int nr, const PagedKvView& kv, int hd, flo
 }
 
 }  // namespace
-}  // namespace ferry::kernels::neon
+}  // namespace ferry::kernels::cpu::neon
 
-namespace ferry::kernels {
+namespace ferry::kernels::cpu {
 AttendRowsFn neon_attend_rows() {
     return neon::attend_rows;
 }
-}  // namespace ferry::kernels
+}  // namespace ferry::kernels::cpu
 #else
-namespace ferry::kernels {
+namespace ferry::kernels::cpu {
 AttendRowsFn neon_attend_rows() {
     return nullptr;
 }
-}  // namespace ferry::kernels
+}  // namespace ferry::kernels::cpu
 #endif

@@ -5,8 +5,8 @@
 
 #include "kernels/cpu/attention_x86.h"
 
-namespace ferry::kernels {
+namespace ferry::kernels::cpu {
 
 AttendRowsFn neon_attend_rows();  // nullptr where not compiled (non-aarch64)
 
-}  // namespace ferry::kernels
+}  // namespace ferry::kernels::cpu

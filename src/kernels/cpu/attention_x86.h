@@ -1,13 +1,13 @@
 // The per-level SIMD bodies of attend_paged_rows (attention_x86.inc, compiled once per target by
-// attention_avx2.cpp and attention_avx512.cpp). Callers go through kernels/paged_attention.h.
+// attention_avx2.cpp and attention_avx512.cpp). Callers go through kernels/cpu/paged_attention.h.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/paged_attention.h"
+#include "kernels/cpu/paged_attention.h"
 
-namespace ferry::kernels {
+namespace ferry::kernels::cpu {
 
 // Rows one call may take (the kernel keeps per-row state on its stack).
 constexpr int kMaxAttendRows = 64;
@@ -28,4 +28,4 @@ inline size_t attend_rows_scratch_floats(int n_rows, int64_t max_n_kv, int head_
 AttendRowsFn avx2_attend_rows();    // nullptr where not compiled (non-x86)
 AttendRowsFn avx512_attend_rows();  // nullptr where not compiled (non-x86)
 
-}  // namespace ferry::kernels
+}  // namespace ferry::kernels::cpu

@@ -5,7 +5,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#include "kernels/packed_weights.h"
+#include "kernels/cpu/packed_weights.h"
 #include "quant/block_formats.h"
 #include "quant/dequantize.h"
 #include "quant/ferry_types.h"
@@ -14,22 +14,22 @@
 #pragma GCC target("avx2,fma,f16c")
 #define FERRY_AVX512 0
 
-namespace ferry::kernels::avx2 {
+namespace ferry::kernels::cpu::avx2 {
 #include "kernels/cpu/x86_kernels.inc"
-}  // namespace ferry::kernels::avx2
+}  // namespace ferry::kernels::cpu::avx2
 
 #undef FERRY_AVX512
 #pragma GCC pop_options
 
-namespace ferry::kernels {
+namespace ferry::kernels::cpu {
 const LevelKernels* avx2_kernels() {
     return &avx2::kTable;
 }
-}  // namespace ferry::kernels
+}  // namespace ferry::kernels::cpu
 #else
-namespace ferry::kernels {
+namespace ferry::kernels::cpu {
 const LevelKernels* avx2_kernels() {
     return nullptr;
 }
-}  // namespace ferry::kernels
+}  // namespace ferry::kernels::cpu
 #endif

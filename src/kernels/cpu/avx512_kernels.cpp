@@ -5,7 +5,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#include "kernels/packed_weights.h"
+#include "kernels/cpu/packed_weights.h"
 #include "quant/block_formats.h"
 #include "quant/dequantize.h"
 #include "quant/ferry_types.h"
@@ -17,22 +17,22 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define FERRY_AVX512 1
 
-namespace ferry::kernels::avx512 {
+namespace ferry::kernels::cpu::avx512 {
 #include "kernels/cpu/x86_kernels.inc"
-}  // namespace ferry::kernels::avx512
+}  // namespace ferry::kernels::cpu::avx512
 
 #undef FERRY_AVX512
 #pragma GCC pop_options
 
-namespace ferry::kernels {
+namespace ferry::kernels::cpu {
 const LevelKernels* avx512_kernels() {
     return &avx512::kTable;
 }
-}  // namespace ferry::kernels
+}  // namespace ferry::kernels::cpu
 #else
-namespace ferry::kernels {
+namespace ferry::kernels::cpu {
 const LevelKernels* avx512_kernels() {
     return nullptr;
 }
-}  // namespace ferry::kernels
+}  // namespace ferry::kernels::cpu
 #endif

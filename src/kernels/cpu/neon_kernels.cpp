@@ -16,10 +16,10 @@
 #include <cstring>
 
 #include "kernels/cpu/neon_math.h"
-#include "kernels/packed_weights.h"
+#include "kernels/cpu/packed_weights.h"
 #include "quant/block_formats.h"
 
-namespace ferry::kernels::neon {
+namespace ferry::kernels::cpu::neon {
 namespace {
 using namespace ferry::quant;
 
@@ -113,10 +113,10 @@ void quantize_act(const float* x, ActBlock* out, int64_t n, Activations a) {
     }
 }
 
-// ---- integer matmul over packed weights (kernels/packed_weights.h) ----------------------------
-// A 16-row group is four vectors of 4 rows (4 bytes each) per 64-byte chunk; each meets 4
-// activation bytes broadcast to every lane. Per block the exact integer sums, then
-// ref::dot_act's float steps in its order, so the result is the reference's bit for bit.
+// ---- integer matmul over packed weights (kernels/cpu/packed_weights.h)
+// ---------------------------- A 16-row group is four vectors of 4 rows (4 bytes each) per 64-byte
+// chunk; each meets 4 activation bytes broadcast to every lane. Per block the exact integer sums,
+// then ref::dot_act's float steps in its order, so the result is the reference's bit for bit.
 
 // acc[lane i] += sum over k < 4 of w[4i + k] * x[k] (x: 4 bytes broadcast to every lane).
 inline int32x4_t dot4(int32x4_t acc, int8x16_t w, int8x16_t x) {
@@ -686,17 +686,17 @@ constexpr LevelKernels make_table() {
 }  // namespace
 
 constexpr LevelKernels kTable = make_table();
-}  // namespace ferry::kernels::neon
+}  // namespace ferry::kernels::cpu::neon
 
-namespace ferry::kernels {
+namespace ferry::kernels::cpu {
 const LevelKernels* neon_kernels() {
     return &neon::kTable;
 }
-}  // namespace ferry::kernels
+}  // namespace ferry::kernels::cpu
 #else
-namespace ferry::kernels {
+namespace ferry::kernels::cpu {
 const LevelKernels* neon_kernels() {
     return nullptr;
 }
-}  // namespace ferry::kernels
+}  // namespace ferry::kernels::cpu
 #endif

@@ -5,7 +5,7 @@
 
 #include <arm_neon.h>
 
-namespace ferry::kernels::neon {
+namespace ferry::kernels::cpu::neon {
 
 // exp with a Cephes polynomial after range reduction by ln 2 (about 2 ulp), as the x86 levels,
 // and exactly 0 below the float range so that padding lanes set to -inf weigh nothing. NEON's
@@ -29,4 +29,4 @@ inline float32x4_t vexp(float32x4_t x) {
     return vbslq_f32(vcltq_f32(x, lo), vdupq_n_f32(0.0f), y);
 }
 
-}  // namespace ferry::kernels::neon
+}  // namespace ferry::kernels::cpu::neon

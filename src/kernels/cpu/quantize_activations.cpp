@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-namespace ferry::kernels::ref {
+namespace ferry::kernels::cpu::ref {
 
 void quantize_act(const float* x, ActBlock* out, int64_t n, Activations a) {
     const bool wide = a == Activations::Int16;
@@ -52,4 +52,4 @@ float quantize_token_q8(const float* x, int64_t n, int8_t* q) {
     return nan ? std::numeric_limits<float>::quiet_NaN() : d;
 }
 
-}  // namespace ferry::kernels::ref
+}  // namespace ferry::kernels::cpu::ref

@@ -11,9 +11,9 @@
 
 #include <cstdint>
 
-#include "kernels/kernels.h"
+#include "kernels/cpu/ops.h"
 
-namespace ferry::kernels {
+namespace ferry::kernels::cpu {
 
 struct ActBlock {
     int8_t hi[32];
@@ -49,4 +49,4 @@ void quantize_act(const float* x, ActBlock* out, int64_t n, Activations a);
 float quantize_token_q8(const float* x, int64_t n, int8_t* q);
 }  // namespace ref
 
-}  // namespace ferry::kernels
+}  // namespace ferry::kernels::cpu

@@ -11,7 +11,7 @@
 #include "quant/dequantize.h"
 #include "quant/ferry_types.h"
 
-namespace ferry::kernels::ref {
+namespace ferry::kernels::cpu::ref {
 using namespace ferry::quant;
 
 namespace {
@@ -307,4 +307,4 @@ void attend(const float* q, const float* k, const float* v, size_t stride, int64
     for (int d = 0; d < head_dim; ++d) out[d] *= inv;
 }
 
-}  // namespace ferry::kernels::ref
+}  // namespace ferry::kernels::cpu::ref

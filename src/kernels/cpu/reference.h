@@ -6,7 +6,7 @@
 #include "core/dtype.h"
 #include "kernels/cpu/quantize_activations.h"
 
-namespace ferry::kernels::ref {
+namespace ferry::kernels::cpu::ref {
 
 // dot(row of n elements stored in type, x); n is a multiple of the block size.
 float vec_dot(DType type, const uint8_t* row, const float* x, int64_t n);
@@ -32,4 +32,4 @@ int64_t argmax(const float* x, int64_t n);
 void attend(const float* q, const float* k, const float* v, size_t stride, int64_t n_kv,
             int head_dim, float scale, float* out);
 
-}  // namespace ferry::kernels::ref
+}  // namespace ferry::kernels::cpu::ref

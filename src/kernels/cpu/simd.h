@@ -7,15 +7,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/quantize_activations.h"
-#include "kernels/kernels.h"
 
-namespace ferry::kernels {
+namespace ferry::kernels::cpu {
 
 struct LevelKernels {
     // n floats (a multiple of 32) into n / 32 blocks, exactly as ref::quantize_act does.
     void (*quantize_act)(const float* x, ActBlock* out, int64_t n, Activations a);
-    // Packed rows (kernels/packed_weights.h) [r0, r1) of w against activations on grid a:
+    // Packed rows (kernels/cpu/packed_weights.h) [r0, r1) of w against activations on grid a:
     // y[t * ldy + r] = ref::dot_act(w.type, row r, x + t * (w.cols / 32), w.cols / 32, a), bit
     // for bit. r0 is a multiple of kPackRows. False for a type the level has no such path for.
     bool (*matmul_packed)(const Weight& w, const ActBlock* x, Activations a, int64_t n_tokens,
@@ -41,6 +41,8 @@ struct LevelKernels {
     void (*matmul_w8a8)(const Weight& w, const TokenQ8& x, int64_t n_tokens, float* y, int64_t ldy,
                         int64_t r0, int64_t r1);
     int64_t (*argmax)(const float* x, int64_t n);  // exactly ref::argmax's index
+    // n floats to halves, bit for bit quant::f32_to_f16's (nullptr: the scalar conversion)
+    void (*f32_to_f16_row)(const float* x, int64_t n, uint16_t* out);
 };
 
 const LevelKernels* avx2_kernels();    // nullptr where not compiled (non-x86)
@@ -53,4 +55,4 @@ float* scratch_floats(size_t n);
 // quant::dequantize_row without Status crossing into the target-pragma translation units.
 bool dequantize_row_f32(DType type, const void* src, float* dst, int64_t n);
 
-}  // namespace ferry::kernels
+}  // namespace ferry::kernels::cpu

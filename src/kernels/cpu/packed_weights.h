@@ -33,9 +33,9 @@
 #include <cstdint>
 
 #include "core/huge_buffer.h"
-#include "kernels/kernels.h"
+#include "kernels/cpu/ops.h"
 
-namespace ferry::kernels {
+namespace ferry::kernels::cpu {
 
 constexpr int kPackRows = 16;
 
@@ -116,4 +116,4 @@ class PackedWeight {
     HugeBuffer buf_;
 };
 
-}  // namespace ferry::kernels
+}  // namespace ferry::kernels::cpu

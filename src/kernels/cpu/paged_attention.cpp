@@ -1,15 +1,13 @@
-#include "kernels/paged_attention.h"
+#include "kernels/cpu/paged_attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu/attention_neon.h"
-#include "kernels/cpu/attention_x86.h"
-#include "kernels/kernels.h"
+#include "kernels/cpu/dispatch.h"
 
-namespace ferry::kernels {
+namespace ferry::kernels::cpu {
 
 void attend_paged_reference(const float* q, const PagedKvView& kv, int64_t n_kv, int head_dim,
                             float scale, float* out) {
@@ -52,19 +50,6 @@ void attend_paged_reference(const float* q, const PagedKvView& kv, int64_t n_kv,
 
 namespace {
 
-AttendRowsFn level_kernel() {
-    switch (cpu_level()) {
-        case CpuLevel::AVX512:
-            return avx512_attend_rows();
-        case CpuLevel::AVX2:
-            return avx2_attend_rows();
-        case CpuLevel::NEON:
-            return neon_attend_rows();
-        default:
-            return nullptr;
-    }
-}
-
 float* attention_scratch(size_t n) {
     thread_local std::vector<float> buf;
     if (buf.size() < n) buf.resize(n);
@@ -81,7 +66,7 @@ constexpr int64_t kRowOverhead = 32;
 
 void attend_paged_rows(std::span<const AttnRow> rows, const PagedKvView& kv, int head_dim,
                        float scale) {
-    const AttendRowsFn fn = level_kernel();
+    const AttendRowsFn fn = dispatch().attend_rows;
     if (!fn) {
         for (const AttnRow& r : rows)
             attend_paged_reference(r.q, kv, r.n_kv, head_dim, scale, r.out);
@@ -182,4 +167,4 @@ void attend_batch(const AttentionBatch& b, ThreadPool& pool) {
     }
 }
 
-}  // namespace ferry::kernels
+}  // namespace ferry::kernels::cpu

@@ -14,7 +14,7 @@
 #include "core/thread_pool.h"
 #include "quant/kv_format.h"
 
-namespace ferry::kernels {
+namespace ferry::kernels::cpu {
 
 // Keys and values may be stored as f32, f16, int8 or fp8 (quant/kv_format.h: element layout, and
 // where a block's per-token scales sit); the kernels convert them in registers, so a narrower
@@ -82,4 +82,4 @@ struct AttentionBatch {
 };
 void attend_batch(const AttentionBatch& b, ThreadPool& pool);
 
-}  // namespace ferry::kernels
+}  // namespace ferry::kernels::cpu

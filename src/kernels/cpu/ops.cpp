@@ -1,4 +1,4 @@
-#include "kernels/kernels.h"
+#include "kernels/cpu/ops.h"
 
 #include <algorithm>
 #include <atomic>
@@ -10,78 +10,16 @@
 #include <vector>
 
 #include "kernels/cpu/reference.h"
+#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/simd.h"
-#include "kernels/packed_weights.h"
+#include "kernels/cpu/packed_weights.h"
 #include "quant/dequantize.h"
 
-namespace ferry::kernels {
+namespace ferry::kernels::cpu {
 namespace {
 
-CpuLevel detect() {
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    // The AVX-512 level's integer dot products are VNNI; without it AVX2's maddubs is as good.
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("avx512vnni"))
-        return CpuLevel::AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
-        return CpuLevel::AVX2;
-#elif defined(__aarch64__)
-    return CpuLevel::NEON;  // Advanced SIMD is part of the aarch64 baseline
-#endif
-    return CpuLevel::Scalar;
-}
-
-// The level that runs when `want` is asked for on a CPU whose best is `have`: capped at `have`
-// within one architecture; a level of the other architecture cannot run, so scalar.
-CpuLevel clamp_level(CpuLevel want, CpuLevel have) {
-    if (want == CpuLevel::Scalar || have == CpuLevel::Scalar) return CpuLevel::Scalar;
-    if ((want == CpuLevel::NEON) != (have == CpuLevel::NEON)) return CpuLevel::Scalar;
-    return want < have ? want : have;
-}
-
-CpuLevel initial_level() {
-    const CpuLevel level = detect();
-    const char* env = std::getenv("FERRY_CPU_LEVEL");
-    if (!env || !*env) return level;
-    CpuLevel want;
-    if (!std::strcmp(env, "scalar"))
-        want = CpuLevel::Scalar;
-    else if (!std::strcmp(env, "neon"))
-        want = CpuLevel::NEON;
-    else if (!std::strcmp(env, "avx2"))
-        want = CpuLevel::AVX2;
-    else if (!std::strcmp(env, "avx512"))
-        want = CpuLevel::AVX512;
-    else {
-        // Said once, at start-up: a typo must not pass for a measurement at another level.
-        std::fprintf(stderr,
-                     "ferry: FERRY_CPU_LEVEL=%s is not scalar, avx2, avx512 or neon; using %s\n",
-                     env, cpu_level_name(level));
-        return level;
-    }
-    const CpuLevel got = clamp_level(want, level);
-    if (got != want)
-        std::fprintf(stderr, "ferry: FERRY_CPU_LEVEL=%s: this CPU runs at most %s; using %s\n", env,
-                     cpu_level_name(level), cpu_level_name(got));
-    return got;
-}
-
-CpuLevel g_level = initial_level();
-
 const LevelKernels* table() {
-    switch (g_level) {
-        case CpuLevel::AVX512:
-            return avx512_kernels();
-        case CpuLevel::AVX2:
-            return avx2_kernels();
-        case CpuLevel::NEON:
-            return neon_kernels();
-        default:
-            return nullptr;
-    }
+    return dispatch().ops;
 }
 
 void reference_rows(const Weight& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
@@ -148,41 +86,7 @@ TokenQ8 quantize_tokens(const LevelKernels* lk, const float* x, int64_t cols, in
 // group of rows is ever split.
 constexpr int64_t kRowGrain = kPackRows;
 
-Activations initial_activations() {
-    Activations a = Activations::Int16;
-    if (const char* e = std::getenv("FERRY_ACTIVATIONS"); e && *e && !parse_activations(e, &a))
-        std::fprintf(stderr, "ferry: FERRY_ACTIVATIONS=%s is not f32, int16 or int8; using %s\n", e,
-                     activations_name(a));
-    return a;
-}
-std::atomic<Activations> g_act{initial_activations()};
-
 }  // namespace
-
-Activations activations() {
-    return g_act.load(std::memory_order_relaxed);
-}
-void set_activations(Activations a) {
-    g_act.store(a);
-}
-const char* activations_name(Activations a) {
-    switch (a) {
-        case Activations::F32:
-            return "f32";
-        case Activations::Int8:
-            return "int8";
-        default:
-            return "int16";
-    }
-}
-bool parse_activations(const char* name, Activations* out) {
-    for (Activations a : {Activations::F32, Activations::Int16, Activations::Int8})
-        if (!std::strcmp(name, activations_name(a))) {
-            *out = a;
-            return true;
-        }
-    return false;
-}
 
 float* scratch_floats(size_t n) {
     thread_local std::vector<float> buf;
@@ -194,43 +98,23 @@ bool dequantize_row_f32(DType type, const void* src, float* dst, int64_t n) {
     return static_cast<bool>(quant::dequantize_row(type, src, dst, n));
 }
 
-CpuLevel detected_cpu_level() {
-    static const CpuLevel l = detect();
-    return l;
-}
-CpuLevel cpu_level() {
-    return g_level;
-}
-void set_cpu_level(CpuLevel l) {
-    g_level = clamp_level(l, detected_cpu_level());
-}
-
-const char* cpu_level_name(CpuLevel l) {
-    switch (l) {
-        case CpuLevel::AVX512:
-            return "avx512";
-        case CpuLevel::AVX2:
-            return "avx2";
-        case CpuLevel::NEON:
-            return "neon";
-        default:
-            return "scalar";
-    }
-}
-
 void matmul(const Weight& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
-    const MatmulOut out{w, y};
-    matmul_many(std::span<const MatmulOut>(&out, 1), x, n_tokens, pool);
+    matmul(w, x, n_tokens, y, pool, activations());
 }
 
-void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t n_tokens,
-                 ThreadPool& pool) {
+void matmul(const Weight& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
+            Activations act) {
+    const MatmulTarget out{w, y};
+    matmul_many(std::span<const MatmulTarget>(&out, 1), x, n_tokens, pool, act);
+}
+
+void matmul_many(std::span<const MatmulTarget> outs, const float* x, int64_t n_tokens,
+                 ThreadPool& pool, Activations act) {
     if (outs.empty() || n_tokens <= 0) return;
     const LevelKernels* lk = table();
     const int64_t cols = outs[0].w.cols;
     // Packed types meet integer activations unless they are set to F32; quantized once for
     // every output of the group.
-    const Activations act = activations();
     const ActBlock* xa = nullptr;
     bool need_a = false;
     for (const auto& o : outs) need_a |= packable(o.w.type);
@@ -347,4 +231,10 @@ void attend(const float* q, const float* k, const float* v, size_t stride, int64
     ref::attend(q, k, v, stride, n_kv, head_dim, scale, out);
 }
 
-}  // namespace ferry::kernels
+void f32_to_f16_row(const float* x, int64_t n, uint16_t* out) {
+    if (const LevelKernels* lk = table(); lk && lk->f32_to_f16_row)
+        return lk->f32_to_f16_row(x, n, out);
+    for (int64_t i = 0; i < n; ++i) out[i] = quant::f32_to_f16(x[i]);
+}
+
+}  // namespace ferry::kernels::cpu

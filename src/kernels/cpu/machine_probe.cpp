@@ -1,4 +1,4 @@
-#include "core/machine_probe.h"
+#include "kernels/cpu/machine_probe.h"
 
 #include <algorithm>
 #include <atomic>
@@ -12,13 +12,14 @@
 #include <vector>
 
 #include "core/huge_buffer.h"
+#include "kernels/cpu/dispatch.h"
 
 #include <unistd.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
-namespace ferry {
+namespace ferry::kernels::cpu {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -74,7 +75,7 @@ __attribute__((target("avx2"))) uint64_t sum_avx2(const uint64_t* p, size_t n) {
 
 uint64_t sum_words(const uint64_t* p, size_t n) {
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx2")) return sum_avx2(p, n);
+    if (detected_cpu_level() >= CpuLevel::AVX2) return sum_avx2(p, n);
 #endif
     return sum_portable(p, n);
 }
@@ -141,10 +142,11 @@ double fma_portable(int64_t iters) {
 
 using FmaKernel = double (*)(int64_t);
 
+// The widest unit of the levels ferry's kernels can run at on this CPU (dispatch.h).
 FmaKernel best_fma_kernel() {
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx512f")) return fma_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return fma_avx2;
+    if (detected_cpu_level() == CpuLevel::AVX512) return fma_avx512;
+    if (detected_cpu_level() == CpuLevel::AVX2) return fma_avx2;
 #endif
     return fma_portable;
 }
@@ -229,13 +231,4 @@ uint64_t total_memory_bytes() {
     return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
 }
 
-MachinePeaks measure_machine_peaks(int n_threads) {
-    MachinePeaks p;
-    p.threads = resolve_threads(n_threads);
-    p.memory_bytes = total_memory_bytes();
-    p.read_gbs = measure_read_bandwidth_gbs(p.threads);
-    p.gflops_f32 = measure_peak_gflops_f32(p.threads);
-    return p;
-}
-
-}  // namespace ferry
+}  // namespace ferry::kernels::cpu

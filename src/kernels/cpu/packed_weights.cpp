@@ -1,4 +1,4 @@
-#include "kernels/packed_weights.h"
+#include "kernels/cpu/packed_weights.h"
 
 #include <cstring>
 
@@ -6,7 +6,7 @@
 #include "quant/dequantize.h"
 #include "quant/ferry_types.h"
 
-namespace ferry::kernels {
+namespace ferry::kernels::cpu {
 using namespace ferry::quant;
 
 namespace {
@@ -137,4 +137,4 @@ PackedWeight::PackedWeight(const Weight& w) {
     pack_weight(w, reinterpret_cast<uint8_t*>(buf_.data()));
 }
 
-}  // namespace ferry::kernels
+}  // namespace ferry::kernels::cpu

@@ -1,0 +1,88 @@
+#include "engine/block_manager.h"
+
+#include <algorithm>
+
+namespace ferry::engine {
+namespace {
+
+size_t blocks_for(int64_t positions, int block_size) {
+    return static_cast<size_t>((positions + block_size - 1) / block_size);
+}
+
+}  // namespace
+
+BlockManager::BlockManager(int64_t n_blocks, int block_size, bool prefix_caching)
+    : pool_(n_blocks, block_size, prefix_caching) {}
+
+int BlockManager::match_prefix(BlockTable& t, std::span<const int32_t> tokens) {
+    if (!pool_.prefix_caching() || !t.blocks.empty()) return 0;
+    const int bs = block_size();
+    // At least one token must be left to compute, or there would be no logits to sample.
+    const int64_t max_blocks = (static_cast<int64_t>(tokens.size()) - 1) / bs;
+    uint64_t parent = 0;
+    for (int64_t i = 0; i < max_blocks; ++i) {
+        const auto toks = tokens.subspan(static_cast<size_t>(i * bs), static_cast<size_t>(bs));
+        const uint64_t h = kv::BlockPool::chain_hash(parent, toks);
+        auto b = pool_.lookup(h, parent, toks);
+        if (!b) break;
+        t.blocks.push_back(*b);
+        t.hashes.push_back(h);
+        parent = h;
+    }
+    return static_cast<int>(t.blocks.size()) * bs;
+}
+
+bool BlockManager::allocate(BlockTable& t, int64_t first_write, int64_t n_positions,
+                            std::vector<BlockCopy>& copies) {
+    const size_t need = blocks_for(n_positions, block_size());
+    const int64_t fresh = static_cast<int64_t>(need > t.blocks.size() ? need - t.blocks.size() : 0);
+    // Copy-on-write: the block the first new token goes into may be shared with siblings.
+    const auto first = static_cast<size_t>(first_write / block_size());
+    const bool cow = first < t.blocks.size() && pool_.ref(t.blocks[first]) > 1;
+    if (pool_.num_free() < fresh + (cow ? 1 : 0)) return false;
+    if (cow) {
+        const int32_t copy = *pool_.allocate();
+        copies.push_back({t.blocks[first], copy});
+        pool_.decref(t.blocks[first]);
+        t.blocks[first] = copy;
+        // The copy is partial and private, so it no longer has a registered hash.
+        t.hashes.resize(std::min(t.hashes.size(), first));
+    }
+    for (int64_t i = 0; i < fresh; ++i) t.blocks.push_back(*pool_.allocate());
+    return true;
+}
+
+void BlockManager::register_full(BlockTable& t, std::span<const int32_t> tokens,
+                                 int64_t n_computed) {
+    const int bs = block_size();
+    while (static_cast<int64_t>(t.hashes.size()) < n_computed / bs) {
+        const size_t i = t.hashes.size();
+        const uint64_t parent = i ? t.hashes[i - 1] : 0;
+        const auto toks = tokens.subspan(i * static_cast<size_t>(bs), static_cast<size_t>(bs));
+        const uint64_t h = kv::BlockPool::chain_hash(parent, toks);
+        pool_.register_full(t.blocks[i], h, parent, toks);
+        t.hashes.push_back(h);
+    }
+}
+
+void BlockManager::trim(BlockTable& t, int64_t n_positions) {
+    const size_t keep = blocks_for(n_positions, block_size());
+    while (t.blocks.size() > keep) {
+        pool_.decref(t.blocks.back());
+        t.blocks.pop_back();
+    }
+    t.hashes.resize(std::min(t.hashes.size(), t.blocks.size()));
+}
+
+void BlockManager::release(BlockTable& t) {
+    for (auto it = t.blocks.rbegin(); it != t.blocks.rend(); ++it) pool_.decref(*it);
+    t.blocks.clear();
+    t.hashes.clear();
+}
+
+void BlockManager::share(const BlockTable& from, BlockTable& to) {
+    to = from;
+    for (int32_t b : to.blocks) pool_.incref(b);
+}
+
+}  // namespace ferry::engine

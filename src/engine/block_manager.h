@@ -1,0 +1,62 @@
+// Who holds which KV blocks, in terms of block tables: allocation for the positions a step will
+// write, copy-on-write of a block shared with siblings before it is written, prefix-cache
+// matching and registration (a hash chained over every full block's tokens), trimming after a
+// speculative step, and release. The scheduler keeps every sequence's table here and the
+// draft model's proposer keeps its own cache's; neither touches the pool directly.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kv/block_pool.h"
+
+namespace ferry::engine {
+
+// A sequence's blocks in position order, and the chain hashes of its leading full blocks
+// that are registered in the prefix cache.
+struct BlockTable {
+    std::vector<int32_t> blocks;
+    std::vector<uint64_t> hashes;
+};
+
+// A block to copy before the step that writes into dst runs (copy-on-write).
+struct BlockCopy {
+    int32_t src;
+    int32_t dst;
+};
+
+class BlockManager {
+  public:
+    BlockManager(int64_t n_blocks, int block_size, bool prefix_caching);
+
+    int block_size() const { return pool_.block_size(); }
+    bool prefix_caching() const { return pool_.prefix_caching(); }
+    const kv::BlockPool& pool() const { return pool_; }
+    int64_t num_free() const { return pool_.num_free(); }
+
+    // Takes cached blocks for the longest run of leading full blocks of `tokens` the prefix
+    // cache holds, leaving at least one token to compute (its logits are needed); returns the
+    // tokens they cover. Only for an empty table.
+    int match_prefix(BlockTable& t, std::span<const int32_t> tokens);
+    // Makes the table cover n_positions positions. The block that position first_write falls
+    // in is copied first (listed in `copies`) when another table holds it too. False, with
+    // nothing changed, when the pool has too few blocks.
+    bool allocate(BlockTable& t, int64_t first_write, int64_t n_positions,
+                  std::vector<BlockCopy>& copies);
+    // Registers every full block of tokens[0, n_computed) not registered yet, so later
+    // requests with the same prefix can reuse it.
+    void register_full(BlockTable& t, std::span<const int32_t> tokens, int64_t n_computed);
+    // Gives back the blocks past those covering n_positions positions.
+    void trim(BlockTable& t, int64_t n_positions);
+    // Gives back every block (the last first, so a prefix's later blocks are evicted before
+    // its first ones).
+    void release(BlockTable& t);
+    // `to` becomes a copy of `from`, holding every block too.
+    void share(const BlockTable& from, BlockTable& to);
+
+  private:
+    kv::BlockPool pool_;
+};
+
+}  // namespace ferry::engine

@@ -1,0 +1,36 @@
+// What one engine step runs, as the scheduler decided it: a plain value of sequence ids, token
+// ids, positions and block ids that the model runner executes without reading any live
+// sequence state (so the step could as well be sent to another rank).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/block_manager.h"
+
+namespace ferry::engine {
+
+struct ScheduledSeq {
+    uint64_t seq_id = 0;
+    // What runs: a chunk of the sequence's uncomputed tokens, then num_draft draft tokens to
+    // verify, at positions start_pos, start_pos + 1, ...
+    std::vector<int32_t> tokens;
+    int64_t start_pos = 0;  // the tokens already in the cache
+    // The sequence's block table, covering every position up to the last of `tokens`.
+    std::vector<int32_t> blocks;
+    int num_draft = 0;
+    // The chunk reaches the end of the sequence's known tokens: logits come for the last
+    // 1 + num_draft positions.
+    bool wants_logits = false;
+    int num_tokens() const { return static_cast<int>(tokens.size()); }
+};
+
+struct SchedulerOutput {
+    std::vector<ScheduledSeq> seqs;
+    std::vector<BlockCopy> copies;  // done before the step runs
+    int total_tokens = 0;
+    int preempted = 0;
+    bool empty() const { return seqs.empty(); }
+};
+
+}  // namespace ferry::engine

@@ -1,0 +1,215 @@
+// The narrow interface between the model and a device: the memory a forward pass needs
+// (weights in the device's own layout, the KV pool, working buffers, copies to and from the
+// host) and every operation the model is made of. The model is written once against it
+// (model/llama.cpp names ops and tensors only); each backend implements it beside a scalar
+// reference its fast paths are tested against: kernels/cpu/ today (thread pool, SIMD levels,
+// packed weights), a GPU next (docs/architecture.md, "Adding a backend").
+//
+// Tensors handed to an op are on the backend's device, float32 and row-major ({n_tokens, dim})
+// unless the op says otherwise. A backend runs one caller's ops at a time, in order, like a
+// CUDA stream: the engine thread, or the one thread of a CLI command.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "quant/kv_format.h"
+
+namespace ferry {
+class ThreadPool;
+}
+
+namespace ferry::kernels {
+
+// What quantized weights (Q4_0/Q4_1/Q8_0/Q4_K/Q6_K/int4) meet their activations as
+// (docs/performance.md says why the default is Int16):
+//  - F32: float activations against weights widened to floats (exact float32 math);
+//  - Int16: each block of 32 activations rounded to a 16-bit grid (amax / 16256 steps), in
+//    integer dot products;
+//  - Int8: the same with an 8-bit grid (amax / 127, llama.cpp's Q8 activations): fastest, and
+//    coarse enough to move this model's logits by ~1.
+// Other weight types ignore it. FERRY_ACTIVATIONS=f32|int16|int8 sets the default.
+enum class Activations { F32, Int16, Int8 };
+const char* activations_name(Activations a);
+// "f32", "int16" or "int8"; false for anything else.
+bool parse_activations(const char* name, Activations* out);
+
+enum class RopeStyle { Normal, Neox };  // adjacent pairs vs. halves (GPT-NeoX)
+
+// A weight matrix of rows output channels, each a row of cols inputs, resident on a backend.
+struct Matrix {
+    Tensor data;    // {rows, cols} in the file's row format, readable by the backend
+    Tensor layout;  // the same matrix in the backend's own layout, where it made one (opaque)
+    DType type() const { return data.dtype(); }
+    int64_t rows() const { return data.rows(); }
+    int64_t cols() const { return data.cols(); }
+};
+
+// How a matrix will be read, so a backend can lay it out for that: multiplied (every row,
+// every step), or looked up a row at a time (the token embedding).
+enum class MatrixUse { Matmul, Rows };
+struct MatrixSource {
+    Tensor host;  // {rows, cols} as the file holds it, on the host
+    MatrixUse use = MatrixUse::Matmul;
+};
+
+// One output of a multiplication: y = x W^T, y {n_tokens, w.rows()}.
+struct MatmulOut {
+    const Matrix* w;
+    Tensor y;
+};
+
+// One sequence's share of a ragged batch: n_tokens consecutive tokens of the batch from
+// first_token on, at positions start_pos.., whose keys and values go into (and whose attention
+// reads from) `blocks`, the sequence's block table in position order.
+struct BatchSeq {
+    int64_t start_pos = 0;
+    int32_t n_tokens = 0;
+    int32_t first_token = 0;
+    std::span<const int32_t> blocks;
+};
+
+// A ragged batch as one forward pass runs it; host arrays that the model runner packed.
+struct Batch {
+    std::span<const int32_t> tokens;     // every sequence's chunk, back to back
+    std::span<const int64_t> positions;  // per token
+    std::span<const int32_t> token_seq;  // per token: its sequence, an index into seqs
+    std::span<const BatchSeq> seqs;
+    std::span<const int32_t> logit_tokens;  // tokens whose logits are wanted, in output order
+    int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
+};
+
+// Where a KV cache is and how its blocks are laid out (kv::KvStore::view()): for keys and for
+// values, n_layer x n_blocks regions of k_region / v_region bytes, [layer][block], each laid out
+// as quant/kv_format.h says.
+struct KvCacheView {
+    std::byte* k = nullptr;
+    std::byte* v = nullptr;
+    int n_layer = 0;
+    int64_t n_blocks = 0;
+    int block_size = 0;
+    int kv_dim = 0;  // KV heads x head_dim
+    int head_dim = 0;
+    quant::KvDType dtype = quant::KvDType::F32;
+    size_t k_region = 0, v_region = 0;
+    quant::KvBlockLayout layout{};
+    const float* k_channel_scales = nullptr;    // int8 keys: n_layer x kv_dim, else null
+    std::atomic<int64_t>* k_clipped = nullptr;  // int8 key elements clipped so far
+    std::byte* k_block(int layer, int64_t block) const {
+        return k + (static_cast<size_t>(layer) * n_blocks + block) * k_region;
+    }
+    std::byte* v_block(int layer, int64_t block) const {
+        return v + (static_cast<size_t>(layer) * n_blocks + block) * v_region;
+    }
+};
+
+struct AttentionShape {
+    int n_head = 0;
+    int n_head_kv = 0;
+    int head_dim = 0;
+    float scale = 1;  // applied to q.k
+};
+
+class Backend {
+  public:
+    virtual ~Backend() = default;
+
+    virtual Device device() const = 0;
+    // How it runs, for reports and JSON: {"backend", "cpu"}, {"cpu_level", "avx512"}, ...
+    virtual std::vector<std::pair<std::string, std::string>> describe() const = 0;
+    virtual Activations activations() const = 0;
+
+    // ---- memory -------------------------------------------------------------------------
+    // Zero-filled device memory, resident now (not on first touch), owned by the tensor.
+    virtual Tensor alloc(DType type, std::span<const int64_t> shape) = 0;
+    virtual void upload(const void* host, const Tensor& dst) = 0;  // dst.bytes() bytes
+    virtual void download(const Tensor& src, void* host) = 0;      // src.bytes() bytes
+    struct Copy {
+        const std::byte* src;
+        std::byte* dst;
+        size_t bytes;
+    };
+    virtual void copy(std::span<const Copy> copies) = 0;  // device to device
+    // Working memory of a forward pass: slot i keeps the largest size asked of it, and what is
+    // in it is undefined until written.
+    virtual Tensor scratch(int slot, DType type, std::initializer_list<int64_t> shape) = 0;
+    // t as host memory: t itself where the device's memory is the host's, else a copy (valid
+    // until the next call).
+    virtual Tensor host_view(const Tensor& t) = 0;
+
+    // ---- weights ------------------------------------------------------------------------
+    // The matrices made resident in the device's own layout, in order; progress(done, total)
+    // in bytes.
+    virtual std::vector<Matrix> make_resident(
+        std::span<const MatrixSource> sources,
+        const std::function<void(int64_t, int64_t)>& progress = nullptr) = 0;
+    // A float vector (norm weights, biases) on the device.
+    virtual Tensor resident_vector(const Tensor& host) = 0;
+    // Bytes one multiplication by w streams (its layout's, where it reads that).
+    virtual size_t bytes_read(const Matrix& w) const = 0;
+
+    // ---- ops ----------------------------------------------------------------------------
+    // out[t] = row tokens[t] of the table, as floats.
+    virtual void embed(const Matrix& table, const Batch& b, const Tensor& out) = 0;
+    // out[t] = x[t] / rms(x[t]) * weight, row by row.
+    virtual void rmsnorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) = 0;
+    // Several products of the same x (q/k/v, gate/up) in one pass, so a decode step pays one
+    // synchronisation for the group. Every w has x.cols() columns.
+    virtual void matmul(std::span<const MatmulOut> outs, const Tensor& x) = 0;
+    virtual void add(const Tensor& x, const Tensor& y) = 0;           // x += y (the residual)
+    virtual void add_bias(const Tensor& y, const Tensor& bias) = 0;   // every row += bias
+    virtual void silu_mul(const Tensor& gate, const Tensor& up) = 0;  // gate = silu(gate) * up
+    // cos_sin[t] = the rotation of token t's position: rope_dim / 2 (cos, sin) pairs, pair i
+    // at angle pos * theta^(-2i / rope_dim).
+    virtual void rope_angles(const Batch& b, int rope_dim, float theta, const Tensor& cos_sin) = 0;
+    // Rotates the first rope_dim dims of each of n_heads vectors of head_dim in every row of x.
+    virtual void rope(const Tensor& x, int n_heads, int head_dim, int rope_dim,
+                      const Tensor& cos_sin, RopeStyle style) = 0;
+    // Stores every token's keys and values (rows of kv_dim) in its sequence's block and slot,
+    // as the cache's element type.
+    virtual void kv_write(const KvCacheView& kv, int layer, const Batch& b, const Tensor& k,
+                          const Tensor& v) = 0;
+    // Causal attention: token t attends to positions [0, positions[t]] of its sequence with
+    // each of its query heads; every token's keys and values must be in the cache already.
+    virtual void attention(const KvCacheView& kv, int layer, const Batch& b,
+                           const AttentionShape& shape, const Tensor& q, const Tensor& out) = 0;
+    virtual void gather_rows(const Tensor& x, std::span<const int32_t> rows, const Tensor& out) = 0;
+    virtual void softmax(const Tensor& x) = 0;                              // every row
+    virtual void argmax(const Tensor& x, std::span<int32_t> host_out) = 0;  // every row's
+
+    // ---- the host side ------------------------------------------------------------------
+    // Threads for host work between steps (sampling): the CPU backend's own pool, which is
+    // idle then.
+    virtual ThreadPool& host_pool() = 0;
+    // The roofline's ceilings, measured (under a second each): GB/s reading memory far larger
+    // than the caches, and f32 GFLOP/s (an FMA counts 2); and the device's memory.
+    virtual double measure_read_bandwidth_gbs() = 0;
+    virtual double measure_peak_gflops_f32() = 0;
+    virtual uint64_t memory_bytes() const = 0;
+};
+
+// One value of describe() ("" when the backend does not report it).
+std::string backend_property(const Backend& b, std::string_view key);
+
+struct BackendOptions {
+    Device device = Device::CPU;
+    int threads = 0;                         // CPU: workers incl. the caller; 0: physical cores
+    std::optional<Activations> activations;  // unset: FERRY_ACTIVATIONS, else int16
+};
+
+// A backend for the options' device; an error names what is missing (no such device, a
+// build without it).
+Expected<std::shared_ptr<Backend>> make_backend(const BackendOptions& options = {});
+
+}  // namespace ferry::kernels

@@ -1,0 +1,308 @@
+#include "kernels/cpu/cpu_backend.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "core/huge_buffer.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/machine_probe.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/packed_weights.h"
+#include "kernels/cpu/paged_attention.h"
+
+namespace ferry::kernels::cpu {
+namespace {
+
+Weight weight_of(const Matrix& m) {
+    Weight w{m.type(), static_cast<const uint8_t*>(m.data.raw()), m.rows(), m.cols(),
+             m.data.ndim() > 1 ? m.data.stride(0) : m.data.row_bytes()};
+    w.packed = static_cast<const uint8_t*>(m.layout.raw());
+    return w;
+}
+
+size_t matrix_bytes(const Matrix& m) {
+    return m.data.row_bytes() * static_cast<size_t>(m.rows());
+}
+
+// Host memory that is resident as soon as it is had: a reservation that only becomes
+// resident when traffic comes would make memory use look smaller than it is (and `ferry
+// plan` disagree with it), and would move page faults onto the first requests.
+std::shared_ptr<HugeBuffer> resident_buffer(size_t n) {
+    auto b = std::make_shared<HugeBuffer>(n);
+    if (n) std::memset(b->data(), 0, n);
+    return b;
+}
+
+// One token's keys or values of one KV head into the cache's element type: f16 rows through
+// the level's conversion, the others through the scalar row quantizers.
+int64_t store_row(quant::KvDType t, const float* x, int n, std::byte* dst, float* scale,
+                  const float* channel_scale) {
+    if (t == quant::KvDType::F16) {
+        f32_to_f16_row(x, n, reinterpret_cast<uint16_t*>(dst));
+        return 0;
+    }
+    return quant::quantize_kv_row(t, x, n, dst, scale, channel_scale);
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int threads, Activations act)
+    : pool_(threads > 0 ? threads : physical_core_count()), act_(act) {}
+
+std::vector<std::pair<std::string, std::string>> CpuBackend::describe() const {
+    return {{"backend", "cpu"},
+            {"cpu_level", cpu_level_name(cpu_level())},
+            {"activations", activations_name(act_)},
+            {"threads", std::to_string(pool_.size())}};
+}
+
+Tensor CpuBackend::alloc(DType type, std::span<const int64_t> shape) {
+    Tensor t(static_cast<void*>(nullptr), type, shape);
+    auto buf = resident_buffer(t.bytes());
+    return Tensor(buf->data(), type, shape).owned_by(buf);
+}
+
+void CpuBackend::upload(const void* host, const Tensor& dst) {
+    std::memcpy(dst.raw(), host, dst.bytes());
+}
+
+void CpuBackend::download(const Tensor& src, void* host) {
+    std::memcpy(host, src.raw(), src.bytes());
+}
+
+void CpuBackend::copy(std::span<const Copy> copies) {
+    for (const Copy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
+}
+
+Tensor CpuBackend::scratch(int slot, DType type, std::initializer_list<int64_t> shape) {
+    // Kept between calls: a step of 64 sequences needs ~2 MB, and allocations that size came
+    // back as fresh pages to fault in and zero on every step (5 % of a batched decode). Each
+    // keeps the largest size asked of it, which the engine's token budget bounds.
+    if (slot >= static_cast<int>(scratch_.size())) scratch_.resize(static_cast<size_t>(slot) + 1);
+    Tensor t(static_cast<void*>(nullptr), type, shape);
+    auto& buf = scratch_[static_cast<size_t>(slot)];
+    const size_t floats = (t.bytes() + sizeof(float) - 1) / sizeof(float);
+    if (buf.size() < floats) buf.resize(floats);
+    return Tensor(buf.data(), type, shape);
+}
+
+std::vector<Matrix> CpuBackend::make_resident(
+    std::span<const MatrixSource> sources, const std::function<void(int64_t, int64_t)>& progress) {
+    // Every matrix a token multiplies lives in one anonymous buffer backed by huge pages (each
+    // alone is < 2 MiB, and file pages are 4 KiB ones): packed for the integer kernels, or
+    // copied as it is for the float ones. Matrices read a row at a time stay where they are.
+    std::vector<Matrix> out(sources.size());
+    auto slot = [](const Weight& w) {
+        return ((packable(w) ? packed_bytes(w) : w.row_stride * static_cast<size_t>(w.rows)) + 63) /
+               64 * 64;
+    };
+    size_t total = 0;
+    int64_t total_bytes = 0;
+    for (size_t i = 0; i < sources.size(); ++i) {
+        out[i].data = sources[i].host;
+        if (sources[i].use != MatrixUse::Matmul) continue;
+        total += slot(weight_of(out[i]));
+        total_bytes += static_cast<int64_t>(matrix_bytes(out[i]));
+    }
+    auto buf = std::make_shared<HugeBuffer>(total);
+    size_t at = 0;
+    int64_t done = 0;
+    for (Matrix& m : out) {
+        const MatrixSource& src = sources[static_cast<size_t>(&m - out.data())];
+        if (src.use != MatrixUse::Matmul) continue;
+        const Weight w = weight_of(m);
+        auto* dst = buf->data() + at;
+        at += slot(w);
+        if (packable(w)) {
+            // The packed copy serves every integer product; the rows are read again only by
+            // float activations and the reference (the file's pages, faulted in on demand).
+            pack_weight(w, reinterpret_cast<uint8_t*>(dst));
+            m.layout =
+                Tensor(dst, DType::I8, {static_cast<int64_t>(packed_bytes(w))}).owned_by(buf);
+        } else {
+            std::memcpy(dst, m.data.raw(), matrix_bytes(m));
+            m.data = Tensor(dst, m.type(), {m.rows(), m.cols()}).owned_by(buf);
+        }
+        done += static_cast<int64_t>(matrix_bytes(m));
+        if (progress) progress(done, total_bytes);
+    }
+    return out;
+}
+
+size_t CpuBackend::bytes_read(const Matrix& w) const {
+    // The packed copy where integer activations read one (a Q4_K tile is 2.8 % larger than the
+    // file's blocks, an int4_g128 one 18 %), the rows else.
+    if (act_ != Activations::F32 && !w.layout.empty()) return w.layout.bytes();
+    return matrix_bytes(w);
+}
+
+template <class Fn>
+void CpuBackend::per_row(int64_t n, Fn&& fn) {
+    if (n < 8) {
+        for (int64_t t = 0; t < n; ++t) fn(t);
+        return;
+    }
+    pool_.parallel_for(n, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) fn(t);
+    });
+}
+
+void CpuBackend::embed(const Matrix& table, const Batch& b, const Tensor& out) {
+    const Weight w = weight_of(table);
+    float* y = out.data<float>();
+    for (int64_t t = 0; t < b.n_tokens(); ++t) get_row(w, b.tokens[t], y + t * w.cols);
+}
+
+void CpuBackend::rmsnorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) {
+    const int64_t dim = x.cols();
+    const float* xp = x.data<float>();
+    const float* wp = weight.data<float>();
+    float* yp = out.data<float>();
+    per_row(x.rows(), [&](int64_t t) { cpu::rmsnorm(xp + t * dim, wp, yp + t * dim, dim, eps); });
+}
+
+void CpuBackend::matmul(std::span<const kernels::MatmulOut> outs, const Tensor& x) {
+    cpu::MatmulTarget ws[8];
+    std::vector<cpu::MatmulTarget> many;
+    cpu::MatmulTarget* dst = ws;
+    if (outs.size() > std::size(ws)) {
+        many.resize(outs.size());
+        dst = many.data();
+    }
+    for (size_t i = 0; i < outs.size(); ++i)
+        dst[i] = {weight_of(*outs[i].w), outs[i].y.data<float>()};
+    matmul_many({dst, outs.size()}, x.data<float>(), x.rows(), pool_, act_);
+}
+
+void CpuBackend::add(const Tensor& x, const Tensor& y) {
+    float* a = x.data<float>();
+    const float* b = y.data<float>();
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) a[i] += b[i];
+}
+
+void CpuBackend::add_bias(const Tensor& y, const Tensor& bias) {
+    float* a = y.data<float>();
+    const float* b = bias.data<float>();
+    const int64_t dim = y.cols();
+    for (int64_t t = 0, n = y.rows(); t < n; ++t)
+        for (int64_t i = 0; i < dim; ++i) a[t * dim + i] += b[i];
+}
+
+void CpuBackend::silu_mul(const Tensor& gate, const Tensor& up) {
+    // Row by row, so whether an element lands in the vector body or the scalar tail (two exp
+    // roundings) never depends on the batch.
+    const int64_t dim = gate.cols();
+    float* g = gate.data<float>();
+    const float* u = up.data<float>();
+    per_row(gate.rows(), [&](int64_t t) { cpu::silu_mul(g + t * dim, u + t * dim, dim); });
+}
+
+void CpuBackend::rope_angles(const Batch& b, int rope_dim, float theta, const Tensor& cos_sin) {
+    float* cs = cos_sin.data<float>();
+    for (int64_t t = 0; t < b.n_tokens(); ++t)
+        cpu::rope_angles(b.positions[t], rope_dim, theta, cs + t * rope_dim);
+}
+
+void CpuBackend::rope(const Tensor& x, int n_heads, int head_dim, int rope_dim,
+                      const Tensor& cos_sin, RopeStyle style) {
+    const int64_t dim = x.cols();
+    float* xp = x.data<float>();
+    const float* cs = cos_sin.data<float>();
+    per_row(x.rows(), [&](int64_t t) {
+        cpu::rope(xp + t * dim, n_heads, head_dim, rope_dim, cs + t * rope_dim, style);
+    });
+}
+
+void CpuBackend::kv_write(const KvCacheView& kv, int layer, const Batch& b, const Tensor& k,
+                          const Tensor& v) {
+    const quant::KvDType t = kv.dtype;
+    const size_t eb = quant::kv_elem_bytes(t);
+    const int hd = kv.head_dim, n_heads = kv.kv_dim / kv.head_dim;
+    const float* cs = kv.k_channel_scales
+                          ? kv.k_channel_scales + static_cast<size_t>(layer) * kv.kv_dim
+                          : nullptr;
+    const float* kp = k.data<float>();
+    const float* vp = v.data<float>();
+    // Writes to different slots may run concurrently.
+    per_row(b.n_tokens(), [&](int64_t tok) {
+        const int64_t pos = b.positions[tok];
+        const int32_t block = b.seqs[b.token_seq[tok]].blocks[pos / kv.block_size];
+        const int slot = static_cast<int>(pos % kv.block_size);
+        for (int key = 0; key < 2; ++key) {
+            std::byte* base = key ? kv.k_block(layer, block) : kv.v_block(layer, block);
+            const float* x = (key ? kp : vp) + tok * kv.kv_dim;
+            auto* scales = reinterpret_cast<float*>(base + kv.layout.scale_offset) +
+                           static_cast<size_t>(slot) * n_heads;
+            for (int h = 0; h < n_heads; ++h) {
+                const size_t at = h * kv.layout.head_stride + slot * kv.layout.pos_stride;
+                float s = 0;
+                const int64_t clipped =
+                    store_row(t, x + static_cast<size_t>(h) * hd, hd, base + at * eb, &s,
+                              key && cs ? cs + static_cast<size_t>(h) * hd : nullptr);
+                if (clipped && kv.k_clipped)
+                    kv.k_clipped->fetch_add(clipped, std::memory_order_relaxed);
+                if (quant::kv_token_scales(t, key)) scales[h] = s;
+            }
+        }
+    });
+}
+
+void CpuBackend::attention(const KvCacheView& kv, int layer, const Batch& b,
+                           const AttentionShape& shape, const Tensor& q, const Tensor& out) {
+    size_t total = 0;
+    for (const BatchSeq& s : b.seqs) total += s.blocks.size();
+    block_k_.resize(total);
+    block_v_.resize(total);
+    std::vector<SeqBlocks> seqs(b.seqs.size());
+    for (size_t s = 0, at = 0; s < b.seqs.size(); ++s) {
+        seqs[s] = {block_k_.data() + at, block_v_.data() + at};
+        for (int32_t blk : b.seqs[s].blocks) {
+            block_k_[at] = kv.k_block(layer, blk);
+            block_v_[at] = kv.v_block(layer, blk);
+            ++at;
+        }
+    }
+    // Token t sees positions [0, pos]: causal masking is just the length of the scan.
+    attend_batch({q.data<float>(), out.data<float>(), b.n_tokens(), shape.n_head, shape.n_head_kv,
+                  shape.head_dim, shape.scale, b.token_seq.data(), b.positions.data(), seqs,
+                  kv.block_size, kv.layout, kv.dtype,
+                  kv.k_channel_scales ? kv.k_channel_scales + static_cast<size_t>(layer) * kv.kv_dim
+                                      : nullptr},
+                 pool_);
+}
+
+void CpuBackend::gather_rows(const Tensor& x, std::span<const int32_t> rows, const Tensor& out) {
+    const size_t rb = x.row_bytes();
+    const auto* src = static_cast<const std::byte*>(x.raw());
+    auto* dst = static_cast<std::byte*>(out.raw());
+    for (size_t i = 0; i < rows.size(); ++i)
+        std::memcpy(dst + i * rb, src + static_cast<size_t>(rows[i]) * rb, rb);
+}
+
+void CpuBackend::softmax(const Tensor& x) {
+    const int64_t dim = x.cols();
+    float* p = x.data<float>();
+    for (int64_t t = 0, n = x.rows(); t < n; ++t) cpu::softmax(p + t * dim, dim);
+}
+
+void CpuBackend::argmax(const Tensor& x, std::span<int32_t> host_out) {
+    const int64_t dim = x.cols();
+    const float* p = x.data<float>();
+    for (int64_t t = 0, n = x.rows(); t < n; ++t)
+        host_out[static_cast<size_t>(t)] = static_cast<int32_t>(cpu::argmax(p + t * dim, dim));
+}
+
+double CpuBackend::measure_read_bandwidth_gbs() {
+    return cpu::measure_read_bandwidth_gbs(pool_.size());
+}
+
+double CpuBackend::measure_peak_gflops_f32() {
+    return cpu::measure_peak_gflops_f32(pool_.size());
+}
+
+uint64_t CpuBackend::memory_bytes() const {
+    return total_memory_bytes();
+}
+
+}  // namespace ferry::kernels::cpu

@@ -1,0 +1,22 @@
+#include "kernels/host_math.h"
+
+#include "kernels/cpu/ops.h"
+
+namespace ferry::kernels {
+
+void softmax(float* x, int64_t n) {
+    cpu::softmax(x, n);
+}
+
+int64_t argmax(const float* x, int64_t n) {
+    return cpu::argmax(x, n);
+}
+
+void matmul_f32(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n_tokens,
+                float* y, ThreadPool& pool) {
+    const cpu::Weight wt{DType::F32, reinterpret_cast<const uint8_t*>(w), rows, cols,
+                         static_cast<size_t>(cols) * sizeof(float)};
+    cpu::matmul(wt, x, n_tokens, y, pool, Activations::F32);
+}
+
+}  // namespace ferry::kernels

@@ -1,0 +1,24 @@
+// Math on host memory for the work around the model: the sampler's softmax and greedy pick,
+// logprobs, the evaluator's agreement counts, calibration's products. Logits and calibration
+// statistics reach the host whatever the backend, and this runs there at the CPU's best SIMD
+// level.
+#pragma once
+
+#include <cstdint>
+
+namespace ferry {
+class ThreadPool;
+}
+
+namespace ferry::kernels {
+
+void softmax(float* x, int64_t n);
+// The index of the largest of x[0, n), the lowest on ties; NaN never wins (0 when nothing but
+// NaN is there, or n is 0).
+int64_t argmax(const float* x, int64_t n);
+// y[t * rows + r] = dot(row r of w, row t of x) for row-major f32 w {rows, cols} and x
+// {n_tokens, cols}, in exact float math over the pool.
+void matmul_f32(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n_tokens,
+                float* y, ThreadPool& pool);
+
+}  // namespace ferry::kernels
