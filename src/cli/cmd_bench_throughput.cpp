@@ -178,12 +178,7 @@ struct Peaks {
 nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineConfig& cfg,
                             const std::vector<Item>& items, const std::string& label, bool quiet,
                             const Peaks& peaks, const engine::SamplingParams& sampling) {
-    std::unique_ptr<engine::Engine> engine_ptr;
-    try {
-        engine_ptr = std::make_unique<engine::Engine>(lm, cfg);
-    } catch (const std::runtime_error& e) {
-        throw ExitError(e.what());
-    }
+    const std::unique_ptr<engine::Engine> engine_ptr = take(engine::Engine::create(lm, cfg));
     engine::Engine& eng = *engine_ptr;
     static bool noted = false;  // once, also under --json (stderr) and --compare
     if (!std::exchange(noted, true)) note_kv_capped_context(eng, "bench throughput");

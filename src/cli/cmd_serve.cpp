@@ -11,16 +11,16 @@
 #include "engine/engine.h"
 #include "quant/kv_format.h"
 #include "server/auth.h"
-#include "server/backend.h"
 #include "server/http_server.h"
+#include "server/service.h"
 
 namespace ferry::cli {
 namespace {
 
-// The real Backend: the serving engine plus the model's tokenizer and chat template.
-class EngineBackend : public server::Backend {
+// The real Service: the serving engine plus the model's tokenizer and chat template.
+class EngineService : public server::Service {
   public:
-    EngineBackend(engine::Engine& e, const engine::LoadedModel& lm) : e_(e), lm_(lm) {}
+    EngineService(engine::Engine& e, const engine::LoadedModel& lm) : e_(e), lm_(lm) {}
 
     Expected<engine::RequestId> add_request(std::vector<int32_t> prompt,
                                             engine::RequestParams params,
@@ -88,17 +88,12 @@ void serve(ServeOptions& o, bool api_key_given) {
     const auto draft = o.engine.spec.load_draft(true, lm.backend);
     if (http.shutting_down()) return http.wait();
     const engine::EngineConfig config = o.engine.resolved(o.model.ctx, draft ? &*draft : nullptr);
-    std::unique_ptr<engine::Engine> engine_ptr;
-    try {
-        engine_ptr = std::make_unique<engine::Engine>(lm, config);
-    } catch (const std::runtime_error& e) {
-        throw ExitError(e.what());
-    }
+    const std::unique_ptr<engine::Engine> engine_ptr = take(engine::Engine::create(lm, config));
     engine::Engine& eng = *engine_ptr;
     note_kv_capped_context(eng, "ferry serve");
     eng.start();
-    EngineBackend backend(eng, lm);
-    http.set_backend(&backend);
+    EngineService service(eng, lm);
+    http.set_service(&service);
     std::fprintf(
         stderr,
         "ferry serve: ready: model '%s', context %d, %s activations, %s KV cache, chat page "

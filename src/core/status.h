@@ -10,13 +10,24 @@
 
 namespace ferry {
 
+// What kind of failure, for a caller that reacts to it rather than printing it: most are the
+// request's or the file's (Invalid); Unavailable means the same call may succeed later (the
+// engine's queue is full), which a server reports as "try again" rather than "bad request".
+enum class ErrorCode { Invalid, Unavailable };
+
 struct Error {
     std::string message;
+    ErrorCode code = ErrorCode::Invalid;
 };
 
 template <class... Args>
 Error make_error(fmt::format_string<Args...> f, Args&&... args) {
     return Error{fmt::format(f, std::forward<Args>(args)...)};
+}
+
+template <class... Args>
+Error make_error(ErrorCode code, fmt::format_string<Args...> f, Args&&... args) {
+    return Error{fmt::format(f, std::forward<Args>(args)...), code};
 }
 
 template <class T>

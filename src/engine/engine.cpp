@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <stdexcept>
 #include <string>
 
 #include "core/thread_pool.h"
@@ -62,20 +61,29 @@ Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), c
         std::make_unique<ModelRunner>(*model.model, model.backend, n_blocks_, config_.block_size,
                                       kv_format_for(model, config_.kv_dtype));
     ngram_ = std::make_unique<NgramProposer>(config_.spec.ngram_min, config_.spec.ngram_max);
-    if (config_.draft_model) {
-        // The draft's cache holds as many tokens as the target's.
-        SpecConfig dc = config_.spec;
-        dc.method = SpecMethod::Draft;
-        auto p = make_proposer(dc, model, config_.draft_model, n_blocks_ * config_.block_size,
-                               config_.kv_dtype);
-        if (!p) throw std::runtime_error(p.error().message);
-        draft_ = std::move(*p);
-    } else if (config_.spec.method == SpecMethod::Draft) {
-        throw std::runtime_error("--spec draft needs a draft model (--draft-model)");
-    }
     config_.spec.k = std::max(1, config_.spec.k);
     metrics_.kv_blocks_total = n_blocks_;
     metrics_.block_size = config_.block_size;
+}
+
+Expected<std::unique_ptr<Engine>> Engine::create(const LoadedModel& model, EngineConfig config) {
+    if (!config.draft_model && config.spec.method == SpecMethod::Draft)
+        return make_error("--spec draft needs a draft model (--draft-model)");
+    std::unique_ptr<Engine> e(new Engine(model, std::move(config)));
+    if (auto s = e->attach_draft(); !s) return s.error();
+    return e;
+}
+
+Status Engine::attach_draft() {
+    if (!config_.draft_model) return Status::Ok();
+    // The draft's cache holds as many tokens as the target's.
+    SpecConfig dc = config_.spec;
+    dc.method = SpecMethod::Draft;
+    auto p = make_proposer(dc, model_, config_.draft_model, n_blocks_ * config_.block_size,
+                           config_.kv_dtype);
+    if (!p) return p.error();
+    draft_ = std::move(*p);
+    return Status::Ok();
 }
 
 Engine::~Engine() {
@@ -112,7 +120,8 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt, RequestPara
     if (params.spec == SpecMethod::Draft && !draft_)
         return make_error("speculation 'draft' needs a server started with --draft-model");
     if (queued_.load() >= config_.max_waiting)
-        return make_error("queue full: {} requests are waiting", queued_.load());
+        return make_error(ErrorCode::Unavailable, "queue full: {} requests are waiting",
+                          queued_.load());
 
     auto live = std::make_unique<Live>();
     live->request = std::make_unique<Request>();

@@ -32,16 +32,16 @@ struct Sequence;
 
 class Engine {
   public:
-    // Fails (by throwing std::runtime_error with the message) only when the speculation
-    // configuration cannot work: a draft model with another vocabulary, or none at all.
-    Engine(const LoadedModel& model, EngineConfig config);
+    // Fails only when the speculation configuration cannot work: a draft model with another
+    // vocabulary, or none at all.
+    static Expected<std::unique_ptr<Engine>> create(const LoadedModel& model, EngineConfig config);
     ~Engine();
     Engine(const Engine&) = delete;
     Engine& operator=(const Engine&) = delete;
 
     // Queues a request. Fails (without side effects) when the prompt is empty, longer than
     // the model length allows, has a token outside the vocabulary, the parameters are out of
-    // range, or the waiting queue is full (message starts with "queue full").
+    // range (ErrorCode::Invalid), or the waiting queue is full (ErrorCode::Unavailable).
     Expected<RequestId> add_request(std::vector<int32_t> prompt, RequestParams params,
                                     TokenCallback on_token);
     // Stops a request wherever it is; its callback gets a final event with reason Abort and
@@ -75,6 +75,8 @@ class Engine {
     size_t kv_bytes_per_token() const { return kv_bytes_per_block() / config_.block_size; }
 
   private:
+    Engine(const LoadedModel& model, EngineConfig config);
+    Status attach_draft();  // the draft model's proposer, sized to this engine's pool
     struct Live;
     void loop();
     void drain_inbox();

@@ -15,10 +15,6 @@ bool runs_before(const Sequence* a, const Sequence* b) {
     return a->index < b->index;
 }
 
-int ceil_div(int64_t a, int64_t b) {
-    return static_cast<int>((a + b - 1) / b);
-}
-
 }  // namespace
 
 Scheduler::Scheduler(const EngineConfig& config, int max_model_len, int64_t n_blocks)

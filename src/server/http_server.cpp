@@ -70,7 +70,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     asio::signal_set signals{ioc};
     asio::steady_timer drain_timer{ioc};
     std::vector<std::thread> threads;
-    std::atomic<Backend*> backend{nullptr};
+    std::atomic<Service*> service{nullptr};
     std::atomic<bool> draining{false};
     std::atomic<bool> stopped{false};
     std::atomic<int> active_generations{0};
@@ -257,11 +257,11 @@ class Session : public std::enable_shared_from_this<Session> {
         if (r == R::Page) return send_text(200, chat_page_html(), "text/html; charset=utf-8");
         if (r == R::Health) {
             if (srv_->draining) return send_unavailable("the server is shutting down");
-            if (!srv_->backend.load()) return send_unavailable("the model is loading");
+            if (!srv_->service.load()) return send_unavailable("the model is loading");
             return send_json(200, json{{"status", "ok"}});
         }
         if (r == R::Metrics) {
-            Backend* b = srv_->backend.load();
+            Service* b = srv_->service.load();
             ServerCounters c{srv_->connections.load(), srv_->http_requests.load(),
                              srv_->rejected.load(), srv_->disconnects.load()};
             return send_text(
@@ -279,7 +279,7 @@ class Session : public std::enable_shared_from_this<Session> {
             return send_error(e);
         }
         if (srv_->draining) return send_unavailable("the server is shutting down");
-        Backend* b = srv_->backend.load();
+        Service* b = srv_->service.load();
         if (!b) return send_unavailable("the model is loading");
         switch (r) {
             case R::Models:
@@ -299,7 +299,7 @@ class Session : public std::enable_shared_from_this<Session> {
         }
     }
 
-    json model_card(const Backend& b) const {
+    json model_card(const Service& b) const {
         return json{{"id", srv_->model_id()},
                     {"object", "model"},
                     {"created", 0},
@@ -307,7 +307,7 @@ class Session : public std::enable_shared_from_this<Session> {
                     {"max_model_len", b.max_model_len()}};
     }
 
-    void models(const Backend& b, const std::string& one) {
+    void models(const Service& b, const std::string& one) {
         if (one.empty())
             return send_json(200, json{{"object", "list"}, {"data", json::array({model_card(b)})}});
         for (const auto& n : srv_->opt.model_names)
@@ -339,7 +339,7 @@ class Session : public std::enable_shared_from_this<Session> {
         return false;
     }
 
-    void tokenize(const Backend& b) {
+    void tokenize(const Service& b) {
         ApiError err;
         auto body = parse_body(req_.body(), err);
         if (!body) return send_error(err);
@@ -376,7 +376,7 @@ class Session : public std::enable_shared_from_this<Session> {
             json{{"tokens", ids}, {"count", ids.size()}, {"max_model_len", b.max_model_len()}});
     }
 
-    void detokenize(const Backend& b) {
+    void detokenize(const Service& b) {
         ApiError err;
         auto body = parse_body(req_.body(), err);
         if (!body) return send_error(err);
@@ -396,7 +396,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
     // ---- generation ----------------------------------------------------------------------
 
-    void generate(Backend& b, Endpoint kind) {
+    void generate(Service& b, Endpoint kind) {
         ApiError err;
         auto body = parse_body(req_.body(), err);
         if (!body) return send_error(err);
@@ -436,7 +436,7 @@ class Session : public std::enable_shared_from_this<Session> {
                 gen_.reset();
                 srv_->active_generations.fetch_sub(1);
                 ApiError e = bad_request(id.error().message);
-                if (id.error().message.rfind("queue full", 0) == 0) {
+                if (id.error().code == ErrorCode::Unavailable) {
                     e.status = 429;
                     e.type = "rate_limit_error";
                     e.code = "queue_full";
@@ -466,7 +466,7 @@ class Session : public std::enable_shared_from_this<Session> {
         client_gone_ = true;
         if (gen_->remaining > 0) {
             srv_->disconnects.fetch_add(1);
-            if (Backend* b = srv_->backend.load())
+            if (Service* b = srv_->service.load())
                 for (auto id : gen_->ids) b->abort(id);
         }
         beast::error_code ec;
@@ -514,7 +514,7 @@ class Session : public std::enable_shared_from_this<Session> {
             text = g.req.prompt_texts[ci / size_t(g.req.params.n)] + text;
         json lp = nullptr;
         if (g.req.logprobs && g.lp_sent[ci] < c.tokens.size()) {
-            lp = logprobs_json(g.req.kind, *srv_->backend.load(), c, g.lp_sent[ci], c.tokens.size(),
+            lp = logprobs_json(g.req.kind, *srv_->service.load(), c, g.lp_sent[ci], c.tokens.size(),
                                g.text_len[ci]);
             g.lp_sent[ci] = c.tokens.size();
         }
@@ -567,7 +567,7 @@ class Session : public std::enable_shared_from_this<Session> {
             flush();
             return;
         }
-        json resp = full_response(g->req, *srv_->backend.load(), g->id, g->created,
+        json resp = full_response(g->req, *srv_->service.load(), g->id, g->created,
                                   srv_->model_id(), g->choices, g->usage);
         stream_done_ = true;
         send_json(200, resp, /*log=*/false);
@@ -729,7 +729,7 @@ void HttpServer::Impl::drain_tick() {
         aborted_all = true;
         log(fmt::format("grace period over: aborting {} running requests",
                         active_generations.load()));
-        if (Backend* b = backend.load()) b->abort_all();
+        if (Service* b = service.load()) b->abort_all();
     }
     drain_timer.expires_after(std::chrono::milliseconds(50));
     drain_timer.async_wait([self = shared_from_this()](beast::error_code) { self->drain_tick(); });
@@ -781,8 +781,8 @@ Status HttpServer::start() {
 int HttpServer::port() const {
     return impl_->bound_port;
 }
-void HttpServer::set_backend(Backend* backend) {
-    impl_->backend = backend;
+void HttpServer::set_service(Service* service) {
+    impl_->service = service;
 }
 
 void HttpServer::shutdown() {

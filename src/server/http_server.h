@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "server/backend.h"
+#include "server/service.h"
 
 namespace ferry::server {
 
@@ -33,11 +33,11 @@ class HttpServer {
     HttpServer(const HttpServer&) = delete;
     HttpServer& operator=(const HttpServer&) = delete;
 
-    // Binds and starts serving on background threads. Until set_backend, generation endpoints
+    // Binds and starts serving on background threads. Until set_service, generation endpoints
     // and /health answer 503 (loading).
     Status start();
     int port() const;
-    void set_backend(Backend* backend);
+    void set_service(Service* service);
 
     // Stops accepting, lets running requests finish for the grace period, aborts the rest,
     // then stops. Safe from any thread and from a signal handler's context via Asio.

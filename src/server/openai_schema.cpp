@@ -225,7 +225,7 @@ std::optional<json> parse_body(const std::string& body, ApiError& err) {
     }
 }
 
-std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, const Backend& backend,
+std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, const Service& service,
                                            const std::vector<std::string>& model_names,
                                            ApiError& err) {
     Fields f{body, err};
@@ -300,9 +300,9 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
             if (!key.empty() && key.size() <= 9 &&
                 key.find_first_not_of("0123456789") == std::string::npos)
                 id = std::stoll(key);
-            if (id < 0 || id >= backend.n_vocab()) {
+            if (id < 0 || id >= service.n_vocab()) {
                 f.fail(fmt::format("'logit_bias' key '{}' is not a token id (0..{})",
-                                   key.substr(0, 40), backend.n_vocab() - 1),
+                                   key.substr(0, 40), service.n_vocab() - 1),
                        "logit_bias");
                 break;
             }
@@ -362,7 +362,7 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
     }
     if (const json* st = f.get("stop_token_ids")) {
         if (!st->is_array()) return f.type_error("stop_token_ids", "an array", *st), std::nullopt;
-        token_list(*st, r.params.stop_token_ids, backend.n_vocab(), f, "stop_token_ids");
+        token_list(*st, r.params.stop_token_ids, service.n_vocab(), f, "stop_token_ids");
     }
 
     if (kind == Endpoint::Completions) {
@@ -388,24 +388,24 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
     if (f.failed) return std::nullopt;
 
     // Prompts become token ids here, so their length can be checked against the context.
-    const int n_vocab = backend.n_vocab();
+    const int n_vocab = service.n_vocab();
     if (kind == Endpoint::Chat) {
         const json* m = f.get("messages");
         if (!m) return f.fail("'messages' is required", "messages"), std::nullopt;
         std::vector<tokenizer::ChatMessage> msgs;
         if (!parse_messages(*m, msgs, f)) return std::nullopt;
-        auto text = backend.apply_chat(msgs);
+        auto text = service.apply_chat(msgs);
         if (!text) {
             err = bad_request(text.error().message, "messages");
             return std::nullopt;
         }
-        r.prompts.push_back(backend.encode(*text, true));
+        r.prompts.push_back(service.encode(*text, true));
         r.prompt_texts.push_back(*text);
     } else {
         const json* p = f.get("prompt");
         if (!p) return f.fail("'prompt' is required", "prompt"), std::nullopt;
         auto add_text = [&](const std::string& t) {
-            r.prompts.push_back(backend.encode(t, true));
+            r.prompts.push_back(service.encode(t, true));
             r.prompt_texts.push_back(t);
         };
         if (p->is_string()) {
@@ -423,13 +423,13 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
                     return f.type_error("prompt", "an array of token-id arrays", x), std::nullopt;
                 std::vector<int32_t> ids;
                 if (!token_list(x, ids, n_vocab, f, "prompt")) return std::nullopt;
-                r.prompt_texts.push_back(backend.decode(ids));
+                r.prompt_texts.push_back(service.decode(ids));
                 r.prompts.push_back(std::move(ids));
             }
         } else if (p->is_array() && !p->empty()) {
             std::vector<int32_t> ids;
             if (!token_list(*p, ids, n_vocab, f, "prompt")) return std::nullopt;
-            r.prompt_texts.push_back(backend.decode(ids));
+            r.prompt_texts.push_back(service.decode(ids));
             r.prompts.push_back(std::move(ids));
         } else if (p->is_array()) {
             return f.fail("'prompt' must not be empty", "prompt"), std::nullopt;
@@ -442,7 +442,7 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
             return f.fail("prompts x n must be at most 256", "n"), std::nullopt;
     }
 
-    const int ctx = backend.max_model_len();
+    const int ctx = service.max_model_len();
     size_t longest = 0;
     for (const auto& p : r.prompts) {
         if (p.empty())
@@ -483,7 +483,7 @@ json usage_json(const Usage& u) {
     return j;
 }
 
-json logprobs_json(Endpoint kind, const Backend& b, const Choice& c, size_t from, size_t to,
+json logprobs_json(Endpoint kind, const Service& b, const Choice& c, size_t from, size_t to,
                    size_t offset) {
     to = std::min(to, c.tokens.size());
     if (kind == Endpoint::Chat) {
@@ -521,7 +521,7 @@ json logprobs_json(Endpoint kind, const Backend& b, const Choice& c, size_t from
                 {"text_offset", offsets}};
 }
 
-json full_response(const GenRequest& r, const Backend& b, const std::string& id, int64_t created,
+json full_response(const GenRequest& r, const Service& b, const std::string& id, int64_t created,
                    const std::string& model, const std::vector<Choice>& choices, const Usage& u) {
     json cs = json::array();
     for (size_t k = 0; k < choices.size(); ++k) {

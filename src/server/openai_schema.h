@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/request.h"
-#include "server/backend.h"
+#include "server/service.h"
 
 namespace ferry::server {
 
@@ -51,7 +51,7 @@ struct GenRequest {
 
 // Validates a /v1/completions or /v1/chat/completions body against the served model and the
 // context length. `model_names`: every name the served model answers to (the first is its id).
-std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, const Backend& backend,
+std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, const Service& service,
                                            const std::vector<std::string>& model_names,
                                            ApiError& err);
 
@@ -75,11 +75,11 @@ json usage_json(const Usage& u);
 
 // Logprobs of tokens [from, to) of a choice in the endpoint's shape; text_offset starts at
 // `offset` (completions only).
-json logprobs_json(Endpoint kind, const Backend& b, const Choice& c, size_t from, size_t to,
+json logprobs_json(Endpoint kind, const Service& b, const Choice& c, size_t from, size_t to,
                    size_t offset);
 
 // A whole non-streaming response.
-json full_response(const GenRequest& r, const Backend& b, const std::string& id, int64_t created,
+json full_response(const GenRequest& r, const Service& b, const std::string& id, int64_t created,
                    const std::string& model, const std::vector<Choice>& choices, const Usage& u);
 
 // One streamed chunk for choice `index` carrying `text` (and, when set, its logprobs and

@@ -77,6 +77,13 @@ inline std::vector<std::vector<int32_t>> mixed_prompts(int n, uint32_t seed) {
     return prompts;
 }
 
+// An engine over the default model; a configuration it refuses fails the test.
+inline std::unique_ptr<Engine> make_engine(const EngineConfig& c) {
+    auto e = Engine::create(model(), c);
+    if (!e) throw std::runtime_error(e.error().message);
+    return std::move(e).value();
+}
+
 inline EngineConfig small_config() {
     EngineConfig c;
     c.max_model_len = 512;

@@ -19,7 +19,9 @@ TEST(Engine, ConcurrentGreedyEqualsOneAtATime) {
     std::vector<RequestParams> params;
     for (int i = 0; i < n; ++i) params.push_back(greedy(4 + i % 9));
 
-    Engine together(model(), small_config());
+    auto together_engine = make_engine(small_config());
+
+    Engine& together = *together_engine;
     auto batched = run_all(together, prompts, params);
     expect_all_free(together);
     EXPECT_GT(together.metrics().batched_seqs_total / double(together.metrics().steps), 4.0);
@@ -27,7 +29,8 @@ TEST(Engine, ConcurrentGreedyEqualsOneAtATime) {
     auto cfg = small_config();
     cfg.max_num_seqs = 1;
     cfg.prefix_cache = false;
-    Engine alone(model(), cfg);
+    auto alone_engine = make_engine(cfg);
+    Engine& alone = *alone_engine;
     for (int i = 0; i < n; ++i) {
         auto single = run_all(alone, {prompts[i]}, {params[i]});
         ASSERT_EQ(single[0].tokens[0], batched[i].tokens[0]) << "request " << i;
@@ -51,7 +54,8 @@ TEST(Engine, MatchesSingleStreamGenerator) {
         },
         nullptr);
     ASSERT_TRUE(st.ok());
-    Engine e(model(), small_config());
+    auto e_engine = make_engine(small_config());
+    Engine& e = *e_engine;
     auto got = run_all(e, {prompt}, {greedy(12)});
     EXPECT_EQ(got[0].tokens[0], expected);
 }
@@ -70,7 +74,9 @@ TEST(Engine, LogprobsAreTheModelsLogSoftmax) {
     for (float x : l) z += std::exp(double(x) - mx);
     const double lse = mx + std::log(z);
 
-    Engine e(model(), small_config());
+    auto e_engine = make_engine(small_config());
+
+    Engine& e = *e_engine;
     RequestParams p = greedy(1);
     p.top_logprobs = 3;
     std::vector<TokenEvent> events;
@@ -93,14 +99,17 @@ TEST(Engine, TinyPoolForcesPreemptionAndKeepsOutputs) {
     const int n = 12;
     auto prompts = mixed_prompts(n, 2);
     std::vector<RequestParams> params(n, greedy(24));
-    Engine roomy(model(), small_config());
+    auto roomy_engine = make_engine(small_config());
+    Engine& roomy = *roomy_engine;
     auto expected = run_all(roomy, prompts, params);
 
     auto cfg = small_config();
     cfg.block_size = 16;
-    Engine probe(model(), cfg);
+    auto probe_engine = make_engine(cfg);
+    Engine& probe = *probe_engine;
     cfg.kv_cache_memory = static_cast<int64_t>(probe.kv_bytes_per_block()) * 14;  // 224 slots
-    Engine tight(model(), cfg);
+    auto tight_engine = make_engine(cfg);
+    Engine& tight = *tight_engine;
     auto got = run_all(tight, prompts, params);
     EXPECT_GT(tight.metrics().preemptions, 0u);
     for (int i = 0; i < n; ++i) EXPECT_EQ(got[i].tokens[0], expected[i].tokens[0]) << i;
@@ -119,9 +128,11 @@ TEST(Engine, PoolSmallerThanContextCapsIt) {
             cfg.block_size = 16;
             cfg.kv_layout = layout;
             cfg.batching = batching;
-            Engine probe(model(), cfg);
+            auto probe_engine = make_engine(cfg);
+            Engine& probe = *probe_engine;
             cfg.kv_cache_memory = static_cast<int64_t>(probe.kv_bytes_per_block()) * 2;
-            Engine e(model(), cfg);
+            auto e_engine = make_engine(cfg);
+            Engine& e = *e_engine;
             ASSERT_EQ(e.max_model_len(), 32);
             EXPECT_EQ(e.context_before_kv_cap(), probe.max_model_len());
             auto got = run_all(e, {prompt, prompt}, {greedy(100), greedy(3)});
@@ -145,7 +156,8 @@ TEST(Engine, PrefixCacheHitsGiveIdenticalOutputs) {
     const auto b = tok.encode(system + "Question: name a colour.", true, false);
 
     auto cfg = small_config();
-    Engine cached(model(), cfg);
+    auto cached_engine = make_engine(cfg);
+    Engine& cached = *cached_engine;
     auto first = run_all(cached, {a}, {greedy(8)});
     auto second = run_all(cached, {b}, {greedy(8)});
     auto m = cached.metrics();
@@ -153,7 +165,8 @@ TEST(Engine, PrefixCacheHitsGiveIdenticalOutputs) {
     EXPECT_GT(m.kv_blocks_cached, 0);
 
     cfg.prefix_cache = false;
-    Engine cold(model(), cfg);
+    auto cold_engine = make_engine(cfg);
+    Engine& cold = *cold_engine;
     auto ref = run_all(cold, {a, b}, {greedy(8), greedy(8)});
     EXPECT_EQ(cold.metrics().prefix_hit_tokens, 0u);
     EXPECT_EQ(first[0].tokens[0], ref[0].tokens[0]);
@@ -171,7 +184,8 @@ TEST(Engine, ParallelSamplesShareThePromptAndCopyOnWrite) {
     p.sampling.temperature = 1.0f;
     p.sampling.seed = 5;
     p.sampling.has_seed = true;
-    Engine e(model(), small_config());
+    auto e_engine = make_engine(small_config());
+    Engine& e = *e_engine;
     auto out = run_all(e, {prompt}, {p});
     ASSERT_EQ(out[0].tokens.size(), 4u);
     EXPECT_EQ(out[0].finals, 4);
@@ -184,7 +198,8 @@ TEST(Engine, ParallelSamplesShareThePromptAndCopyOnWrite) {
     expect_all_free(e);
 
     // The same seed gives the same n samples again.
-    Engine again(model(), small_config());
+    auto again_engine = make_engine(small_config());
+    Engine& again = *again_engine;
     auto out2 = run_all(again, {prompt}, {p});
     EXPECT_EQ(out2[0].tokens, out[0].tokens);
 }
@@ -193,7 +208,8 @@ TEST(Engine, StopStringsAndStopTokens) {
     const auto prompt = model().tokenizer->encode("1, 2, 3, 4, 5,", true, false);
     auto p = greedy(20);
     p.stop = {" 8"};
-    Engine e(model(), small_config());
+    auto e_engine = make_engine(small_config());
+    Engine& e = *e_engine;
     auto out = run_all(e, {prompt}, {p});
     EXPECT_EQ(out[0].reason[0], FinishReason::Stop);
     EXPECT_EQ(out[0].text[0], " 6, 7,");
@@ -202,7 +218,8 @@ TEST(Engine, StopStringsAndStopTokens) {
 
 TEST(Engine, AbortsFreeEverything) {
     auto prompts = mixed_prompts(24, 3);
-    Engine e(model(), small_config());
+    auto e_engine = make_engine(small_config());
+    Engine& e = *e_engine;
     std::vector<RequestId> ids;
     std::map<RequestId, FinishReason> reasons;
     for (auto& pr : prompts) {
@@ -229,7 +246,8 @@ TEST(Engine, AbortsFreeEverything) {
 }
 
 TEST(Engine, RejectsBadRequestsWithoutSideEffects) {
-    Engine e(model(), small_config());
+    auto e_engine = make_engine(small_config());
+    Engine& e = *e_engine;
     EXPECT_FALSE(e.add_request({}, greedy(4), nullptr).ok());
     EXPECT_FALSE(e.add_request({1, 999999}, greedy(4), nullptr).ok());
     auto err = e.add_request(std::vector<int32_t>(600, 42), greedy(4), nullptr);
@@ -241,11 +259,13 @@ TEST(Engine, RejectsBadRequestsWithoutSideEffects) {
     EXPECT_FALSE(e.has_work());
     auto cfg = small_config();
     cfg.max_waiting = 2;
-    Engine q(model(), cfg);
+    auto q_engine = make_engine(cfg);
+    Engine& q = *q_engine;
     EXPECT_TRUE(q.add_request({1, 2}, greedy(2), nullptr).ok());
     EXPECT_TRUE(q.add_request({1, 2}, greedy(2), nullptr).ok());
     auto full = q.add_request({1, 2}, greedy(2), nullptr);
     ASSERT_FALSE(full.ok());
+    EXPECT_EQ(full.error().code, ferry::ErrorCode::Unavailable);
     EXPECT_EQ(full.error().message.rfind("queue full", 0), 0u);
     while (q.has_work()) q.step();
     expect_all_free(q);

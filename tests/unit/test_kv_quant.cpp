@@ -346,9 +346,11 @@ TEST(KvQuantModel, EngineServesWithInt8Kv) {
     namespace ft = ferry::testing;
     auto cfg = ft::small_config();
     cfg.kv_cache_memory = 32ll << 20;
-    engine::Engine f32(ft::model(), cfg);
+    auto f32_engine = ft::make_engine(cfg);
+    engine::Engine& f32 = *f32_engine;
     cfg.kv_dtype = KvDType::Int8;
-    engine::Engine i8(ft::model(), cfg);
+    auto i8_engine = ft::make_engine(cfg);
+    engine::Engine& i8 = *i8_engine;
     const double ratio = double(i8.kv_blocks()) / double(f32.kv_blocks());
     std::printf("[ kv-quant ] 32 MiB pool: %lld f32 blocks, %lld int8 blocks (%.2fx)\n",
                 static_cast<long long>(f32.kv_blocks()), static_cast<long long>(i8.kv_blocks()),
@@ -367,7 +369,8 @@ TEST(KvQuantModel, EngineServesWithInt8Kv) {
         std::printf("[ kv-quant ] f32 : %s|%s\n[ kv-quant ] int8: %s|%s\n", texts[i],
                     want[i].text[0].c_str(), texts[i], got[i].text[0].c_str());
         // Each request alone gives what it got in the batch.
-        engine::Engine alone(ft::model(), cfg);
+        auto alone_engine = ft::make_engine(cfg);
+        engine::Engine& alone = *alone_engine;
         auto single = ft::run_all(alone, {prompts[i]}, {params[i]});
         EXPECT_EQ(single[0].tokens[0], got[i].tokens[0]) << texts[i];
     }

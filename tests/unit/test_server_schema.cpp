@@ -1,4 +1,4 @@
-// The OpenAI request validation and response shapes, against a fake backend (no model).
+// The OpenAI request validation and response shapes, against a fake service (no model).
 #include <gtest/gtest.h>
 
 #include "server/auth.h"
@@ -10,7 +10,7 @@ namespace ferry::server {
 namespace {
 
 // One token per byte (id = byte + 1), so lengths are easy to reason about.
-class ByteBackend : public Backend {
+class ByteService : public Service {
   public:
     Expected<engine::RequestId> add_request(std::vector<int32_t>, engine::RequestParams,
                                             engine::TokenCallback) override {
@@ -40,7 +40,7 @@ class ByteBackend : public Backend {
 };
 
 std::optional<GenRequest> parse(const std::string& body, Endpoint kind, ApiError& err) {
-    ByteBackend b;
+    ByteService b;
     auto j = parse_body(body, err);
     if (!j) return std::nullopt;
     return parse_generation(*j, kind, b, {"m", "alias"}, err);
@@ -133,7 +133,7 @@ TEST(ServerSchema, ChatShapes) {
     EXPECT_EQ(r->prompt_texts[0], "user:hi\n");
     EXPECT_EQ(r->params.top_logprobs, 1);
     EXPECT_EQ(r->params.max_tokens, 64 - 8);
-    ByteBackend b;
+    ByteService b;
     Choice c;
     c.text = "ok";
     c.tokens = {'o' + 1, 'k' + 1};

@@ -216,7 +216,8 @@ TEST(Speculation, EngineGreedyOutputIsIdenticalInABatch) {
     std::vector<RequestParams> params;
     for (size_t i = 0; i < prompts.size(); ++i) params.push_back(greedy(8 + int(i % 5) * 6));
 
-    Engine plain(model(), small_config());
+    auto plain_engine = make_engine(small_config());
+    Engine& plain = *plain_engine;
     const auto expected = run_all(plain, prompts, params);
     for (SpecMethod m : {SpecMethod::Ngram, SpecMethod::Draft}) {
         auto cfg = small_config();
@@ -225,7 +226,8 @@ TEST(Speculation, EngineGreedyOutputIsIdenticalInABatch) {
         cfg.spec.ngram_min = 1;
         cfg.spec.disable_batch = 0;  // speculate even with 16 sequences decoding
         cfg.draft_model = &model();
-        Engine spec(model(), cfg);
+        auto spec_engine = make_engine(cfg);
+        Engine& spec = *spec_engine;
         const auto got = run_all(spec, prompts, params);
         for (size_t i = 0; i < prompts.size(); ++i) {
             EXPECT_EQ(got[i].tokens.at(0), expected[i].tokens.at(0))
@@ -252,7 +254,8 @@ TEST(Speculation, RejectionsAndAbortsGiveBackEveryBlock) {
     cfg.spec.ngram_max = 1;
     cfg.spec.k = 7;
     cfg.spec.disable_batch = 0;
-    Engine e(model(), cfg);
+    auto e_engine = make_engine(cfg);
+    Engine& e = *e_engine;
     const auto prompts = mixed_prompts(24, 9);
     std::vector<RequestId> ids;
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -282,7 +285,8 @@ TEST(Speculation, SampledRequestsRunAndFollowTheirSeed) {
     p.sampling.has_seed = true;
     const auto prompts = grounded_prompts();
     std::vector<RequestParams> params(prompts.size(), p);
-    Engine a(model(), cfg), b(model(), cfg);
+    auto a_engine = make_engine(cfg), b_engine = make_engine(cfg);
+    Engine &a = *a_engine, &b = *b_engine;
     const auto x = run_all(a, prompts, params);
     const auto y = run_all(b, prompts, params);
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -296,9 +300,10 @@ TEST(Speculation, SampledRequestsRunAndFollowTheirSeed) {
 TEST(Speculation, DraftNeedsAModelAndPerRequestChoiceIsChecked) {
     auto cfg = small_config();
     cfg.spec.method = SpecMethod::Draft;
-    EXPECT_THROW(Engine(model(), cfg), std::runtime_error);
+    EXPECT_FALSE(Engine::create(model(), cfg).ok());
     cfg.spec.method = SpecMethod::Off;
-    Engine e(model(), cfg);
+    auto e_engine = make_engine(cfg);
+    Engine& e = *e_engine;
     auto p = greedy(4);
     p.spec = SpecMethod::Draft;
     auto r = e.add_request({1, 2, 3}, p, nullptr);
@@ -339,6 +344,8 @@ TEST(Speculation, ADraftWithAnotherVocabularyIsRefused) {
     auto cfg = small_config();
     cfg.spec.method = SpecMethod::Draft;
     cfg.draft_model = &*other;
-    EXPECT_THROW(Engine(model(), cfg), std::runtime_error);
+    auto refused = Engine::create(model(), cfg);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.error().message.find("vocabulary"), std::string::npos);
     std::remove(path.c_str());
 }

@@ -1,5 +1,5 @@
 // What the HTTP layer needs from a model and an engine, as one narrow interface. The real one
-// (EngineBackend, built by `ferry serve`) wraps engine::Engine and the loaded model; unit tests
+// (EngineService, built by `ferry serve`) wraps engine::Engine and the loaded model; unit tests
 // plug in a scripted fake, so the HTTP layer is tested without a model.
 #pragma once
 
@@ -16,9 +16,9 @@
 
 namespace ferry::server {
 
-class Backend {
+class Service {
   public:
-    virtual ~Backend() = default;
+    virtual ~Service() = default;
 
     virtual Expected<engine::RequestId> add_request(std::vector<int32_t> prompt,
                                                     engine::RequestParams params,
