@@ -1,0 +1,334 @@
+// The backend interface (kernels/backend.h) against plain math written here, op by op: what a
+// backend must do for the model to be right on it. Every backend this build has runs it; the
+// CPU backend once per SIMD level (scalar, AVX2, AVX-512, NEON), so each level's paths and the
+// interface glue around them (row loops, batches, block tables, the KV write) are checked
+// against the same independent references.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernel_levels.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/dispatch.h"
+#include "kv/kv_store.h"
+#include "quant/dequantize.h"
+#include "quant/kv_format.h"
+#include "quant/quantize.h"
+
+namespace {
+using namespace ferry;
+using kernels::Backend;
+using kernels::cpu::CpuLevel;
+
+// One backend to test: the CPU's at one SIMD level.
+struct Param {
+    CpuLevel level;
+};
+std::string param_name(const ::testing::TestParamInfo<Param>& i) {
+    return kernels::cpu::cpu_level_name(i.param.level);
+}
+std::vector<Param> params() {
+    std::vector<Param> out;
+    for (CpuLevel l : ferry::testing::simd_levels(true)) out.push_back({l});
+    return out;
+}
+
+class BackendOps : public ::testing::TestWithParam<Param> {
+  protected:
+    void SetUp() override {
+        kernels::cpu::set_cpu_level(GetParam().level);
+        auto b = kernels::make_backend({.threads = 2, .activations = kernels::Activations::F32});
+        ASSERT_TRUE(b.ok()) << b.error().message;
+        be = std::move(*b);
+    }
+    void TearDown() override { kernels::cpu::set_cpu_level(guard.saved); }
+
+    // A device tensor holding `host`, shaped {rows, cols}.
+    Tensor put(const std::vector<float>& host, int64_t rows, int64_t cols) {
+        const int64_t shape[] = {rows, cols};
+        Tensor t = be->alloc(DType::F32, shape);
+        be->upload(host.data(), t);
+        return t;
+    }
+    std::vector<float> get(const Tensor& t) {
+        std::vector<float> out(static_cast<size_t>(t.numel()));
+        be->download(t, out.data());
+        return out;
+    }
+
+    ferry::testing::LevelGuard guard;
+    std::shared_ptr<Backend> be;
+    std::mt19937 rng{11};
+    std::vector<float> random(size_t n, float scale = 1.0f) {
+        std::normal_distribution<float> d(0.0f, scale);
+        std::vector<float> v(n);
+        for (float& x : v) x = d(rng);
+        return v;
+    }
+};
+
+void expect_near(const std::vector<float>& got, const std::vector<double>& want, double tol,
+                 const char* what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i]))) << what << " at " << i;
+}
+
+TEST_P(BackendOps, MemoryIsZeroedCopiedAndRoundTripped) {
+    const int64_t shape[] = {3, 40};
+    Tensor a = be->alloc(DType::F32, shape), b = be->alloc(DType::F32, shape);
+    EXPECT_TRUE(a.owning());
+    EXPECT_EQ(a.device(), be->device());
+    for (float x : get(a)) ASSERT_EQ(x, 0.0f);
+    const auto v = random(120);
+    be->upload(v.data(), a);
+    EXPECT_EQ(get(a), v);
+    const Backend::Copy c{static_cast<const std::byte*>(a.slice(1, 1).raw()),
+                          static_cast<std::byte*>(b.slice(2, 1).raw()), a.row_bytes()};
+    be->copy({&c, 1});
+    const auto got = get(b);
+    for (int i = 0; i < 40; ++i) ASSERT_EQ(got[80 + i], v[40 + i]);
+    for (int i = 0; i < 80; ++i) ASSERT_EQ(got[i], 0.0f);
+    // Scratch keeps the largest size asked of a slot and hands out the shape asked now.
+    Tensor s = be->scratch(3, DType::F32, {4, 10});
+    EXPECT_EQ(s.rows(), 4);
+    EXPECT_EQ(s.cols(), 10);
+    Tensor s2 = be->scratch(3, DType::F32, {2, 10});
+    EXPECT_EQ(s2.raw(), s.raw());
+    const Tensor h = be->host_view(a);
+    EXPECT_EQ(std::vector<float>(h.data<float>(), h.data<float>() + 120), v);
+}
+
+TEST_P(BackendOps, ElementwiseOpsMatchPlainMath) {
+    const int64_t n = 9, dim = 67;  // odd sizes: vector bodies and tails
+    const auto x = random(n * dim), w = random(dim), y = random(n * dim), bias = random(dim);
+    // rmsnorm
+    {
+        Tensor tx = put(x, n, dim), tout = put(std::vector<float>(n * dim), n, dim);
+        Tensor tw = put(w, 1, dim).reshape({dim});
+        be->rmsnorm(tx, tw, 1e-5f, tout);
+        std::vector<double> want(n * dim);
+        for (int64_t t = 0; t < n; ++t) {
+            double ss = 0;
+            for (int64_t i = 0; i < dim; ++i) ss += double(x[t * dim + i]) * x[t * dim + i];
+            const double r = 1.0 / std::sqrt(ss / dim + 1e-5);
+            for (int64_t i = 0; i < dim; ++i) want[t * dim + i] = x[t * dim + i] * r * w[i];
+        }
+        expect_near(get(tout), want, 1e-5, "rmsnorm");
+    }
+    // add, add_bias
+    {
+        Tensor tx = put(x, n, dim), ty = put(y, n, dim), tb = put(bias, 1, dim).reshape({dim});
+        be->add(tx, ty);
+        be->add_bias(tx, tb);
+        std::vector<double> want(n * dim);
+        for (int64_t i = 0; i < n * dim; ++i) want[i] = double(x[i]) + y[i] + bias[i % dim];
+        expect_near(get(tx), want, 1e-6, "add + bias");
+    }
+    // silu_mul
+    {
+        Tensor tg = put(x, n, dim), tu = put(y, n, dim);
+        be->silu_mul(tg, tu);
+        std::vector<double> want(n * dim);
+        for (int64_t i = 0; i < n * dim; ++i)
+            want[i] = double(x[i]) / (1.0 + std::exp(-double(x[i]))) * y[i];
+        expect_near(get(tg), want, 1e-5, "silu_mul");
+    }
+    // gather_rows, softmax, argmax
+    {
+        Tensor tx = put(x, n, dim), out = put(std::vector<float>(3 * dim), 3, dim);
+        const int32_t rows[] = {7, 0, 7};
+        be->gather_rows(tx, rows, out);
+        const auto g = get(out);
+        for (int r = 0; r < 3; ++r)
+            for (int64_t i = 0; i < dim; ++i) ASSERT_EQ(g[r * dim + i], x[rows[r] * dim + i]);
+        std::vector<int32_t> best(n);
+        be->argmax(tx, best);
+        be->softmax(tx);
+        const auto p = get(tx);
+        for (int64_t t = 0; t < n; ++t) {
+            const float* row = &x[t * dim];
+            EXPECT_EQ(best[t], std::max_element(row, row + dim) - row);
+            double z = 0, mx = *std::max_element(row, row + dim);
+            for (int64_t i = 0; i < dim; ++i) z += std::exp(double(row[i]) - mx);
+            for (int64_t i = 0; i < dim; ++i)
+                ASSERT_NEAR(p[t * dim + i], std::exp(double(row[i]) - mx) / z, 1e-6);
+        }
+    }
+}
+
+// The rotation of a batch's positions, both pair styles, against the angles computed here.
+TEST_P(BackendOps, RopeRotatesByEachTokensPosition) {
+    const int n_heads = 3, hd = 16, rope_dim = 12;  // a partial rotation leaves dims 12..15
+    const int64_t positions[] = {0, 5, 4095};
+    const int32_t tokens[] = {1, 2, 3}, token_seq[] = {0, 0, 0};
+    const kernels::BatchSeq seq{0, 3, 0, {}};
+    const kernels::Batch b{tokens, positions, token_seq, {&seq, 1}, {}};
+    for (auto style : {kernels::RopeStyle::Normal, kernels::RopeStyle::Neox}) {
+        const auto x = random(3 * n_heads * hd);
+        Tensor tx = put(x, 3, n_heads * hd),
+               cs = put(std::vector<float>(3 * rope_dim), 3, rope_dim);
+        be->rope_angles(b, rope_dim, 10000.0f, cs);
+        be->rope(tx, n_heads, hd, rope_dim, cs, style);
+        std::vector<double> want(x.begin(), x.end());
+        for (int t = 0; t < 3; ++t)
+            for (int h = 0; h < n_heads; ++h)
+                for (int i = 0; i < rope_dim / 2; ++i) {
+                    const double th = double(positions[t]) * std::pow(10000.0, -2.0 * i / rope_dim);
+                    const int a = style == kernels::RopeStyle::Normal ? 2 * i : i;
+                    const int c =
+                        style == kernels::RopeStyle::Normal ? 2 * i + 1 : i + rope_dim / 2;
+                    const size_t o = (size_t(t) * n_heads + h) * hd;
+                    want[o + a] = x[o + a] * std::cos(th) - x[o + c] * std::sin(th);
+                    want[o + c] = x[o + a] * std::sin(th) + x[o + c] * std::cos(th);
+                }
+        expect_near(get(tx), want, 1e-4, "rope");
+    }
+}
+
+// Weights made resident (packed, copied or left as rows) multiply and embed as the
+// dequantized file rows say.
+TEST_P(BackendOps, ResidentMatricesMultiplyAndEmbedAsTheirRows) {
+    const int64_t rows = 40, cols = 256, n = 5;
+    for (DType type : {DType::F32, DType::F16, DType::Q8_0, DType::Q4_1, DType::Q4_K}) {
+        const auto w = random(rows * cols, 0.05f);
+        auto q = quant::quantize(type, w.data(), rows * cols);
+        ASSERT_TRUE(q.ok()) << dtype_name(type);
+        std::vector<float> deq(rows * cols);
+        ASSERT_TRUE(quant::dequantize_row(type, q->data(), deq.data(), rows * cols).ok());
+        const Tensor host(q->data(), type, {rows, cols});
+        const kernels::MatrixSource src[] = {{host, kernels::MatrixUse::Matmul},
+                                             {host, kernels::MatrixUse::Rows}};
+        const auto m = be->make_resident(src);
+        ASSERT_EQ(m.size(), 2u);
+        EXPECT_EQ(m[0].rows(), rows);
+        EXPECT_EQ(m[0].cols(), cols);
+        EXPECT_EQ(be->bytes_read(m[0]), host.bytes());  // f32 activations read the rows
+        const auto x = random(n * cols);
+        Tensor tx = put(x, n, cols), ty = put(std::vector<float>(n * rows), n, rows);
+        const kernels::MatmulOut out[] = {{&m[0], ty}};
+        be->matmul(out, tx);
+        std::vector<double> want(n * rows);
+        for (int64_t t = 0; t < n; ++t)
+            for (int64_t r = 0; r < rows; ++r) {
+                double s = 0;
+                for (int64_t c = 0; c < cols; ++c) s += double(deq[r * cols + c]) * x[t * cols + c];
+                want[t * rows + r] = s;
+            }
+        expect_near(get(ty), want, 2e-4, dtype_name(type).data());
+
+        const int32_t tokens[] = {39, 0, 17}, token_seq[] = {0, 0, 0};
+        const int64_t positions[] = {0, 1, 2};
+        const kernels::BatchSeq seq{0, 3, 0, {}};
+        const kernels::Batch b{tokens, positions, token_seq, {&seq, 1}, {}};
+        Tensor te = put(std::vector<float>(3 * cols), 3, cols);
+        be->embed(m[1], b, te);
+        const auto e = get(te);
+        for (int t = 0; t < 3; ++t)
+            for (int64_t c = 0; c < cols; ++c)
+                ASSERT_EQ(e[t * cols + c], deq[tokens[t] * cols + c]) << dtype_name(type);
+    }
+}
+
+// A ragged batch of two sequences over scattered blocks: the KV write puts every token where
+// its block table says, and causal attention over the cache equals softmax(q.K) V computed here
+// in double, for GQA 4:2 and an f32 and an f16 cache.
+TEST_P(BackendOps, KvWriteAndAttentionFollowTheBlockTables) {
+    const int n_head = 4, n_head_kv = 2, hd = 32, bs = 4, kv_dim = n_head_kv * hd;
+    // Sequence 0: 6 cached positions + 3 new tokens; sequence 1: 2 new tokens from empty.
+    const int32_t blocks0[] = {5, 2, 7}, blocks1[] = {0};
+    const int64_t start[] = {6, 0};
+    const int32_t len[] = {3, 2};
+    for (quant::KvDType dt : {quant::KvDType::F32, quant::KvDType::F16}) {
+        kv::KvStore store(*be, 1, 8, bs, kv_dim, hd, {dt, {}});
+        // Every position's keys and values; the cached ones written as earlier steps would.
+        const auto k0 = random(9 * kv_dim), v0 = random(9 * kv_dim);
+        const auto k1 = random(2 * kv_dim), v1 = random(2 * kv_dim);
+        for (int p = 0; p < 6; ++p)
+            store.write(0, blocks0[p / bs], p % bs, &k0[p * kv_dim], &v0[p * kv_dim]);
+        const int32_t tokens[] = {1, 2, 3, 4, 5}, token_seq[] = {0, 0, 0, 1, 1};
+        const int64_t positions[] = {6, 7, 8, 0, 1};
+        const kernels::BatchSeq seqs[] = {{start[0], len[0], 0, blocks0},
+                                          {start[1], len[1], 3, blocks1}};
+        const kernels::Batch b{tokens, positions, token_seq, seqs, {}};
+        std::vector<float> k(5 * kv_dim), v(5 * kv_dim);
+        std::copy(k0.begin() + 6 * kv_dim, k0.end(), k.begin());
+        std::copy(v0.begin() + 6 * kv_dim, v0.end(), v.begin());
+        std::copy(k1.begin(), k1.end(), k.begin() + 3 * kv_dim);
+        std::copy(v1.begin(), v1.end(), v.begin() + 3 * kv_dim);
+        be->kv_write(store.view(), 0, b, put(k, 5, kv_dim), put(v, 5, kv_dim));
+
+        // What the cache holds, read back: each element as the cache's type rounds it.
+        auto stored = [&](float x) {
+            return dt == quant::KvDType::F16 ? quant::f16_to_f32(quant::f32_to_f16(x)) : x;
+        };
+        std::vector<float> rk(kv_dim), rv(kv_dim);
+        for (int p = 0; p < 9; ++p) {
+            store.read(0, blocks0[p / bs], p % bs, rk.data(), rv.data());
+            for (int i = 0; i < kv_dim; ++i) {
+                ASSERT_EQ(rk[i], stored(k0[p * kv_dim + i])) << p;
+                ASSERT_EQ(rv[i], stored(v0[p * kv_dim + i])) << p;
+            }
+        }
+
+        const auto q = random(5 * n_head * hd);
+        Tensor tq = put(q, 5, n_head * hd),
+               tout = put(std::vector<float>(q.size()), 5, n_head * hd);
+        const float scale = 1.0f / std::sqrt(float(hd));
+        be->attention(store.view(), 0, b, {n_head, n_head_kv, hd, scale}, tq, tout);
+        std::vector<double> want(q.size());
+        for (int t = 0; t < 5; ++t) {
+            const bool s0 = token_seq[t] == 0;
+            const float* K = s0 ? k0.data() : k1.data();
+            const float* V = s0 ? v0.data() : v1.data();
+            for (int h = 0; h < n_head; ++h) {
+                const int g = h / (n_head / n_head_kv);
+                const float* qh = &q[(size_t(t) * n_head + h) * hd];
+                std::vector<double> sc(positions[t] + 1);
+                double mx = -1e300;
+                for (int64_t p = 0; p <= positions[t]; ++p) {
+                    double s = 0;
+                    for (int d = 0; d < hd; ++d)
+                        s += double(qh[d]) * stored(K[p * kv_dim + g * hd + d]);
+                    sc[p] = s * scale;
+                    mx = std::max(mx, sc[p]);
+                }
+                double z = 0;
+                for (double& s : sc) z += (s = std::exp(s - mx));
+                for (int d = 0; d < hd; ++d) {
+                    double o = 0;
+                    for (int64_t p = 0; p <= positions[t]; ++p)
+                        o += sc[p] / z * stored(V[p * kv_dim + g * hd + d]);
+                    want[(size_t(t) * n_head + h) * hd + d] = o;
+                }
+            }
+        }
+        expect_near(get(tout), want, 1e-4, quant::kv_dtype_name(dt));
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, BackendOps, ::testing::ValuesIn(params()), param_name);
+
+TEST(Backend, DescribesItselfAndRefusesADeviceItWasNotBuiltWith) {
+    auto cpu = kernels::make_backend({.threads = 1, .activations = kernels::Activations::Int8});
+    ASSERT_TRUE(cpu.ok());
+    EXPECT_EQ((*cpu)->device(), Device::CPU);
+    EXPECT_EQ(kernels::backend_property(**cpu, "backend"), "cpu");
+    EXPECT_EQ(kernels::backend_property(**cpu, "threads"), "1");
+    EXPECT_EQ(kernels::backend_property(**cpu, "activations"), "int8");
+    EXPECT_EQ(kernels::backend_property(**cpu, "cpu_level"),
+              kernels::cpu::cpu_level_name(kernels::cpu::cpu_level()));
+#ifndef FERRY_CUDA
+    auto cuda = kernels::make_backend({.device = Device::CUDA, .threads = 0, .activations = {}});
+    ASSERT_FALSE(cuda.ok());
+    EXPECT_NE(cuda.error().message.find("cuda"), std::string::npos);
+#endif
+}
+
+}  // namespace
