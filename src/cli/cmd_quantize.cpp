@@ -20,6 +20,7 @@
 #include "calibrate/calibration.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/weight_types.h"
 #include "core/paths.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
@@ -70,90 +71,23 @@ std::string default_calib_path() {
         "the default calibration text data/calib/default.txt was not found; pass --calib FILE");
 }
 
-// llama.cpp's llama_ftype for a file whose matrices are all `t`; tools show it as the
-// file's type, and nothing depends on it for loading.
-uint32_t file_type_for(DType t) {
-    switch (t) {
-        case DType::F32:
-            return 0;
-        case DType::F16:
-            return 1;
-        case DType::Q4_0:
-            return 2;
-        case DType::Q4_1:
-            return 3;
-        case DType::Q8_0:
-            return 7;
-        case DType::Q4_K:
-            return 14;  // Q4_K_S: every matrix Q4_K
-        case DType::Q6_K:
-            return 18;
-        case DType::BF16:
-            return 32;
-        default:
-            return 0;
-    }
-}
-
 bool matches_any(const std::string& name, const std::vector<std::string>& patterns) {
     for (const auto& p : patterns)
         if (fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
     return false;
 }
 
-// A row that does not split into the target's blocks gets the best type it does split into,
-// as llama.cpp does for odd-width models. int4 first tries its smaller groups (SmolLM2's rows
-// of 576 take G64 where G128 was asked), then int8, which fits any row.
-DType fallback_for(DType target, int64_t row) {
-    if (row % dtype_info(target).block_size == 0) return target;
-    if (quant::is_int4(target)) {
-        for (DType t : {DType::INT4_G64, DType::INT4_G32})
-            if (dtype_info(t).block_size < dtype_info(target).block_size &&
-                row % dtype_info(t).block_size == 0)
-                return t;
-        return DType::INT8;
-    }
-    if (target != DType::F32 && target != DType::F16 && target != DType::BF16 &&
-        row % dtype_info(DType::Q8_0).block_size == 0)
-        return DType::Q8_0;
-    return DType::F16;
-}
-
-// --type and --group-size to a type id: `int4` names a family, one id per group size.
+// --type and --group-size to a type id.
 DType target_type(const QuantizeOptions& o) {
-    if (o.type == "int4") {
-        switch (o.group_size) {
-            case 32:
-                return DType::INT4_G32;
-            case 64:
-                return DType::INT4_G64;
-            case 128:
-                return DType::INT4_G128;
-            default:
-                throw ExitError(
-                    fmt::format("--group-size {}: int4 groups are 32, 64 or 128", o.group_size));
-        }
-    }
-    auto t = dtype_from_name(o.type);
-    if (!t || !quant::can_quantize(*t))
-        throw ExitError(
-            fmt::format("--type {}: not a type ferry writes (q8_0, q4_0, q4_1, q4_k, "
-                        "q6_k, f16, bf16, f32; ferry's own: int8, int4, fp8, w8a8)",
-                        o.type));
-    return *t;
+    return take(parse_weight_type(o.type, o.group_size));
 }
 
 // The type a tensor is written as; nullopt: left at its input type (--keep).
 std::optional<DType> planned_type(const QuantizeOptions& o, DType target, const std::string& name,
                                   size_t n_dims, int64_t row) {
     if (matches_any(name, o.keep)) return std::nullopt;
-    if (n_dims == 1) return DType::F32;  // norms and biases: tiny, and the model reads them as F32
-    if (matches_any(name, o.keep_f16)) return DType::F16;
-    // w8a8 is for the layers' linear maps. The token embedding is read a row at a time, and
-    // the output head's logits decide every token: both get int8 weights with float
-    // activations (W8A16), as SmoothQuant keeps its head in 16 bits.
-    if (target == DType::W8A8 && name.rfind("blk.", 0) != 0) return DType::INT8;
-    return fallback_for(target, row);
+    if (n_dims > 1 && matches_any(name, o.keep_f16)) return DType::F16;
+    return type_for_tensor(target, name, n_dims, row);
 }
 
 // GPTQ or AWQ: run the model over the calibration text, then compute what replaces RTN for
@@ -231,19 +165,7 @@ void quantize_file(const QuantizeOptions& o) {
 
     gguf::Writer w;
     w.copy_metadata(*in);
-    if (quant::is_ferry_type(target)) {
-        // llama_ftype has no value for these; a stale one would misdescribe the file.
-        w.remove("general.file_type");
-        w.remove("general.quantization_version");
-        w.set("ferry.weight_type", gguf::make_string(type_name));
-    } else {
-        w.remove("ferry.weight_type");
-        w.set("general.file_type", gguf::make_u32(file_type_for(target)));
-        if (dtype_info(target).block_size > 1)
-            w.set("general.quantization_version", gguf::make_u32(2));
-        else
-            w.remove("general.quantization_version");
-    }
+    set_weight_type_metadata(w, target);
 
     auto overrides = std::make_shared<calibrate::TensorOverrides>();
     if (lm) *overrides = calibrated_overrides(o, target, *lm, pool);

@@ -62,6 +62,8 @@ Expected<ModelSpec> spec_from_hf_config(const nlohmann::json& c, std::string nam
     m.max_ctx = get("max_position_embeddings", 0);
     if (auto it = c.find("tie_word_embeddings"); it != c.end() && it->is_boolean())
         m.tied_embeddings = *it;
+    if (auto it = c.find("rope_theta"); it != c.end() && it->is_number()) m.rope_theta = *it;
+    if (auto it = c.find("rms_norm_eps"); it != c.end() && it->is_number()) m.rms_eps = *it;
     // Qwen2 configs do not spell the bias out; the architecture implies it.
     m.qkv_bias = m.arch == "qwen2" || c.value("attention_bias", false);
     if (auto it = c.find("torch_dtype"); it != c.end() && it->is_string())
@@ -105,6 +107,8 @@ Expected<ModelSpec> spec_from_gguf(const std::string& path) {
     }
     m.tied_embeddings = f.tensor("output.weight") == nullptr;
     m.qkv_bias = f.tensor("blk.0.attn_q.bias") != nullptr;
+    if (auto v = f.get_float(m.arch + ".rope.freq_base")) m.rope_theta = *v;
+    if (auto v = f.get_float(m.arch + ".attention.layer_norm_rms_epsilon")) m.rms_eps = *v;
 
     // The real weights: every tensor's elements and bytes, and the type that holds most bytes
     // (norms stay f32 in every quantized file, so a plain majority would mislead).

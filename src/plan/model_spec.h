@@ -27,6 +27,8 @@ struct ModelSpec {
     int64_t max_ctx = 0;           // trained context length
     bool tied_embeddings = false;  // output projection shares the token embedding
     bool qkv_bias = false;         // Qwen2 adds biases to the q, k and v projections
+    double rope_theta = 10000.0;   // RoPE base frequency
+    double rms_eps = 1e-5;         // RMSNorm epsilon
 
     // From a GGUF file only: the real parameter count and bytes of its tensors, and the type
     // holding most of those bytes. Zero / empty when the spec came from a config or preset.

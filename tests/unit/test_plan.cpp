@@ -54,9 +54,23 @@ Device toy_device(double mem_gb, double bw_gbs = 2000, double tflops = 100) {
 TEST(PlanPresets, ParameterCountsMatchOfficialFigures) {
     // Official counts from the model cards / papers.
     const std::pair<const char*, double> official[] = {
-        {"llama-2-7b", 6.74e9}, {"llama-2-13b", 13.02e9}, {"llama-2-70b", 68.98e9},
-        {"llama-3-8b", 8.03e9}, {"llama-3-70b", 70.55e9}, {"mistral-7b", 7.24e9},
-        {"qwen2.5-7b", 7.62e9}, {"qwen2.5-72b", 72.7e9},  {"smollm2-135m", 134.5e6},
+        {"llama-2-7b", 6.74e9},
+        {"llama-2-13b", 13.02e9},
+        {"llama-2-70b", 68.98e9},
+        {"llama-3-8b", 8.03e9},
+        {"llama-3-70b", 70.55e9},
+        {"mistral-7b", 7.24e9},
+        {"qwen2.5-7b", 7.62e9},
+        {"qwen2.5-72b", 72.7e9},
+        {"smollm2-135m", 134.5e6},
+        // The safetensors parameter counts of their Hugging Face checkpoints.
+        {"llama-3.1-8b", 8030261248.0},
+        {"llama-3.2-1b", 1235814400.0},
+        {"llama-3.2-3b", 3212749824.0},
+        {"qwen2.5-0.5b", 494032768.0},
+        {"qwen2.5-1.5b", 1543714304.0},
+        {"qwen2.5-3b", 3085938688.0},
+        {"tinyllama-1.1b", 1100048384.0},
     };
     for (const auto& [name, count] : official) {
         const double got = static_cast<double>(preset(name).params());

@@ -1,0 +1,95 @@
+#include "cli/weight_types.h"
+
+#include "quant/ferry_types.h"
+#include "quant/quantize.h"
+
+namespace ferry::cli {
+namespace {
+
+// llama.cpp's llama_ftype for a file whose matrices are all `t`; tools show it as the
+// file's type, and nothing depends on it for loading.
+uint32_t file_type_for(DType t) {
+    switch (t) {
+        case DType::F32:
+            return 0;
+        case DType::F16:
+            return 1;
+        case DType::Q4_0:
+            return 2;
+        case DType::Q4_1:
+            return 3;
+        case DType::Q8_0:
+            return 7;
+        case DType::Q4_K:
+            return 14;  // Q4_K_S: every matrix Q4_K
+        case DType::Q6_K:
+            return 18;
+        case DType::BF16:
+            return 32;
+        default:
+            return 0;
+    }
+}
+
+}  // namespace
+
+Expected<DType> parse_weight_type(const std::string& name, int group_size) {
+    if (name == "int4") {
+        switch (group_size) {
+            case 32:
+                return DType::INT4_G32;
+            case 64:
+                return DType::INT4_G64;
+            case 128:
+                return DType::INT4_G128;
+            default:
+                return make_error("--group-size {}: int4 groups are 32, 64 or 128", group_size);
+        }
+    }
+    auto t = dtype_from_name(name);
+    if (!t || !quant::can_quantize(*t))
+        return make_error(
+            "--type {}: not a type ferry writes (q8_0, q4_0, q4_1, q4_k, q6_k, f16, bf16, f32; "
+            "ferry's own: int8, int4, fp8, w8a8)",
+            name);
+    return *t;
+}
+
+DType fallback_for(DType target, int64_t row) {
+    if (row % dtype_info(target).block_size == 0) return target;
+    if (quant::is_int4(target)) {
+        for (DType t : {DType::INT4_G64, DType::INT4_G32})
+            if (dtype_info(t).block_size < dtype_info(target).block_size &&
+                row % dtype_info(t).block_size == 0)
+                return t;
+        return DType::INT8;
+    }
+    if (target != DType::F32 && target != DType::F16 && target != DType::BF16 &&
+        row % dtype_info(DType::Q8_0).block_size == 0)
+        return DType::Q8_0;
+    return DType::F16;
+}
+
+DType type_for_tensor(DType target, const std::string& name, size_t n_dims, int64_t row) {
+    if (n_dims == 1) return DType::F32;
+    if (target == DType::W8A8 && name.rfind("blk.", 0) != 0) return DType::INT8;
+    return fallback_for(target, row);
+}
+
+void set_weight_type_metadata(gguf::Writer& w, DType target) {
+    if (quant::is_ferry_type(target)) {
+        // llama_ftype has no value for these; a stale one would misdescribe the file.
+        w.remove("general.file_type");
+        w.remove("general.quantization_version");
+        w.set("ferry.weight_type", gguf::make_string(std::string(dtype_name(target))));
+    } else {
+        w.remove("ferry.weight_type");
+        w.set("general.file_type", gguf::make_u32(file_type_for(target)));
+        if (dtype_info(target).block_size > 1)
+            w.set("general.quantization_version", gguf::make_u32(2));
+        else
+            w.remove("general.quantization_version");
+    }
+}
+
+}  // namespace ferry::cli

@@ -1,0 +1,132 @@
+"""`ferry synth`: files with a real architecture's shapes and random weights, read back by
+gguf-py (llama.cpp's own GGUF reader), then loaded and run by ferry."""
+
+import json
+
+import pytest
+
+from conftest import run_ferry
+
+gguf = pytest.importorskip("gguf")
+np = pytest.importorskip("numpy")
+from gguf.quants import dequantize  # noqa: E402
+
+
+def field(reader, key):
+    f = reader.fields[key]
+    v = f.parts[f.data[0]]
+    return bytes(v).decode() if f.types[0] == gguf.GGUFValueType.STRING else v[0]
+
+
+def synth(tmp_path, name, *args):
+    out = tmp_path / name
+    r = run_ferry("synth", out, *args)
+    assert r.returncode == 0, r.stderr
+    return out, r
+
+
+@pytest.mark.parametrize("like, arch, hidden, heads, kv_heads, ffn, vocab, tied, bias", [
+    ("tinyllama-1.1b", "llama", 2048, 32, 4, 5632, 32000, False, False),
+    ("llama-3.2-1b", "llama", 2048, 32, 8, 8192, 128256, True, False),
+    ("qwen2.5-0.5b", "qwen2", 896, 14, 2, 4864, 151936, True, True),
+])
+def test_preset_shapes_read_back_in_gguf_py(tmp_path, like, arch, hidden, heads, kv_heads, ffn,
+                                            vocab, tied, bias):
+    out, r = synth(tmp_path, f"{like}.gguf", "--like", like, "--layers", 2, "--type", "q8_0")
+    assert "2 layers" in r.stderr
+    rd = gguf.GGUFReader(out)
+    assert field(rd, "general.architecture") == arch
+    assert field(rd, f"{arch}.block_count") == 2
+    assert field(rd, f"{arch}.embedding_length") == hidden
+    assert field(rd, f"{arch}.attention.head_count") == heads
+    assert field(rd, f"{arch}.attention.head_count_kv") == kv_heads
+    assert field(rd, f"{arch}.feed_forward_length") == ffn
+    assert field(rd, "general.file_type") == 7  # LLAMA_FTYPE_MOSTLY_Q8_0
+    ts = {t.name: t for t in rd.tensors}
+    hd = hidden // heads
+    assert list(ts["token_embd.weight"].shape) == [hidden, vocab]
+    assert list(ts["blk.1.attn_k.weight"].shape) == [hidden, kv_heads * hd]
+    assert list(ts["blk.1.ffn_down.weight"].shape) == [ffn, hidden]
+    assert ("output.weight" in ts) == (not tied)
+    assert ("blk.0.attn_q.bias" in ts) == bias
+    assert ts["blk.0.attn_q.weight"].tensor_type == gguf.GGMLQuantizationType.Q8_0
+    assert ts["blk.0.attn_norm.weight"].tensor_type == gguf.GGMLQuantizationType.F32
+    # The tokenizer is the default model's, fitted to the shape's vocabulary.
+    tokens = rd.fields["tokenizer.ggml.tokens"]
+    assert len(tokens.data) == vocab
+    assert field(rd, "tokenizer.ggml.model") == "gpt2"
+
+    # ferry loads and runs it: greedy output is whatever random weights say, but it is made.
+    run = run_ferry("run", "-m", out, "-p", "The capital of France is", "-n", 4,
+                    "--temperature", 0)
+    assert run.returncode == 0, run.stderr
+    assert "generated: 4 tokens" in run.stderr
+
+
+def test_weights_are_the_stated_distribution_and_norms_are_one(tmp_path):
+    out, _ = synth(tmp_path, "f32.gguf", "--like", "smollm2-135m", "--layers", 1, "--type",
+                   "f32")
+    rd = gguf.GGUFReader(out)
+    ts = {t.name: t for t in rd.tensors}
+    w = np.asarray(ts["blk.0.ffn_up.weight"].data, dtype=np.float64).ravel()
+    assert abs(w.mean()) < 5e-4
+    assert abs(w.std() - 0.02) < 5e-4
+    # Irwin-Hall(4), normalised: bounded at sqrt(3) * 2 standard deviations.
+    assert np.abs(w).max() <= 0.02 * 2 * np.sqrt(3) + 1e-6
+    assert np.abs(w).max() > 0.02 * 2.5  # but with tails past 2.5 sigma
+    assert np.all(np.asarray(ts["blk.0.attn_norm.weight"].data) == 1.0)
+    assert field(rd, "ferry.synth.seed") == 0
+
+
+def test_same_seed_same_file_other_seed_other_weights(tmp_path):
+    a, _ = synth(tmp_path, "a.gguf", "--like", "smollm2-135m", "--layers", 1, "-t", 1)
+    b, _ = synth(tmp_path, "b.gguf", "--like", "smollm2-135m", "--layers", 1, "-t", 2)
+    c, _ = synth(tmp_path, "c.gguf", "--like", "smollm2-135m", "--layers", 1, "--seed", 7)
+    assert a.read_bytes() == b.read_bytes()  # thread count does not matter
+    ta = {t.name: t for t in gguf.GGUFReader(a).tensors}["blk.0.attn_q.weight"]
+    tc = {t.name: t for t in gguf.GGUFReader(c).tensors}["blk.0.attn_q.weight"]
+    qa = dequantize(ta.data, ta.tensor_type)
+    qc = dequantize(tc.data, tc.tensor_type)
+    assert qa.shape == qc.shape and not np.array_equal(qa, qc)
+    assert abs(float(np.corrcoef(qa.ravel(), qc.ravel())[0, 1])) < 0.01
+
+
+def test_like_a_config_json_and_a_cut_vocabulary_still_tokenizes(tmp_path):
+    config = {"model_type": "qwen2", "hidden_size": 256, "intermediate_size": 512,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "vocab_size": 20000, "max_position_embeddings": 1024, "rope_theta": 1e6,
+              "rms_norm_eps": 1e-6, "tie_word_embeddings": True}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    out, r = synth(tmp_path, "cfg.gguf", "--like", path, "--type", "q4_k")
+    assert "cut to 20000" in r.stderr
+    rd = gguf.GGUFReader(out)
+    assert field(rd, "qwen2.rope.freq_base") == pytest.approx(1e6)
+    assert field(rd, "qwen2.attention.layer_norm_rms_epsilon") == pytest.approx(1e-6)
+    ts = {t.name: t for t in rd.tensors}
+    # Rows of 256 and 512 both split into q4_k's 256-element blocks.
+    assert ts["blk.0.ffn_up.weight"].tensor_type == gguf.GGMLQuantizationType.Q4_K
+    # Every merge of the cut vocabulary is among its tokens, so text still encodes.
+    toks = {bytes(rd.fields["tokenizer.ggml.tokens"].parts[i]).decode()
+            for i in rd.fields["tokenizer.ggml.tokens"].data}
+    merges = rd.fields["tokenizer.ggml.merges"]
+    for i in merges.data[:2000]:
+        a, b = bytes(merges.parts[i]).decode().split(" ")
+        assert a in toks and b in toks and a + b in toks
+    run = run_ferry("run", "-m", out, "-p", "Tokenizers, unicode: é ü 漢字 and numbers 12345",
+                    "-n", 2, "--temperature", 0)
+    assert run.returncode == 0, run.stderr
+
+
+def test_bad_input_is_one_clear_line(tmp_path):
+    r = run_ferry("synth", tmp_path / "x.gguf", "--like", "llama-9-1t")
+    assert r.returncode != 0 and "unknown model preset" in r.stderr
+    r = run_ferry("synth", tmp_path / "x.gguf", "--like", "tinyllama-1.1b", "--type", "q5_0")
+    assert r.returncode != 0 and "not a type ferry writes" in r.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"model_type": "mamba", "hidden_size": 64,
+                               "intermediate_size": 64, "num_hidden_layers": 1,
+                               "num_attention_heads": 1, "vocab_size": 100}))
+    r = run_ferry("synth", tmp_path / "x.gguf", "--like", bad)
+    assert r.returncode != 0 and "mamba" in r.stderr
+    assert not (tmp_path / "x.gguf").exists()
