@@ -91,8 +91,13 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
 
     void log(const std::string& line) {
         if (!opt.log_requests) return;
+        // A line can quote a client's bytes (a path, a parse error) cut at a length limit:
+        // it goes out as valid UTF-8 on one line, so a log reader neither chokes nor is fooled.
+        std::string clean = valid_utf8(line);
+        for (char& c : clean)
+            if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
         std::lock_guard<std::mutex> lk(log_mu);
-        std::fputs(line.c_str(), stderr);
+        std::fputs(clean.c_str(), stderr);
         std::fputc('\n', stderr);
     }
 

@@ -4,6 +4,7 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 import httpx
@@ -25,11 +26,18 @@ class Server:
         cmd = [ferry_bin(), "serve", "-m", default_model(), "--port", str(self.port), *map(str, args)]
         if api_key:
             cmd += ["--api-key", api_key]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        # The server writes a line per request; a pipe nobody reads fills at 64 KiB and then
+        # blocks the server's next write, so the output is drained as it comes.
+        self._lines = []
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
         self.first_health = None
         deadline = time.time() + 60
         while time.time() < deadline:
-            assert self.proc.poll() is None, f"ferry serve exited: {self.proc.stdout.read()}"
+            if self.proc.poll() is not None:
+                self._reader.join(timeout=5)
+                raise AssertionError(f"ferry serve exited: {self.output()}")
             try:
                 r = httpx.get(self.url + "/health", timeout=2)
                 if self.first_health is None:
@@ -41,6 +49,17 @@ class Server:
             time.sleep(0.02)
         else:
             raise RuntimeError("ferry serve did not become healthy")
+
+    def _drain(self):
+        for line in self.proc.stdout:
+            self._lines.append(line)
+
+    def raw_output(self) -> bytes:
+        """Everything the server has printed so far (all of it once it has stopped)."""
+        return b"".join(self._lines)
+
+    def output(self) -> str:
+        return self.raw_output().decode("utf-8", errors="backslashreplace")
 
     def headers(self):
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -63,4 +82,5 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._reader.join(timeout=5)
         return self.proc.returncode

@@ -334,6 +334,9 @@ def test_malformed_bodies(server):
             assert "error" in r.json()
     assert httpx.get(server.url + "/health").status_code == 200
     assert server.proc.poll() is None
+    # The request log quotes what the clients sent; it must stay valid UTF-8 line by line.
+    log = server.raw_output().decode("utf-8")
+    assert all(line.isprintable() for line in log.splitlines()), "control bytes in the log"
 
 
 def test_auth(model_path):
@@ -440,5 +443,5 @@ def test_serve_applies_activation_and_kv_options():
         assert "Paris" in r.json()["choices"][0]["text"]
     finally:
         s.stop()
-    log = s.proc.stdout.read()
+    log = s.output()
     assert "f32 activations, f32 KV cache" in log, log
