@@ -1,10 +1,5 @@
 #include "gguf/gguf_file.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -247,51 +242,22 @@ std::optional<bool> Value::as_bool() const {
     return std::nullopt;
 }
 
-File::~File() {
-    if (map_) munmap(map_, map_len_);
-}
+File::~File() = default;
 
 Expected<std::shared_ptr<File>> File::open(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return make_error("{}: cannot open: {}", path, std::strerror(errno));
-    struct stat st {};
-    if (fstat(fd, &st) != 0) {
-        int err = errno;
-        ::close(fd);
-        return make_error("{}: cannot stat: {}", path, std::strerror(err));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        ::close(fd);
-        return make_error("{}: not a regular file", path);
-    }
-    if (st.st_size == 0) {
-        ::close(fd);
-        return make_error("{}: not a GGUF file (empty)", path);
-    }
-    size_t len = static_cast<size_t>(st.st_size);
-    void* map = mmap(nullptr, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    int err = errno;
-    ::close(fd);  // the mapping keeps the file alive
-    if (map == MAP_FAILED) return make_error("{}: cannot mmap: {}", path, std::strerror(err));
-
+    auto map = MappedFile::open(path);
+    if (!map) return map.error();
     std::shared_ptr<File> f(new File());
-    f->map_ = map;  // owned from here on, so every error path below unmaps
-    f->map_len_ = len;
     f->path_ = path;
-    f->bytes_ = std::span<const uint8_t>(static_cast<const uint8_t*>(map), len);
+    f->bytes_ = (*map)->bytes();
+    f->map_ = std::move(*map);
     Status s = f->parse_all();
     if (!s.ok()) return s.error();
     return f;
 }
 
 void File::release(const void* p, size_t n) const {
-    if (!map_ || n == 0) return;
-    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-    const auto lo = reinterpret_cast<uintptr_t>(p), hi = lo + n;
-    const auto base = reinterpret_cast<uintptr_t>(map_);
-    if (lo < base || hi > base + map_len_) return;
-    const uintptr_t first = (lo + page - 1) / page * page, last = hi / page * page;
-    if (first < last) (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+    if (map_) map_->release(p, n);
 }
 
 Expected<std::shared_ptr<File>> File::parse(std::span<const uint8_t> bytes, std::string name) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/mapped_file.h"
 #include "core/status.h"
 
 namespace ferry::gguf {
@@ -110,8 +111,7 @@ class File {
 
     std::string path_;
     std::span<const uint8_t> bytes_;
-    void* map_ = nullptr;  // munmap on destruction when set
-    size_t map_len_ = 0;
+    std::unique_ptr<MappedFile> map_;  // null for a File parsed from memory
     uint32_t version_ = 0;
     uint64_t alignment_ = 32;
     size_t data_offset_ = 0;

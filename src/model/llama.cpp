@@ -6,53 +6,92 @@
 #include <string>
 
 #include "core/progress.h"
+#include "model/gguf_weights.h"
+#include "quant/dequantize.h"
+#include "quant/quantize.h"
 
 namespace ferry::model {
 namespace {
 
+// Host memory the model owns for tensors it had to convert at load (norms and biases that were
+// not f32, matrices quantized on the way in), kept alive by the tensors that view it.
+Tensor owned_tensor(DType type, std::initializer_list<int64_t> shape) {
+    const Tensor probe(static_cast<void*>(nullptr), type, shape);
+    auto buf = std::make_shared<std::vector<uint8_t>>(probe.bytes());
+    return Tensor(buf->data(), type, shape).owned_by(buf);
+}
+
 class Binder {
   public:
-    explicit Binder(const gguf::File& f) : f_(f) {}
+    Binder(const WeightFile& f, std::optional<DType> quantize_to)
+        : f_(f), quantize_to_(quantize_to) {}
 
-    // A matrix of `rows` output channels of `cols` inputs (GGUF shape [cols, rows]).
+    // A matrix of `rows` output channels of `cols` inputs, in the file's type, or quantized to
+    // the load's type where one was asked for.
     Status matrix(const std::string& name, int64_t cols, int64_t rows, Tensor& out) {
-        const gguf::TensorInfo* t = f_.tensor(name);
-        if (!t) return make_error("{}: missing tensor '{}'", f_.path(), name);
-        if (t->shape.size() != 2 || t->shape[0] != cols || t->shape[1] != rows)
+        auto t = f_.find(name);
+        if (!t) return t.error();
+        if (!*t) return make_error("{}: missing tensor '{}'", f_.path(), name);
+        const Tensor& m = **t;
+        if (m.ndim() != 2 || m.dim(0) != rows || m.dim(1) != cols)
             return make_error("{}: tensor '{}' has shape {} but [{}, {}] was expected", f_.path(),
-                              name, shape_str(*t), cols, rows);
-        const auto& info = dtype_info(t->type);
-        if (!info.supported)
-            return make_error("{}: tensor '{}' has type {}, which ferry cannot compute with",
-                              f_.path(), name, info.name);
-        if (cols % info.block_size != 0)
-            return make_error("{}: tensor '{}' has {} columns, not whole {} blocks of {}",
-                              f_.path(), name, cols, info.name, info.block_size);
-        out = Tensor(t->data, t->type, {rows, cols});
+                              name, shape_str(m), rows, cols);
+        out = m;
+        if (quantize_to_ && *quantize_to_ != m.dtype()) return quantize(name, out);
         return Status::Ok();
     }
 
-    // An F32 vector of n elements; optional ones may be absent.
+    // A vector of n elements as f32 (converted when the file stores another type); optional
+    // ones may be absent.
     Status vector(const std::string& name, int64_t n, Tensor& out, bool optional = false) {
-        const gguf::TensorInfo* t = f_.tensor(name);
-        if (!t) {
+        auto t = f_.find(name);
+        if (!t) return t.error();
+        if (!*t) {
             if (optional) return Status::Ok();
             return make_error("{}: missing tensor '{}'", f_.path(), name);
         }
-        if (t->type != DType::F32 || t->n_elements != n)
-            return make_error("{}: tensor '{}' must be f32 with {} elements", f_.path(), name, n);
-        out = Tensor(t->data, DType::F32, {n});
+        const Tensor& v = **t;
+        if (v.ndim() != 1 || v.dim(0) != n)
+            return make_error("{}: tensor '{}' has shape {} but [{}] was expected", f_.path(), name,
+                              shape_str(v), n);
+        if (v.dtype() == DType::F32) {
+            out = v;
+            return Status::Ok();
+        }
+        out = owned_tensor(DType::F32, {n});
+        if (Status s = quant::dequantize_row(v.dtype(), v.raw(), out.data<float>(), n); !s)
+            return make_error("{}: tensor '{}': {}", f_.path(), name, s.error().message);
         return Status::Ok();
     }
 
   private:
-    static std::string shape_str(const gguf::TensorInfo& t) {
+    // `m` rounded to the load's type row by row (through f32), as `ferry quantize` would.
+    Status quantize(const std::string& name, Tensor& m) {
+        const DType to = *quantize_to_;
+        const int64_t rows = m.dim(0), cols = m.dim(1);
+        if (cols % dtype_info(to).block_size != 0)
+            return make_error("{}: tensor '{}' has rows of {}, not whole {} blocks of {}",
+                              f_.path(), name, cols, dtype_name(to), dtype_info(to).block_size);
+        Tensor q = owned_tensor(to, {rows, cols});
+        std::vector<float> row(static_cast<size_t>(cols));
+        for (int64_t r = 0; r < rows; ++r) {
+            const auto* src = static_cast<const uint8_t*>(m.raw()) + m.stride(0) * r;
+            auto* dst = static_cast<uint8_t*>(q.raw()) + q.stride(0) * r;
+            if (Status s = quant::dequantize_row(m.dtype(), src, row.data(), cols); !s)
+                return make_error("{}: tensor '{}': {}", f_.path(), name, s.error().message);
+            if (Status s = quant::quantize_row(to, row.data(), dst, cols); !s)
+                return make_error("{}: tensor '{}': {}", f_.path(), name, s.error().message);
+        }
+        m = q;
+        return Status::Ok();
+    }
+    static std::string shape_str(const Tensor& t) {
         std::string s = "[";
-        for (size_t i = 0; i < t.shape.size(); ++i)
-            s += (i ? ", " : "") + std::to_string(t.shape[i]);
+        for (int i = 0; i < t.ndim(); ++i) s += (i ? ", " : "") + std::to_string(t.dim(i));
         return s + "]";
     }
-    const gguf::File& f_;
+    const WeightFile& f_;
+    std::optional<DType> quantize_to_;
 };
 
 }  // namespace
@@ -61,12 +100,20 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<gguf::Fil
                                                        kernels::Backend& backend, bool progress) {
     auto cfg = read_llama_config(*file);
     if (!cfg) return cfg.error();
+    return load(std::make_shared<GgufWeights>(std::move(file)), *cfg, backend, {progress, {}});
+}
+
+Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const WeightFile> file,
+                                                       const LlamaConfig& config,
+                                                       kernels::Backend& backend,
+                                                       const LoadOptions& opt) {
     std::unique_ptr<LlamaModel> m(new LlamaModel());
     m->file_ = file;
-    m->cfg_ = *cfg;
+    m->cfg_ = config;
     m->device_ = backend.device();
     const LlamaConfig& c = m->cfg_;
-    Binder b(*file);
+    const bool progress = opt.progress;
+    Binder b(*file, opt.weights);
 
     // The file's tensors, bound and checked; the matrices go into `sources` in the order
     // they are taken back out below.
@@ -78,7 +125,9 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<gguf::Fil
     std::vector<Bound> layers(static_cast<size_t>(c.n_layer));
     if (auto s = b.matrix("token_embd.weight", c.n_embd, c.n_vocab, tok_embd); !s) return s.error();
     if (auto s = b.vector("output_norm.weight", c.n_embd, output_norm); !s) return s.error();
-    if (file->tensor("output.weight")) {
+    auto has_output = file->find("output.weight");
+    if (!has_output) return has_output.error();
+    if (*has_output) {
         if (auto s = b.matrix("output.weight", c.n_embd, c.n_vocab, output); !s) return s.error();
     } else {
         output = tok_embd;  // tied embeddings
@@ -119,9 +168,10 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<gguf::Fil
     bar.finish();
     // The device holds what a multiplication reads; the file's pages of those matrices are
     // read again only by float activations, tools that read the file and (tied) embedding
-    // lookups, which touch just their rows.
+    // lookups, which touch just their rows. (A matrix quantized at load is not in the file.)
     for (const auto& src : sources)
-        if (src.use == kernels::MatrixUse::Matmul) file->release(src.host.raw(), src.host.bytes());
+        if (src.use == kernels::MatrixUse::Matmul && !src.host.owning())
+            file->release(src.host.raw(), src.host.bytes());
 
     size_t next = 0;
     m->tok_embd_ = res[next++];
@@ -154,9 +204,7 @@ size_t LlamaModel::weight_bytes_per_token(const kernels::Backend& backend) const
 }
 
 int64_t LlamaModel::parameter_count() const {
-    int64_t n = 0;
-    for (const auto& t : file_->tensors()) n += t.n_elements;
-    return n;
+    return file_->parameter_count();
 }
 
 namespace {

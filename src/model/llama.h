@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "gguf/gguf_file.h"
 #include "kernels/backend.h"
 #include "model/llama_config.h"
+#include "model/weight_file.h"
 
 namespace ferry::model {
 
@@ -47,9 +49,19 @@ class LlamaModel {
     static Expected<std::unique_ptr<LlamaModel>> load(std::shared_ptr<gguf::File> file,
                                                       kernels::Backend& backend,
                                                       bool progress = false);
+    struct LoadOptions {
+        bool progress = false;
+        // Every matrix rounded to this type on the way in (vLLM's --quantization): a checkpoint
+        // in 16 bits served at 8 or 4. Unset: the file's types.
+        std::optional<DType> weights;
+    };
+    // From any checkpoint (GGUF or a Hugging Face directory) with its hyper-parameters.
+    static Expected<std::unique_ptr<LlamaModel>> load(std::shared_ptr<const WeightFile> file,
+                                                      const LlamaConfig& config,
+                                                      kernels::Backend& backend,
+                                                      const LoadOptions& opt);
 
     const LlamaConfig& config() const { return cfg_; }
-    const gguf::File& file() const { return *file_; }
     Device device() const { return device_; }
     // Bytes of weights one decode step reads on `backend` (every matrix once, in the layout the
     // backend reads, and one embedding row).
@@ -66,7 +78,7 @@ class LlamaModel {
 
   private:
     LlamaModel() = default;
-    std::shared_ptr<gguf::File> file_;
+    std::shared_ptr<const WeightFile> file_;
     LlamaConfig cfg_;
     Device device_ = Device::CPU;
     kernels::Matrix tok_embd_;

@@ -69,4 +69,70 @@ Expected<LlamaConfig> read_llama_config(const gguf::File& file) {
     return c;
 }
 
+// A string member of a JSON object, or `fallback` when absent or of another type.
+static std::string str_or(const nlohmann::json& j, const char* key, const std::string& fallback) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
+Expected<LlamaConfig> read_llama_config(const nlohmann::json& j, const std::string& where) {
+    if (!j.is_object()) return make_error("{}: not a JSON object", where);
+    LlamaConfig c;
+    c.arch = str_or(j, "model_type", "");
+    bool known = false;
+    for (const auto& a : kArchs) known |= a.arch == c.arch;
+    if (!known)
+        return make_error("{}: unsupported model_type '{}' (ferry runs llama, mistral, qwen2)",
+                          where, c.arch);
+    c.rope_style = kernels::RopeStyle::Neox;
+    c.name = str_or(j, "_name_or_path", where);
+    auto need = [&](const char* key, int& out) -> Status {
+        auto it = j.find(key);
+        if (it == j.end() || !it->is_number_integer() || *it <= 0 || *it > (1 << 30))
+            return make_error("{}: missing or invalid {}", where, key);
+        out = it->get<int>();
+        return Status::Ok();
+    };
+    for (auto [key, field] :
+         {std::pair{"num_hidden_layers", &c.n_layer}, std::pair{"hidden_size", &c.n_embd},
+          std::pair{"num_attention_heads", &c.n_head}, std::pair{"intermediate_size", &c.n_ff},
+          std::pair{"vocab_size", &c.n_vocab}}) {
+        if (auto s = need(key, *field); !s) return s.error();
+    }
+    auto int_or = [&](const char* key, int fallback) {
+        auto it = j.find(key);
+        return it != j.end() && it->is_number_integer() ? it->get<int>() : fallback;
+    };
+    c.n_head_kv = int_or("num_key_value_heads", c.n_head);
+    if (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0)
+        return make_error("{}: {} heads cannot be grouped over {} KV heads", where, c.n_head,
+                          c.n_head_kv);
+    c.head_dim = int_or("head_dim", c.n_embd / c.n_head);
+    c.rope_dim = c.head_dim;
+    if (c.head_dim <= 0 || c.head_dim % 2)
+        return make_error("{}: invalid head dimension {}", where, c.head_dim);
+    c.n_ctx_train = int_or("max_position_embeddings", 4096);
+    auto num_or = [&](const char* key, double fallback) {
+        auto it = j.find(key);
+        return it != j.end() && it->is_number() ? it->get<double>() : fallback;
+    };
+    c.rope_theta = static_cast<float>(num_or("rope_theta", 10000.0));
+    c.rms_eps = static_cast<float>(num_or("rms_norm_eps", 1e-6));
+    if (auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null()) {
+        const std::string type =
+            rs->is_object() ? str_or(*rs, "rope_type", str_or(*rs, "type", "")) : "";
+        if (type != "default")
+            return make_error("{}: rope_scaling '{}' is not supported yet", where,
+                              type.empty() ? rs->dump() : type);
+    }
+    auto use_window = j.find("use_sliding_window");
+    if (auto sw = j.find("sliding_window");
+        sw != j.end() && sw->is_number_integer() &&
+        (use_window == j.end() || use_window->is_null() ||
+         (use_window->is_boolean() && use_window->get<bool>())) &&
+        sw->get<int>() > 0 && sw->get<int>() < c.n_ctx_train)
+        c.n_ctx_train = sw->get<int>();
+    return c;
+}
+
 }  // namespace ferry::model

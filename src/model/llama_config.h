@@ -1,10 +1,13 @@
-// Hyper-parameters of a Llama-family model, read from a GGUF file's `<arch>.*` metadata.
+// Hyper-parameters of a Llama-family model, read from a GGUF file's `<arch>.*` metadata or from
+// a Hugging Face config.json.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
 #include "core/status.h"
+
 #include "gguf/gguf_file.h"
 #include "kernels/backend.h"
 
@@ -36,5 +39,11 @@ struct LlamaConfig {
 
 // Fails with a message naming the missing key or the unsupported architecture.
 Expected<LlamaConfig> read_llama_config(const gguf::File& file);
+// From config.json (`where` names it in messages). Weights from such a directory keep
+// transformers' rotate-half order for q and k, so every architecture rotates NeoX style here
+// (GGUF's llama files are permuted to adjacent pairs by the converter). A rope scaling it does
+// not implement is refused; a sliding window caps the context at the window, within which
+// attention is exact.
+Expected<LlamaConfig> read_llama_config(const nlohmann::json& config, const std::string& where);
 
 }  // namespace ferry::model

@@ -1,0 +1,59 @@
+#include "model/hf_weights.h"
+
+#include <array>
+#include <string_view>
+
+namespace ferry::model {
+namespace {
+
+// GGUF's per-layer names against transformers' (llama, mistral and qwen2 share them).
+constexpr std::array<std::pair<std::string_view, std::string_view>, 12> kLayer = {{
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.bias", "self_attn.k_proj.bias"},
+    {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},
+    {"ffn_up.weight", "mlp.up_proj.weight"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},
+}};
+
+}  // namespace
+
+std::string HfWeights::hf_name(const std::string& g) {
+    if (g == "token_embd.weight") return "model.embed_tokens.weight";
+    if (g == "output_norm.weight") return "model.norm.weight";
+    if (g == "output.weight") return "lm_head.weight";
+    if (g.rfind("blk.", 0) != 0) return {};
+    const size_t dot = g.find('.', 4);
+    if (dot == std::string::npos) return {};
+    const std::string layer = g.substr(4, dot - 4), rest = g.substr(dot + 1);
+    for (const auto& [gg, hf] : kLayer)
+        if (rest == gg) return "model.layers." + layer + "." + std::string(hf);
+    return {};
+}
+
+Expected<std::optional<Tensor>> HfWeights::find(const std::string& name) const {
+    const std::string hn = hf_name(name);
+    const hf::SafeTensor* t = hn.empty() ? nullptr : dir_->tensor(hn);
+    if (!t) return std::optional<Tensor>();
+    if (t->type != DType::F32 && t->type != DType::F16 && t->type != DType::BF16)
+        return make_error("{}: tensor '{}' is {}; ferry reads F32, F16 and BF16 weights",
+                          dir_->path(), hn, t->dtype);
+    if (t->shape.size() == 1) return std::optional<Tensor>(Tensor(t->data, t->type, {t->shape[0]}));
+    if (t->shape.size() == 2)
+        return std::optional<Tensor>(Tensor(t->data, t->type, {t->shape[0], t->shape[1]}));
+    return make_error("{}: tensor '{}' has {} dimensions", dir_->path(), hn, t->shape.size());
+}
+
+int64_t HfWeights::parameter_count() const {
+    int64_t n = 0;
+    for (const hf::SafeTensor* t : dir_->tensors()) n += t->n_elements;
+    return n;
+}
+
+}  // namespace ferry::model

@@ -1,0 +1,31 @@
+// The tensors of a checkpoint, by the names GGUF gives them ("blk.3.attn_q.weight"), whatever
+// file holds them: a GGUF file, or a Hugging Face directory of safetensors shards. The model
+// binds through this, so it is written once for every format.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace ferry::model {
+
+class WeightFile {
+  public:
+    virtual ~WeightFile() = default;
+
+    // Where it came from, for messages.
+    virtual const std::string& path() const = 0;
+    // The tensor GGUF names `name`, as a host view into the file: {rows, cols} for a matrix
+    // (rows = output channels), {n} for a vector. nullopt when the checkpoint has none; an
+    // error for one in a type ferry cannot read, or of a rank it cannot be.
+    virtual Expected<std::optional<Tensor>> find(const std::string& name) const = 0;
+    // The file's pages under [p, p + n) are not needed for now (a resident copy serves them).
+    virtual void release(const void* p, size_t n) const = 0;
+    // Elements of every tensor in the checkpoint.
+    virtual int64_t parameter_count() const = 0;
+};
+
+}  // namespace ferry::model
