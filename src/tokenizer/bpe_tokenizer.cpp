@@ -1,8 +1,9 @@
 #include "tokenizer/bpe_tokenizer.h"
 
 #include <algorithm>
-#include <queue>
 
+#include "tokenizer/merge_loop.h"
+#include "tokenizer/special_split.h"
 #include "tokenizer/utf8.h"
 
 namespace ferry::tokenizer {
@@ -101,50 +102,20 @@ void BpeTokenizer::encode_piece(std::string_view raw, std::vector<Token>& out) c
         }
     }
 
-    // Symbols start as single bytes in a doubly linked list; a merged pair keeps the left
-    // slot. Stale queue entries are recognised by their ids no longer matching.
-    struct Sym {
-        Token id;
-        int prev, next;
-    };
-    struct Bigram {
-        int32_t rank;
-        int left;
-        Token lid, rid;
-        bool operator<(const Bigram& o) const {  // priority_queue pops the "largest"
-            return rank != o.rank ? rank > o.rank : left > o.left;
-        }
-    };
-    const int n = static_cast<int>(raw.size());
-    std::vector<Sym> syms(n);
-    for (int i = 0; i < n; ++i)
-        syms[i] = {byte_token_[static_cast<uint8_t>(raw[i])], i - 1, i + 1 < n ? i + 1 : -1};
-
-    std::vector<Bigram> storage;
-    storage.reserve(n);
-    std::priority_queue<Bigram> queue(std::less<Bigram>(), std::move(storage));
-    auto try_add = [&](int left) {
-        if (left < 0) return;
-        int right = syms[left].next;
-        if (right < 0 || syms[left].id < 0 || syms[right].id < 0) return;
-        auto it = merges_.find(pair_key(syms[left].id, syms[right].id));
-        if (it != merges_.end()) queue.push({it->second.rank, left, syms[left].id, syms[right].id});
-    };
-    for (int i = 0; i + 1 < n; ++i) try_add(i);
-
-    while (!queue.empty()) {
-        Bigram b = queue.top();
-        queue.pop();
-        Sym& l = syms[b.left];
-        if (l.id != b.lid || l.next < 0 || syms[l.next].id != b.rid) continue;
-        Sym& r = syms[l.next];
-        l.id = merges_.at(pair_key(b.lid, b.rid)).result;
-        r.id = -2;  // absorbed
-        l.next = r.next;
-        if (l.next >= 0) syms[l.next].prev = b.left;
-        try_add(l.prev);
-        try_add(b.left);
-    }
+    // Symbols start as single bytes; a byte missing from the vocabulary stays id -1 and never
+    // merges.
+    const auto n = static_cast<uint32_t>(raw.size());
+    std::vector<MergeSymbol> syms(n);
+    for (uint32_t i = 0; i < n; ++i)
+        syms[i] = {byte_token_[static_cast<uint8_t>(raw[i])], i, 1, 0, 0};
+    link_symbols(syms);
+    merge_symbols(syms, [this](const MergeSymbol& l, const MergeSymbol& r) {
+        std::optional<MergeCandidate> c;
+        if (l.id < 0 || r.id < 0) return c;
+        auto it = merges_.find(pair_key(l.id, r.id));
+        if (it != merges_.end()) c = MergeCandidate{double(it->second.rank), it->second.result};
+        return c;
+    });
     for (int i = 0; i >= 0; i = syms[i].next) {
         if (syms[i].id >= 0)
             out.push_back(syms[i].id);
@@ -155,38 +126,15 @@ void BpeTokenizer::encode_piece(std::string_view raw, std::vector<Token>& out) c
 
 std::vector<Token> BpeTokenizer::encode(std::string_view text, bool add_special,
                                         bool parse_special) const {
-    // Fragments are either raw text or an already-decided special token (llama.cpp's
-    // tokenizer_st_partition): each special, longest first, is cut out of the remaining text.
-    struct Frag {
-        Token id;  // -1: text
-        std::string_view text;
-    };
-    std::vector<Frag> frags{{-1, text}};
-    for (Token sid : specials_) {
-        if (!is_special_attr(attrs_[sid], parse_special)) continue;
-        const std::string& st = tokens_[sid];
-        if (text.find(st) == std::string_view::npos) continue;
-        std::vector<Frag> next;
-        for (const Frag& f : frags) {
-            if (f.id >= 0) {
-                next.push_back(f);
-                continue;
-            }
-            size_t from = 0;
-            for (size_t at; (at = f.text.find(st, from)) != std::string_view::npos;
-                 from = at + st.size()) {
-                if (at > from) next.push_back({-1, f.text.substr(from, at - from)});
-                next.push_back({sid, {}});
-            }
-            if (from < f.text.size()) next.push_back({-1, f.text.substr(from)});
-        }
-        frags.swap(next);
-    }
+    // Fragments are either raw text or an already-decided special token.
+    auto frags = split_on_specials(
+        text, specials_, [this](Token id) -> std::string_view { return tokens_[id]; },
+        [&](Token id) { return is_special_attr(attrs_[id], parse_special); });
 
     std::vector<Token> out;
     out.reserve(text.size() / 3 + 2);
     if (add_special && add_bos_) out.push_back(bos_);
-    for (const Frag& f : frags) {
+    for (const Fragment& f : frags) {
         if (f.id >= 0) {
             out.push_back(f.id);
             continue;

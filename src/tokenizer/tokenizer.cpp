@@ -1,7 +1,9 @@
-// Reads tokenizer.ggml.* into a BpeVocab and picks the implementation for the model kind.
+// Reads tokenizer.ggml.* into a BpeVocab or SpmVocab and picks the implementation for the
+// model kind.
 #include "tokenizer/tokenizer.h"
 
 #include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/spm_tokenizer.h"
 
 namespace ferry::tokenizer {
 
@@ -24,9 +26,21 @@ Expected<std::vector<std::string>> string_array(const gguf::File& f, std::string
     return out;
 }
 
-Token token_id(const gguf::File& f, std::string_view key) {
+Token token_id(const gguf::File& f, std::string_view key, Token fallback = -1) {
     auto v = f.get_int(key);
-    return v ? static_cast<Token>(*v) : Token{-1};
+    return v ? static_cast<Token>(*v) : fallback;
+}
+
+std::vector<TokenAttr> token_types(const gguf::File& f) {
+    std::vector<TokenAttr> attrs;
+    if (const gguf::Array* types = f.get_array("tokenizer.ggml.token_type")) {
+        attrs.reserve(types->items.size());
+        for (const auto& item : types->items) {
+            auto t = item.as_int();
+            attrs.push_back(t ? static_cast<TokenAttr>(*t) : TokenAttr::Normal);
+        }
+    }
+    return attrs;
 }
 
 }  // namespace
@@ -34,11 +48,18 @@ Token token_id(const gguf::File& f, std::string_view key) {
 Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const gguf::File& f) {
     auto model = f.get_string("tokenizer.ggml.model");
     if (!model) return make_error("{}: no tokenizer (tokenizer.ggml.model missing)", f.path());
-    if (*model == "llama")
-        return make_error("{}: tokenizer model 'llama' (SentencePiece) is not supported yet",
-                          f.path());
+    if (*model == "llama") {
+        auto v = read_spm_vocab(f);
+        if (!v) return v.error();
+        auto spm = SpmTokenizer::create(std::move(v.value()));
+        if (!spm) return Error{f.path() + ": " + spm.error().message};
+        return std::unique_ptr<Tokenizer>(std::move(spm.value()));
+    }
     if (*model != "gpt2")
-        return make_error("{}: unsupported tokenizer model '{}'", f.path(), *model);
+        return make_error(
+            "{}: unsupported tokenizer model '{}' (ferry reads 'gpt2' byte-level BPE and "
+            "'llama' SentencePiece BPE)",
+            f.path(), *model);
 
     BpeVocab v;
     auto tokens = string_array(f, "tokenizer.ggml.tokens", true);
@@ -47,13 +68,7 @@ Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const gguf::File& f) {
     auto merges = string_array(f, "tokenizer.ggml.merges", true);
     if (!merges) return merges.error();
     v.merges = std::move(merges.value());
-    if (const gguf::Array* types = f.get_array("tokenizer.ggml.token_type")) {
-        v.attrs.reserve(types->items.size());
-        for (const auto& item : types->items) {
-            auto t = item.as_int();
-            v.attrs.push_back(t ? static_cast<TokenAttr>(*t) : TokenAttr::Normal);
-        }
-    }
+    v.attrs = token_types(f);
     v.pre = f.get_string("tokenizer.ggml.pre").value_or("default");
     v.bos = token_id(f, "tokenizer.ggml.bos_token_id");
     v.eos = token_id(f, "tokenizer.ggml.eos_token_id");
@@ -68,7 +83,7 @@ Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const gguf::File& f) {
     return std::unique_ptr<Tokenizer>(std::move(bpe.value()));
 }
 
-std::string Tokenizer::decode(std::span<const Token> ids, bool render_special) const {
+std::string Tokenizer::decode(std::span<const Token> ids, bool render_special, bool) const {
     std::string out;
     for (Token id : ids) out += token_to_piece(id, render_special);
     return out;

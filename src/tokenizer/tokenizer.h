@@ -1,4 +1,5 @@
-// Byte-level BPE tokenizer built from a GGUF file's tokenizer.ggml.* metadata.
+// The tokenizer interface and where tokenizers come from: a GGUF file's tokenizer.ggml.*
+// metadata (byte-level BPE, SentencePiece BPE) or a Hugging Face tokenizer.json.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,11 @@ class Tokenizer {
   public:
     // Fails clearly for a tokenizer model or pre-tokenizer ferry does not implement.
     static Expected<std::unique_ptr<Tokenizer>> from_gguf(const gguf::File& file);
+    // A Hugging Face tokenizer.json, given as a path or as the JSON text itself (text starting
+    // with '{'); tokenizer_config.json (path or text, may be empty) names BOS/EOS and may
+    // override whether they are added. Fails naming any component ferry does not implement.
+    static Expected<std::unique_ptr<Tokenizer>> from_tokenizer_json(
+        std::string_view tokenizer_json, std::string_view tokenizer_config_json = {});
     virtual ~Tokenizer() = default;
 
     // add_special: prepend BOS / append EOS as the model's add_bos/add_eos flags say.
@@ -39,7 +45,12 @@ class Tokenizer {
     // The bytes a token stands for (byte-level decoding undone); control tokens give their
     // text only when render_special is set.
     virtual std::string token_to_piece(Token id, bool render_special = false) const = 0;
-    std::string decode(std::span<const Token> ids, bool render_special = false) const;
+    // The text of `ids`, as the model's reference library decodes them. at_start: the ids begin
+    // a text, so start-of-text rules apply (SentencePiece drops the space it prepended when
+    // encoding); otherwise they continue one, as a generated reply continues its prompt.
+    // The default concatenates token_to_piece.
+    virtual std::string decode(std::span<const Token> ids, bool render_special = false,
+                               bool at_start = true) const;
 
     virtual int32_t n_vocab() const = 0;
     virtual Token bos() const = 0;  // -1 when absent
@@ -52,16 +63,27 @@ class Tokenizer {
 };
 
 // Turns a stream of token ids into text that is only ever cut at UTF-8 character
-// boundaries, so a terminal never prints half a character.
+// boundaries, so a terminal never prints half a character. Everything pushed, then flushed,
+// gives decode(ids, false, at_start) whenever that is valid UTF-8 (invalid bytes become
+// U+FFFD). It decodes a short window of recent ids with the tokenizer's own decode, so
+// decoders that look at neighbouring tokens (byte fallback, a stripped first space) stream
+// exactly as they decode. at_start false (the default): the ids continue a prompt.
 class StreamDecoder {
   public:
-    explicit StreamDecoder(const Tokenizer& tok) : tok_(tok) {}
+    explicit StreamDecoder(const Tokenizer& tok, bool at_start = false)
+        : tok_(tok), at_start_(at_start) {}
     std::string push(Token id);  // the newly completed text, possibly empty
     std::string flush();         // whatever is left (invalid bytes become U+FFFD)
 
   private:
+    std::string text(size_t from, size_t to) const;  // decode(ids_[from, to))
+    std::string advance(bool at_end);
+
     const Tokenizer& tok_;
-    std::string pending_;
+    bool at_start_;
+    std::vector<Token> ids_;  // the window: [prefix_, read_) is context already emitted
+    size_t prefix_ = 0, read_ = 0;
+    bool trimmed_ = false;  // ids_ no longer begins at the stream's first id
 };
 
 }  // namespace ferry::tokenizer

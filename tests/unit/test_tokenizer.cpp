@@ -218,9 +218,9 @@ std::string from_gguf_error(const GgufBuilder& b) {
 }
 
 TEST(TokenizerFromGguf, RefusesUnsupportedModelsByName) {
+    // 'llama' (SentencePiece) is read now; without its vocabulary it says what is missing.
     std::string spm = from_gguf_error(GgufBuilder().str("tokenizer.ggml.model", "llama"));
-    EXPECT_NE(spm.find("'llama'"), std::string::npos) << spm;
-    EXPECT_NE(spm.find("SentencePiece"), std::string::npos) << spm;
+    EXPECT_NE(spm.find("tokenizer.ggml.tokens"), std::string::npos) << spm;
     std::string other = from_gguf_error(GgufBuilder().str("tokenizer.ggml.model", "t5"));
     EXPECT_NE(other.find("'t5'"), std::string::npos) << other;
     std::string pre = from_gguf_error(GgufBuilder()

@@ -1,0 +1,38 @@
+// Hugging Face tokenizers' normalizers that BPE models ship with: Sequence, Prepend,
+// Replace (a string or a regex), Strip and ByteLevel. The ones that need Unicode tables
+// ferry does not carry (NFC, NFKC, NFD, NFKD, Lowercase, StripAccents, BertNormalizer,
+// Precompiled, Nmt) fail by name instead of normalizing differently.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/status.h"
+#include "tokenizer/regex.h"
+
+namespace ferry::tokenizer {
+
+class HfNormalizer {
+  public:
+    // j: tokenizer.json's "normalizer" value; null means none.
+    static Expected<HfNormalizer> from_json(const nlohmann::json& j);
+    std::string normalize(std::string_view text) const;
+    bool empty() const { return steps_.empty(); }
+
+  private:
+    enum class Kind { Prepend, Replace, Strip, ByteLevel };
+    struct Step {
+        Kind kind;
+        std::string text{};  // Prepend: what; Replace: the replacement
+        std::shared_ptr<const Regex> pattern{};
+        bool left = false, right = false;  // Strip
+    };
+    static Status add(const nlohmann::json& j, std::vector<Step>& steps);
+    std::vector<Step> steps_;
+};
+
+}  // namespace ferry::tokenizer
