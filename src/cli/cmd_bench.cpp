@@ -57,8 +57,8 @@ std::vector<int32_t> bench_prompt(const DecodeBenchOptions& o, const engine::Loa
         const std::string text = read_file_or_exit(o.prompt_file);
         if (o.chat) {
             if (!lm.chat_template) throw ExitError(lm.chat_template_error);
-            ids =
-                lm.tokenizer->encode(lm.chat_template->apply({{"user", text}}, true), false, true);
+            ids = lm.tokenizer->encode(take(lm.chat_template->apply({{"user", text}}, true)), false,
+                                       true);
         } else {
             ids = lm.tokenizer->encode(text, true, false);
         }

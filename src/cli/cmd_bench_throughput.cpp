@@ -95,7 +95,7 @@ std::vector<Item> make_workload(const ThroughputOptions& o, const engine::Loaded
                     for (const auto& m : j.at("messages"))
                         msgs.push_back(
                             {m.at("role").get<std::string>(), m.at("content").get<std::string>()});
-                    ids = tok.encode(lm.chat_template->apply(msgs, true), false, true);
+                    ids = tok.encode(take(lm.chat_template->apply(msgs, true)), false, true);
                 } else {
                     ids = tok.encode(j["prompt"].get<std::string>(), true, false);
                 }

@@ -41,7 +41,7 @@ void chat(const ChatOptions& o) {
         // A system message the context cannot hold with a turn would fail every turn.
         std::vector<tokenizer::ChatMessage> probe = msgs;
         probe.push_back({"user", "hi"});
-        const auto n = tok.encode(lm.chat_template->apply(probe, true), false, true).size();
+        const auto n = tok.encode(take(lm.chat_template->apply(probe, true)), false, true).size();
         if (static_cast<int64_t>(n) + 1 >= ctx)
             throw ExitError(fmt::format(
                 "the system message takes {} tokens of the context of {}, leaving no room for "
@@ -73,7 +73,13 @@ void chat(const ChatOptions& o) {
         }
         if (line.rfind("//", 0) == 0) line.erase(0, 1);
         msgs.push_back({"user", line});
-        auto ids = tok.encode(lm.chat_template->apply(msgs, true), false, true);
+        auto text = lm.chat_template->apply(msgs, true);
+        if (!text) {  // the template refused the conversation: say why, keep the session
+            std::fprintf(stderr, "ferry: error: %s\n", text.error().message.c_str());
+            msgs.pop_back();
+            continue;
+        }
+        auto ids = tok.encode(*text, false, true);
         if (static_cast<int64_t>(ids.size()) + 1 >= ctx) {
             std::fprintf(stderr,
                          "ferry: the conversation (%zu tokens) no longer fits the context "

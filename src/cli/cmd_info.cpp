@@ -60,7 +60,7 @@ void info(const InfoOptions& o) {
           {"int8", kv_per_token(quant::KvDType::Int8)},
           {"fp8", kv_per_token(quant::KvDType::FP8)}}},
         {"kv_cache_dtype", KvDTypeOption{}.name},
-        {"chat_template", lm.chat_template ? lm.chat_template->family_name() : "none"},
+        {"chat_template", lm.chat_template ? "jinja" : "none"},
         {"bos_token_id", lm.tokenizer->bos()},
         {"eos_token_id", lm.tokenizer->eos()},
     };
@@ -92,8 +92,8 @@ void info(const InfoOptions& o) {
         "%.1f KiB at fp8 (--kv-dtype; scales included)\n",
         kv_per_token(quant::KvDType::F32) / 1024.0, kv_per_token(quant::KvDType::F16) / 1024.0,
         kv_per_token(quant::KvDType::Int8) / 1024.0, kv_per_token(quant::KvDType::FP8) / 1024.0);
-    std::printf("chat template   %s\n", lm.chat_template ? lm.chat_template->family_name()
-                                                         : lm.chat_template_error.c_str());
+    std::printf("chat template   %s\n",
+                lm.chat_template ? "jinja" : lm.chat_template_error.c_str());
 }
 
 }  // namespace

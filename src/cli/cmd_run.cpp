@@ -37,7 +37,7 @@ void run(const RunOptions& o) {
         if (!o.system.empty()) msgs.push_back({"system", o.system});
         msgs.push_back({"user", prompt});
         // The rendered template carries its own BOS text where the model wants one.
-        ids = tok.encode(lm.chat_template->apply(msgs, true), false, true);
+        ids = tok.encode(take(lm.chat_template->apply(msgs, true)), false, true);
     } else {
         ids = tok.encode(prompt, true, true);
     }

@@ -44,10 +44,8 @@ class EngineService : public server::Service {
     Expected<std::string> apply_chat(
         const std::vector<tokenizer::ChatMessage>& msgs) const override {
         if (!lm_.chat_template)
-            return make_error(
-                "this model has no chat template ferry understands ({}); use "
-                "/v1/completions",
-                lm_.chat_template_error);
+            return make_error("this model's chat template cannot be used ({}); use /v1/completions",
+                              lm_.chat_template_error);
         return lm_.chat_template->apply(msgs, true);
     }
 

@@ -1,6 +1,6 @@
 // Everything a front end needs from a model file: the mapping, the forward pass with its
-// weights resident on a backend, the tokenizer and (when the model has one ferry understands)
-// the chat template.
+// weights resident on a backend, the tokenizer and (when the model has one that parses) the
+// chat template.
 #pragma once
 
 #include <memory>

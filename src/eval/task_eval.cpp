@@ -290,7 +290,9 @@ Expected<TaskEvalResult> run_tasks(const engine::LoadedModel& model, const engin
                     "ferry understands: {}",
                     t.id, model.chat_template_error);
             // The rendered template carries its own BOS text where the model wants one.
-            prompts[i] = tok.encode(model.chat_template->apply(t.messages, true), false, true);
+            auto text = model.chat_template->apply(t.messages, true);
+            if (!text) return make_error("task \"{}\": {}", t.id, text.error().message);
+            prompts[i] = tok.encode(*text, false, true);
         } else {
             // Task text is data: "<|im_start|>" in a prompt stays text, not a control token.
             prompts[i] = tok.encode(t.prompt, true, false);

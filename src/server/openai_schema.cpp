@@ -161,7 +161,7 @@ bool parse_messages(const json& msgs, std::vector<tokenizer::ChatMessage>& out, 
             return f.fail(
                 fmt::format("'{}.role' must be system, user or assistant, not '{}'", where, r),
                 "messages");
-        std::string content;
+        std::optional<std::string> content;  // a null one is absent, as transformers has it
         auto c = m.find("content");
         if (c == m.end() || c->is_null()) {
             if (r != "assistant")
@@ -170,6 +170,7 @@ bool parse_messages(const json& msgs, std::vector<tokenizer::ChatMessage>& out, 
             content = c->get<std::string>();
         } else if (c->is_array()) {
             // Content parts: only text is understood; images and audio are refused by name.
+            content.emplace();
             for (const json& part : *c) {
                 if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
                     return f.fail(
@@ -184,7 +185,7 @@ bool parse_messages(const json& msgs, std::vector<tokenizer::ChatMessage>& out, 
                     return f.fail(
                         fmt::format("'{}.content' text parts need a string 'text'", where),
                         "messages");
-                content += t->get<std::string>();
+                *content += t->get<std::string>();
             }
         } else {
             return f.fail(fmt::format("'{}.content' must be a string or an array of parts", where),

@@ -1,154 +1,140 @@
 #include "tokenizer/chat_template.h"
 
-#include <optional>
-#include <string_view>
+#include <fstream>
+#include <sstream>
 
 namespace ferry::tokenizer {
 
 namespace {
 
-bool contains(std::string_view s, std::string_view needle) {
-    return s.find(needle) != std::string_view::npos;
-}
+using jinja::Value;
+using ojson = nlohmann::ordered_json;
 
-// Jinja's `trim` filter (Python str.strip), limited to ASCII whitespace.
-std::string trim(std::string_view s) {
-    constexpr std::string_view ws = " \t\n\r\f\v";
-    size_t b = s.find_first_not_of(ws);
-    if (b == std::string_view::npos) return {};
-    size_t e = s.find_last_not_of(ws);
-    return std::string(s.substr(b, e - b + 1));
-}
-
-// The string literal that starts just after `open` (a quote) in `src`, unescaped; nullopt
-// when it is not closed.
-std::optional<std::string> read_literal(std::string_view src, size_t open) {
-    char quote = src[open];
-    std::string out;
-    for (size_t i = open + 1; i < src.size(); ++i) {
-        char c = src[i];
-        if (c == quote) return out;
-        if (c == '\\' && i + 1 < src.size()) {
-            char e = src[++i];
-            out += e == 'n' ? '\n' : e == 't' ? '\t' : e;
-        } else {
-            out += c;
+// The dict a template sees for a message, keys in OpenAI's order; a missing field is a missing
+// key, never None, because templates test `'tool_calls' in message` and `content is defined`.
+Value message_value(const ChatMessage& m) {
+    jinja::Dict d;
+    d.set("role", m.role);
+    if (m.content) d.set("content", *m.content);
+    if (!m.tool_calls.empty()) {
+        jinja::List calls;
+        for (const ToolCall& c : m.tool_calls) {
+            jinja::Dict fn;
+            fn.set("name", c.name);
+            fn.set("arguments", jinja::from_json(c.arguments));
+            jinja::Dict call;
+            call.set("id", c.id);
+            call.set("type", c.type);
+            call.set("function", Value::dict(std::move(fn)));
+            calls.push_back(Value::dict(std::move(call)));
         }
+        d.set("tool_calls", Value::list(std::move(calls)));
     }
-    return std::nullopt;
+    if (m.tool_call_id) d.set("tool_call_id", *m.tool_call_id);
+    if (m.name) d.set("name", *m.name);
+    return Value::dict(std::move(d));
 }
 
-// SmolLM2 and Qwen2 style templates print a fixed system turn when the conversation has
-// none: a literal "<|im_start|>system\n...<|im_end|>" guarded by a "!= 'system'" test.
-std::string find_default_system(std::string_view src) {
-    if (!contains(src, "!= 'system'") && !contains(src, "!= \"system\"")) return {};
-    constexpr std::string_view head = "<|im_start|>system\n", tail = "<|im_end|>";
-    for (size_t at = src.find("<|im_start|>system"); at != std::string_view::npos;
-         at = src.find("<|im_start|>system", at + 1)) {
-        if (at == 0 || (src[at - 1] != '\'' && src[at - 1] != '"')) continue;
-        auto lit = read_literal(src, at - 1);
-        if (!lit || lit->rfind(head, 0) != 0) continue;
-        size_t end = lit->find(tail);
-        if (end == std::string::npos) continue;  // system content is concatenated in
-        return lit->substr(head.size(), end - head.size());
-    }
-    return {};
+Error template_error(const Error& e) {
+    return make_error("chat template {}", e.message);
 }
 
 }  // namespace
 
+Expected<ChatMessage> ChatMessage::from_json(const ojson& m) {
+    if (!m.is_object()) return make_error("a message must be a JSON object");
+    ChatMessage out;
+    auto str = [&](const char* key, std::optional<std::string>& dst) -> Status {
+        auto it = m.find(key);
+        if (it == m.end() || it->is_null()) return Status::Ok();
+        if (!it->is_string()) return make_error("a message's '{}' must be a string", key);
+        dst = it->get<std::string>();
+        return Status::Ok();
+    };
+    std::optional<std::string> role;
+    if (Status s = str("role", role); !s) return s.error();
+    if (!role) return make_error("a message needs a 'role'");
+    out.role = *role;
+    for (auto [key, dst] :
+         {std::pair{"content", &out.content}, std::pair{"tool_call_id", &out.tool_call_id},
+          std::pair{"name", &out.name}})
+        if (Status s = str(key, *dst); !s) return s.error();
+    if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null()) {
+        if (!tc->is_array()) return make_error("a message's 'tool_calls' must be an array");
+        for (const ojson& c : *tc) {
+            if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
+                return make_error("each tool call needs a 'function' object");
+            ToolCall call;
+            call.id = c.value("id", "");
+            call.type = c.value("type", "function");
+            const ojson& fn = c["function"];
+            if (!fn.contains("name") || !fn["name"].is_string())
+                return make_error("each tool call's function needs a 'name' string");
+            call.name = fn["name"].get<std::string>();
+            if (fn.contains("arguments")) call.arguments = fn["arguments"];
+            out.tool_calls.push_back(std::move(call));
+        }
+    }
+    return out;
+}
+
 Expected<ChatTemplate> ChatTemplate::from_source(const std::string& source, std::string bos_text,
                                                  std::string eos_text) {
-    ChatTemplate t;
-    t.bos_ = std::move(bos_text);
-    t.eos_ = std::move(eos_text);
     if (source.empty())
-        return make_error("unsupported chat template: the model has none (empty template)");
-    if (contains(source, "<|start_header_id|>")) {
-        // Llama 3.1+ add a "Cutting Knowledge Date" system turn that this renderer lacks.
-        if (contains(source, "Cutting Knowledge Date"))
-            return make_error(
-                "unsupported chat template: Llama-3.1 style (date/tool system header)");
-        t.family_ = Family::Llama3;
-    } else if (contains(source, "<|im_start|>")) {
-        t.family_ = Family::ChatML;
-        t.default_system_ = find_default_system(source);
-    } else if (contains(source, "<start_of_turn>")) {
-        t.family_ = Family::Gemma;
-    } else if (contains(source, "[INST]") && contains(source, "<<SYS>>")) {
-        t.family_ = Family::Llama2;  // Mistral's [INST] without <<SYS>> renders differently
-    } else {
-        std::string head = source.substr(0, 60);
-        for (char& c : head)
-            if (c == '\n') c = ' ';
-        return make_error("unsupported chat template: not ChatML, Llama-2/3 or Gemma: \"{}{}\"",
-                          head, source.size() > 60 ? "..." : "");
-    }
+        return make_error("the model has no chat template (tokenizer.chat_template)");
+    auto t = jinja::Template::parse(source);
+    if (!t) return template_error(t.error());
+    ChatTemplate c;
+    c.tmpl_ = std::move(*t);
+    c.bos_ = std::move(bos_text);
+    c.eos_ = std::move(eos_text);
+    return c;
+}
+
+Expected<ChatTemplate> ChatTemplate::from_file(const std::string& path, std::string bos_text,
+                                               std::string eos_text) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return make_error("cannot read the chat template file {}", path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto t = from_source(ss.str(), std::move(bos_text), std::move(eos_text));
+    if (!t) return make_error("{}: {}", path, t.error().message);
     return t;
 }
 
-const char* ChatTemplate::family_name() const {
-    switch (family_) {
-        case Family::ChatML:
-            return "chatml";
-        case Family::Llama3:
-            return "llama3";
-        case Family::Llama2:
-            return "llama2";
-        case Family::Gemma:
-            return "gemma";
-    }
-    return "?";
-}
-
-std::string ChatTemplate::apply(const std::vector<ChatMessage>& messages,
-                                bool add_generation_prompt) const {
-    std::string out;
-    const bool has_system = !messages.empty() && messages[0].role == "system";
-    switch (family_) {
-        case Family::ChatML:
-            if (!has_system && !default_system_.empty() && !messages.empty())
-                out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
-            for (const auto& m : messages)
-                out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-            if (add_generation_prompt) out += "<|im_start|>assistant\n";
-            break;
-        case Family::Llama3:
-            for (size_t i = 0; i < messages.size(); ++i) {
-                if (i == 0) out += bos_;
-                out += "<|start_header_id|>" + messages[i].role + "<|end_header_id|>\n\n" +
-                       trim(messages[i].content) + "<|eot_id|>";
+Expected<std::string> ChatTemplate::apply(const std::vector<ChatMessage>& messages,
+                                          bool add_generation_prompt, const ojson& tools,
+                                          const ojson& extra) const {
+    if (!tools.is_null() && !tools.is_array()) return make_error("'tools' must be a list of tools");
+    if (!extra.is_null() && !extra.is_object())
+        return make_error("extra chat template variables must be a JSON object");
+    std::vector<std::pair<std::string, Value>> vars;
+    try {
+        // transformers passes the special tokens first, so the caller's variables override them.
+        vars.emplace_back("bos_token", bos_);
+        vars.emplace_back("eos_token", eos_);
+        if (extra.is_object()) {
+            for (const auto& [k, v] : extra.items()) {
+                if (k == "messages" || k == "tools" || k == "documents" ||
+                    k == "add_generation_prompt")
+                    return make_error("'{}' cannot be passed as an extra chat template variable",
+                                      k);
+                vars.emplace_back(k, jinja::from_json(v));
             }
-            if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-            break;
-        case Family::Llama2: {
-            // Meta's template: the system prompt is folded into the first user turn.
-            size_t first = has_system ? 1 : 0;
-            for (size_t i = first; i < messages.size(); ++i) {
-                std::string content = messages[i].content;
-                if (i == first && has_system)
-                    content = "<<SYS>>\n" + messages[0].content + "\n<</SYS>>\n\n" + content;
-                if (messages[i].role == "user")
-                    out += bos_ + "[INST] " + trim(content) + " [/INST]";
-                else if (messages[i].role == "assistant")
-                    out += " " + trim(content) + " " + eos_;
-            }
-            break;
         }
-        case Family::Gemma: {
-            // Gemma has no system role; Gemma-3's template prefixes it to the first turn.
-            out += bos_;
-            size_t first = has_system ? 1 : 0;
-            for (size_t i = first; i < messages.size(); ++i) {
-                std::string prefix = i == first && has_system ? messages[0].content + "\n\n" : "";
-                const std::string& role = messages[i].role;
-                out += "<start_of_turn>" + (role == "assistant" ? std::string("model") : role) +
-                       "\n" + prefix + trim(messages[i].content) + "<end_of_turn>\n";
-            }
-            if (add_generation_prompt) out += "<start_of_turn>model\n";
-            break;
-        }
+        jinja::List msgs;
+        for (const ChatMessage& m : messages) msgs.push_back(message_value(m));
+        vars.emplace_back("messages", Value::list(std::move(msgs)));
+        vars.emplace_back("tools", jinja::from_json(tools));
+        vars.emplace_back("documents", nullptr);
+        vars.emplace_back("add_generation_prompt", add_generation_prompt);
+    } catch (const std::exception& e) {  // a conversation nested too deep to convert
+        return make_error("chat template input: {}", e.what());
     }
+    jinja::RenderOptions opts;
+    opts.now = now_;
+    auto out = tmpl_.render(vars, opts);
+    if (!out) return template_error(out.error());
     return out;
 }
 
