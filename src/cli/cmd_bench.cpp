@@ -41,12 +41,13 @@ Summary summarize(std::vector<double> v) {
     return {n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v.front(), v.back()};
 }
 
-// The tensor type holding most of the weight bytes ("q4_1" for the default model).
-std::string dominant_weight_type(const gguf::File& f) {
-    std::map<std::string, size_t> bytes;
-    for (const auto& t : f.tensors()) bytes[std::string(dtype_name(t.type))] += t.n_bytes;
-    return std::max_element(bytes.begin(), bytes.end(),
-                            [](auto& a, auto& b) { return a.second < b.second; })
+// The tensor type holding most of the weight bytes ("q4_1" for the default model), or the
+// type the weights were rounded to as they loaded.
+std::string dominant_weight_type(const engine::LoadedModel& lm) {
+    if (lm.loaded_as) return std::string(dtype_name(*lm.loaded_as));
+    const auto types = lm.weights->stored_types();
+    return std::max_element(types.begin(), types.end(),
+                            [](auto& a, auto& b) { return a.second.bytes < b.second.bytes; })
         ->first;
 }
 
@@ -155,8 +156,8 @@ void bench_decode(const DecodeBenchOptions& o) {
     const Summary pf = summarize(prefill), dc = summarize(decode), tt = summarize(ttft),
                   tp = summarize(tpot);
     nlohmann::json j = {
-        {"model", lm.file->path()},
-        {"weight_type", dominant_weight_type(*lm.file)},
+        {"model", lm.path},
+        {"weight_type", dominant_weight_type(lm)},
         {"threads", threads},
         {"cpu_level", backend_property(*lm.backend, "cpu_level")},
         {"activations", kernels::activations_name(lm.backend->activations())},
@@ -220,8 +221,8 @@ void bench_decode(const DecodeBenchOptions& o) {
         std::printf("%s\n", j.dump(2).c_str());
         return;
     }
-    std::printf("model      %s (%s), %d threads, %s kernels, %s activations\n",
-                lm.file->path().c_str(), j["weight_type"].get<std::string>().c_str(), threads,
+    std::printf("model      %s (%s), %d threads, %s kernels, %s activations\n", lm.path.c_str(),
+                j["weight_type"].get<std::string>().c_str(), threads,
                 backend_property(*lm.backend, "cpu_level").c_str(),
                 kernels::activations_name(lm.backend->activations()));
     std::printf("workload   %zu prompt tokens, %d generated, median of %d runs [min .. max]\n",

@@ -321,7 +321,7 @@ void bench_throughput(const ThroughputOptions& o) {
     }
     if (o.json) {
         nlohmann::json j = o.compare ? nlohmann::json{{"runs", rows}} : rows.front();
-        j["model"] = lm.file->path();
+        j["model"] = lm.path;
         j["num_prompts"] = items.size();
         j["threads"] = o.model.resolved_threads();
         j["sampling"] = {{"temperature", o.temperature}, {"top_k", o.top_k}, {"top_p", o.top_p}};

@@ -97,7 +97,7 @@ void chat(const ChatOptions& o) {
         std::string reply;
         const int budget = std::min<int64_t>(o.max_tokens, ctx - static_cast<int64_t>(ids.size()));
         auto st = take(gen.generate(
-            fresh, o.sampling.resolved(), budget,
+            fresh, o.sampling.resolved(lm.generation), budget,
             [&](int32_t t) {
                 std::string s = dec.push(t);
                 reply += s;

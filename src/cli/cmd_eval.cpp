@@ -79,9 +79,9 @@ void eval(const EvalCmdOptions& o) {
     if (!o.ref.empty())
         ref = take(engine::LoadedModel::load(take(resolve_model_path(o.ref)), false, backend));
     if (o.text.empty()) {
-        nlohmann::json j = {{"model", lm.file->path()}};
-        if (ref) j["ref"] = ref->file->path();
-        if (!o.json) std::printf("model       %s\n", lm.file->path().c_str());
+        nlohmann::json j = {{"model", lm.path}};
+        if (ref) j["ref"] = ref->path;
+        if (!o.json) std::printf("model       %s\n", lm.path.c_str());
         j["tasks"] = eval_tasks(o, *tf, lm, ref ? &*ref : nullptr);
         if (o.json) std::printf("%s\n", j.dump(2).c_str());
         return;
@@ -105,13 +105,19 @@ void eval(const EvalCmdOptions& o) {
     bar.finish();
 
     nlohmann::json j = {
-        {"model", lm.file->path()},    {"text", o.text},       {"ctx", opt.ctx},
-        {"stride", opt.stride},        {"tokens", r.n_tokens}, {"scored_tokens", r.n_scored},
-        {"windows", r.n_windows},      {"nll", r.nll},         {"perplexity", r.perplexity},
+        {"model", lm.path},
+        {"text", o.text},
+        {"ctx", opt.ctx},
+        {"stride", opt.stride},
+        {"tokens", r.n_tokens},
+        {"scored_tokens", r.n_scored},
+        {"windows", r.n_windows},
+        {"nll", r.nll},
+        {"perplexity", r.perplexity},
         {"kv_dtype", o.kv_dtype.name},
     };
     if (r.has_ref) {
-        j["ref"] = ref->file->path();
+        j["ref"] = ref->path;
         j["ref_perplexity"] = r.ref_perplexity;
         j["delta_ppl_percent"] = 100.0 * (r.perplexity / r.ref_perplexity - 1.0);
         j["kl_mean"] = r.kl_mean;
@@ -124,13 +130,13 @@ void eval(const EvalCmdOptions& o) {
         std::printf("%s\n", j.dump(2).c_str());
         return;
     }
-    std::printf("model       %s\n", lm.file->path().c_str());
+    std::printf("model       %s\n", lm.path.c_str());
     std::printf("tokens      %lld scored of %lld (ctx %d, stride %d, %d windows)\n",
                 static_cast<long long>(r.n_scored), static_cast<long long>(r.n_tokens), opt.ctx,
                 opt.stride, r.n_windows);
     std::printf("perplexity  %.4f\n", r.perplexity);
     if (r.has_ref) {
-        std::printf("reference   %s (perplexity %.4f, ΔPPL %+.2f %%)\n", ref->file->path().c_str(),
+        std::printf("reference   %s (perplexity %.4f, ΔPPL %+.2f %%)\n", ref->path.c_str(),
                     r.ref_perplexity, 100.0 * (r.perplexity / r.ref_perplexity - 1.0));
         std::printf("KL mean     %.6f nats (p99 %.6f)\n", r.kl_mean, r.kl_p99);
         std::printf("top-1       %.2f %%\n", 100.0 * r.top1_agreement);

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <map>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -22,13 +23,11 @@ struct InfoOptions {
 void info(const InfoOptions& o) {
     auto lm = take(engine::LoadedModel::load(take(resolve_model_path(o.model)), false));
     const auto& c = lm.model->config();
-    const auto& f = *lm.file;
-    std::map<std::string, std::pair<int, size_t>> types;  // name -> (tensors, bytes)
-    for (const auto& t : f.tensors()) {
-        auto& e = types[std::string(dtype_name(t.type))];
-        ++e.first;
-        e.second += t.n_bytes;
-    }
+    const auto types = lm.weights->stored_types();
+    size_t weight_bytes = 0;
+    for (const auto& [name, e] : types) weight_bytes += e.bytes;
+    const std::string format =
+        lm.file ? fmt::format("GGUF v{}", lm.file->version()) : "Hugging Face directory";
     // What the serving engine's cache takes per token at its default block size, scales and
     // padding included.
     auto kv_per_token = [&](quant::KvDType t) {
@@ -36,11 +35,12 @@ void info(const InfoOptions& o) {
         return kv::KvStore::bytes_per_block(c.n_layer, bs, c.kv_dim(), c.head_dim, t) / bs;
     };
     nlohmann::json j = {
-        {"model", f.path()},
+        {"model", lm.path},
         {"name", c.name},
         {"architecture", c.arch},
-        {"gguf_version", f.version()},
-        {"file_bytes", f.file_size()},
+        {"format", lm.file ? "gguf" : "hf"},
+        {"gguf_version", lm.file ? nlohmann::json(lm.file->version()) : nlohmann::json()},
+        {"file_bytes", lm.file ? lm.file->file_size() : weight_bytes},
         {"parameters", lm.model->parameter_count()},
         {"n_layer", c.n_layer},
         {"n_embd", c.n_embd},
@@ -64,16 +64,23 @@ void info(const InfoOptions& o) {
         {"bos_token_id", lm.tokenizer->bos()},
         {"eos_token_id", lm.tokenizer->eos()},
     };
+    const auto& g = lm.generation;
+    if (g.temperature) j["generation_defaults"]["temperature"] = *g.temperature;
+    if (g.top_p) j["generation_defaults"]["top_p"] = *g.top_p;
+    if (g.top_k) j["generation_defaults"]["top_k"] = *g.top_k;
+    if (g.repetition_penalty)
+        j["generation_defaults"]["repetition_penalty"] = *g.repetition_penalty;
     for (const auto& [name, e] : types)
-        j["tensor_types"][name] = {{"tensors", e.first}, {"bytes", e.second}};
+        j["tensor_types"][name] = {{"tensors", e.tensors}, {"bytes", e.bytes}};
     if (o.json) {
         std::printf("%s\n", j.dump(2).c_str());
         return;
     }
     auto mib = [](double b) { return b / (1024.0 * 1024.0); };
-    std::printf("model           %s\n", f.path().c_str());
-    std::printf("name            %s (%s, GGUF v%u)\n", c.name.c_str(), c.arch.c_str(), f.version());
-    std::printf("file size       %.1f MiB\n", mib(double(f.file_size())));
+    std::printf("model           %s\n", lm.path.c_str());
+    std::printf("name            %s (%s, %s)\n", c.name.c_str(), c.arch.c_str(), format.c_str());
+    std::printf("%s       %.1f MiB\n", lm.file ? "file size" : "weights  ",
+                mib(double(lm.file ? lm.file->file_size() : weight_bytes)));
     std::printf("parameters      %.1f M\n", lm.model->parameter_count() / 1e6);
     std::printf("layers          %d   embedding %d   ffn %d   vocab %d\n", c.n_layer, c.n_embd,
                 c.n_ff, c.n_vocab);
@@ -84,7 +91,7 @@ void info(const InfoOptions& o) {
     std::printf("context         %d tokens (trained)\n", c.n_ctx_train);
     std::printf("tensor types   ");
     for (const auto& [name, e] : types)
-        std::printf(" %s: %d (%.1f MiB)", name.c_str(), e.first, mib(double(e.second)));
+        std::printf(" %s: %d (%.1f MiB)", name.c_str(), e.tensors, mib(double(e.bytes)));
     std::printf("\nweights/token   %.1f MiB read per decoded token\n",
                 mib(double(lm.model->weight_bytes_per_token(*lm.backend))));
     std::printf(
@@ -101,7 +108,9 @@ void info(const InfoOptions& o) {
 void add_info_command(CLI::App& app) {
     auto o = std::make_shared<InfoOptions>();
     CLI::App* cmd = app.add_subcommand("info", "describe a model: architecture, sizes, costs");
-    cmd->add_option("-m,--model", o->model, "GGUF model file, or 'default'")->capture_default_str();
+    cmd->add_option("-m,--model", o->model,
+                    "GGUF model file, Hugging Face model directory, or 'default'")
+        ->capture_default_str();
     cmd->add_flag("--json", o->json, "machine-readable output");
     cmd->callback([o] { info(*o); });
 }

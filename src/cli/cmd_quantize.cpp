@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "calibrate/calibrated.h"
 #include "calibrate/calibration.h"
 #include "cli/commands.h"
@@ -27,6 +29,7 @@
 #include "engine/loaded_model.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
+#include "hf/model_dir.h"
 #include "quant/dequantize.h"
 #include "quant/ferry_types.h"
 #include "quant/group_grid.h"
@@ -87,7 +90,7 @@ std::optional<DType> planned_type(const QuantizeOptions& o, DType target, const 
                                   size_t n_dims, int64_t row) {
     if (matches_any(name, o.keep)) return std::nullopt;
     if (n_dims > 1 && matches_any(name, o.keep_f16)) return DType::F16;
-    return type_for_tensor(target, name, n_dims, row);
+    return quant::type_for_tensor(target, name, n_dims, row);
 }
 
 // GPTQ or AWQ: run the model over the calibration text, then compute what replaces RTN for
@@ -154,6 +157,11 @@ void quantize_file(const QuantizeOptions& o) {
     const auto backend =
         take(kernels::make_backend({.threads = resolve_threads(o.threads), .activations = {}}));
     ThreadPool& pool = backend->host_pool();
+    if (hf::is_model_dir(o.in))
+        throw ExitError(fmt::format(
+            "{}: writing a Hugging Face directory out as GGUF is not implemented yet; run it "
+            "directly with -m {} (and --weights TYPE to quantize it as it loads)",
+            o.in, o.in));
     std::shared_ptr<gguf::File> in;
     std::optional<engine::LoadedModel> lm;
     if (o.method == "rtn" && !o.smoothing()) {

@@ -58,7 +58,7 @@ void run(const RunOptions& o) {
         std::fflush(stdout);
     }
     auto stats = take(gen.generate(
-        ids, o.sampling.resolved(), o.max_tokens,
+        ids, o.sampling.resolved(lm.generation), o.max_tokens,
         [&](int32_t t) {
             std::string s = dec.push(t);
             std::fwrite(s.data(), 1, s.size(), stdout);

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/model_options.h"
@@ -48,6 +50,15 @@ class EngineService : public server::Service {
                               lm_.chat_template_error);
         return lm_.chat_template->apply(msgs, true);
     }
+    engine::SamplingParams default_sampling() const override {
+        engine::SamplingParams s = Service::default_sampling();
+        const engine::GenerationDefaults& g = lm_.generation;
+        if (g.temperature) s.temperature = *g.temperature;
+        if (g.top_p) s.top_p = *g.top_p;
+        if (g.top_k) s.top_k = *g.top_k;
+        if (g.repetition_penalty) s.repetition_penalty = *g.repetition_penalty;
+        return s;
+    }
 
   private:
     engine::Engine& e_;
@@ -82,7 +93,9 @@ void serve(ServeOptions& o, bool api_key_given) {
                  o.server.host.c_str(), http.port(),
                  o.server.api_key.empty() ? "" : ", API key required");
 
-    engine::LoadedModel lm = take(engine::LoadedModel::load(path, true, o.model.backend()));
+    engine::LoadedModel lm =
+        take(engine::LoadedModel::load(path, true, o.model.backend(), o.model.weight_type()));
+    o.model.apply_to(lm);
     const auto draft = o.engine.spec.load_draft(true, lm.backend);
     if (http.shutting_down()) return http.wait();
     const engine::EngineConfig config = o.engine.resolved(o.model.ctx, draft ? &*draft : nullptr);
@@ -99,6 +112,18 @@ void serve(ServeOptions& o, bool api_key_given) {
         names.front().c_str(), eng.max_model_len(),
         kernels::activations_name(lm.backend->activations()), quant::kv_dtype_name(config.kv_dtype),
         o.server.host.c_str(), http.port());
+    if (const auto& g = lm.generation; g.temperature || g.top_p || g.top_k || g.repetition_penalty)
+        std::fprintf(
+            stderr,
+            "ferry serve: requests that leave them out get the model's "
+            "generation_config.json sampling:%s\n",
+            fmt::format(
+                "{}{}{}{}", g.temperature ? fmt::format(" temperature {}", *g.temperature) : "",
+                g.top_p ? fmt::format(" top_p {}", *g.top_p) : "",
+                g.top_k ? fmt::format(" top_k {}", *g.top_k) : "",
+                g.repetition_penalty ? fmt::format(" repetition_penalty {}", *g.repetition_penalty)
+                                     : "")
+                .c_str());
     std::fflush(stderr);
     http.wait();
     // The HTTP side is down: nothing can receive events any more, so stop hard.

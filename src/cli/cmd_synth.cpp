@@ -195,7 +195,7 @@ void synth(const SynthOptions& o) {
     for (size_t ti = 0; ti < specs.size(); ++ti) {
         const Spec s = specs[ti];
         const size_t n_dims = s.rows == 1 ? 1 : 2;
-        const DType type = type_for_tensor(target, s.name, n_dims, s.cols);
+        const DType type = quant::type_for_tensor(target, s.name, n_dims, s.cols);
         by_type[type] += s.cols * s.rows;
         std::vector<int64_t> shape = {s.cols};
         if (n_dims == 2) shape.push_back(s.rows);

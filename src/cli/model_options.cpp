@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "cli/commands.h"
+#include "cli/weight_types.h"
 #include "core/paths.h"
 #include "core/thread_pool.h"
 
@@ -28,8 +29,16 @@ std::optional<kernels::Activations> ActivationsOption::resolved() const {
 
 void ModelOptions::add_to(CLI::App& cmd) {
     cmd.add_option("-m,--model", model,
-                   "GGUF model file, or 'default' (SmolLM2-135M-Instruct Q4_1)")
+                   "GGUF model file, Hugging Face model directory (config.json, *.safetensors, "
+                   "tokenizer.json), or 'default' (SmolLM2-135M-Instruct Q4_1)")
         ->capture_default_str();
+    cmd.add_option("--weights", weights,
+                   "round every matrix to this type as it loads, like vLLM's --quantization: "
+                   "f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q6_k, int8, int4, fp8, w8a8 (default: "
+                   "the checkpoint's types)");
+    cmd.add_option("--chat-template", chat_template,
+                   "a Jinja chat template file to use instead of the model's own")
+        ->check(CLI::ExistingFile);
     cmd.add_option("-t,--threads", threads, "worker threads (default: physical cores)")
         ->check(CLI::Range(0, 1024));
     cmd.add_option("-c,--ctx", ctx, "context length in tokens (default: min(trained, 4096))")
@@ -66,8 +75,27 @@ std::shared_ptr<kernels::Backend> ModelOptions::backend() const {
         {.threads = resolved_threads(), .activations = activations.resolved()}));
 }
 
+std::optional<DType> ModelOptions::weight_type() const {
+    if (weights.empty()) return std::nullopt;
+    return take(parse_weight_type(weights));
+}
+
 engine::LoadedModel ModelOptions::load(bool progress) const {
-    return take(engine::LoadedModel::load(take(resolve_model_path(model)), progress, backend()));
+    auto lm = take(engine::LoadedModel::load(take(resolve_model_path(model)), progress, backend(),
+                                             weight_type()));
+    apply_to(lm);
+    return lm;
+}
+
+void ModelOptions::apply_to(engine::LoadedModel& lm) const {
+    for (const auto& n : lm.model->load_notes())
+        std::fprintf(stderr, "ferry: note: --weights %s: %s\n", weights.c_str(), n.c_str());
+    if (chat_template.empty()) return;
+    const auto& tk = *lm.tokenizer;
+    auto text_of = [&](int32_t id) { return id >= 0 ? tk.token_text(id) : std::string(); };
+    lm.chat_template = take(
+        tokenizer::ChatTemplate::from_file(chat_template, text_of(tk.bos()), text_of(tk.eos())));
+    lm.chat_template_error.clear();
 }
 
 // CLI::Range lets NaN through (every comparison with it is false).
@@ -83,22 +111,24 @@ const CLI::Validator kFinite(
 
 void SamplingOptions::add_to(CLI::App& cmd) {
     auto& p = params;
-    cmd.add_option("--temperature,--temp", p.temperature, "sampling temperature; 0 = greedy")
-        ->capture_default_str()
-        ->check(kFinite & CLI::Range(0.0, 100.0));
-    cmd.add_option("--top-k", p.top_k, "keep the k most likely tokens (0 = off)")
-        ->capture_default_str()
-        ->check(CLI::Range(0, 1 << 30));
-    cmd.add_option("--top-p", p.top_p, "nucleus sampling mass (1 = off)")
-        ->capture_default_str()
-        ->check(kFinite & CLI::Range(0.0, 1.0));
+    temperature_ = cmd.add_option("--temperature,--temp", p.temperature,
+                                  "sampling temperature; 0 = greedy (default: the model's "
+                                  "generation_config.json if it sets one, else this)")
+                       ->capture_default_str()
+                       ->check(kFinite & CLI::Range(0.0, 100.0));
+    top_k_ = cmd.add_option("--top-k", p.top_k, "keep the k most likely tokens (0 = off)")
+                 ->capture_default_str()
+                 ->check(CLI::Range(0, 1 << 30));
+    top_p_ = cmd.add_option("--top-p", p.top_p, "nucleus sampling mass (1 = off)")
+                 ->capture_default_str()
+                 ->check(kFinite & CLI::Range(0.0, 1.0));
     cmd.add_option("--min-p", p.min_p, "drop tokens below min-p x the top probability (0 = off)")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 1.0));
-    cmd.add_option("--repeat-penalty,--repetition-penalty", p.repetition_penalty,
-                   "penalise tokens seen in the last --repeat-last-n (1 = off)")
-        ->capture_default_str()
-        ->check(kFinite & CLI::Range(0.01, 100.0));  // logits are divided by it
+    repetition_ = cmd.add_option("--repeat-penalty,--repetition-penalty", p.repetition_penalty,
+                                 "penalise tokens seen in the last --repeat-last-n (1 = off)")
+                      ->capture_default_str()
+                      ->check(kFinite & CLI::Range(0.01, 100.0));  // logits are divided by it
     cmd.add_option("--repeat-last-n", p.penalty_last_n, "window of the penalties (-1 = all)")
         ->capture_default_str();
     cmd.add_option("--presence-penalty", p.presence_penalty)
@@ -115,6 +145,17 @@ engine::SamplingParams SamplingOptions::resolved() const {
         p.seed = static_cast<uint64_t>(seed);
         p.has_seed = true;
     }
+    return p;
+}
+
+engine::SamplingParams SamplingOptions::resolved(const engine::GenerationDefaults& model) const {
+    engine::SamplingParams p = resolved();
+    auto unset = [](const CLI::Option* o) { return o && o->count() == 0; };
+    if (model.temperature && unset(temperature_)) p.temperature = *model.temperature;
+    if (model.top_p && unset(top_p_)) p.top_p = *model.top_p;
+    if (model.top_k && unset(top_k_)) p.top_k = *model.top_k;
+    if (model.repetition_penalty && unset(repetition_))
+        p.repetition_penalty = *model.repetition_penalty;
     return p;
 }
 

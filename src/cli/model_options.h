@@ -36,14 +36,20 @@ struct ModelOptions {
     int threads = 0;  // 0: physical cores
     int ctx = 0;      // 0: min(training context, 4096)
     ActivationsOption activations;
+    std::string weights;  // --weights: every matrix rounded to this type at load; empty: as stored
+    std::string chat_template;  // --chat-template FILE: replaces the model's own
 
     void add_to(CLI::App& cmd);
     int resolved_threads() const;
     int resolved_ctx(const engine::LoadedModel& lm) const;
     // The backend -t and --activations ask for; exits with a message on failure.
     std::shared_ptr<kernels::Backend> backend() const;
+    // --weights as a type; nullopt when not given. Exits with a message for an unknown name.
+    std::optional<DType> weight_type() const;
     // Loads onto backend(); exits with a message on failure.
     engine::LoadedModel load(bool progress) const;
+    // What the options change in a model loaded without load(): --chat-template.
+    void apply_to(engine::LoadedModel& lm) const;
 };
 
 struct SamplingOptions {
@@ -52,6 +58,12 @@ struct SamplingOptions {
 
     void add_to(CLI::App& cmd);
     engine::SamplingParams resolved() const;
+    // With the model's generation_config values for the options not given on the command line.
+    engine::SamplingParams resolved(const engine::GenerationDefaults& model) const;
+
+  private:
+    CLI::Option *temperature_ = nullptr, *top_k_ = nullptr, *top_p_ = nullptr,
+                *repetition_ = nullptr;
 };
 
 }  // namespace ferry::cli

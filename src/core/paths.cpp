@@ -26,7 +26,12 @@ Expected<std::string> resolve_model_path(const std::string& spec) {
     }
     std::error_code ec;
     if (!std::filesystem::exists(spec, ec)) return make_error("{}: no such file", spec);
-    if (std::filesystem::is_directory(spec, ec)) return make_error("{}: is a directory", spec);
+    if (std::filesystem::is_directory(spec, ec) &&
+        !std::filesystem::exists(std::filesystem::path(spec) / "config.json", ec))
+        return make_error(
+            "{}: is a directory without a config.json (not a Hugging Face model "
+            "directory)",
+            spec);
     return spec;
 }
 

@@ -1,20 +1,20 @@
 #include "engine/loaded_model.h"
 
-namespace ferry::engine {
+#include "model/gguf_weights.h"
+#include "model/hf_weights.h"
+#include "model/llama_config.h"
 
-Expected<LoadedModel> LoadedModel::load(const std::string& path, bool progress,
-                                        std::shared_ptr<kernels::Backend> backend) {
-    LoadedModel lm;
-    if (!backend) {
-        auto be = kernels::make_backend();
-        if (!be) return be.error();
-        backend = std::move(*be);
-    }
-    lm.backend = std::move(backend);
-    auto file = gguf::File::open(path);
+namespace ferry::engine {
+namespace {
+
+Status load_gguf(LoadedModel& lm, std::optional<DType> weights, bool progress) {
+    auto file = gguf::File::open(lm.path);
     if (!file) return file.error();
     lm.file = *file;
-    auto model = model::LlamaModel::load(lm.file, *lm.backend, progress);
+    auto config = model::read_llama_config(*lm.file);
+    if (!config) return config.error();
+    lm.weights = std::make_shared<model::GgufWeights>(lm.file);
+    auto model = model::LlamaModel::load(lm.weights, *config, *lm.backend, {progress, weights});
     if (!model) return model.error();
     lm.model = std::move(*model);
     auto tok = tokenizer::Tokenizer::from_gguf(*lm.file);
@@ -30,6 +30,82 @@ Expected<LoadedModel> LoadedModel::load(const std::string& path, bool progress,
         lm.chat_template = std::move(*tmpl);
     else
         lm.chat_template_error = tmpl.error().message;
+    return Status::Ok();
+}
+
+GenerationDefaults generation_defaults(const nlohmann::json& g) {
+    GenerationDefaults d;
+    if (!g.is_object()) return d;
+    // transformers ignores temperature/top_p/top_k unless do_sample; so does ferry.
+    if (!g.value("do_sample", false)) {
+        if (g.contains("repetition_penalty") && g["repetition_penalty"].is_number())
+            d.repetition_penalty = g["repetition_penalty"].get<float>();
+        return d;
+    }
+    auto num = [&](const char* k) -> std::optional<float> {
+        if (g.contains(k) && g[k].is_number()) return g[k].get<float>();
+        return std::nullopt;
+    };
+    d.temperature = num("temperature");
+    d.top_p = num("top_p");
+    d.repetition_penalty = num("repetition_penalty");
+    if (g.contains("top_k") && g["top_k"].is_number_integer()) d.top_k = g["top_k"].get<int>();
+    return d;
+}
+
+Status load_dir(LoadedModel& lm, std::optional<DType> weights, bool progress) {
+    auto dir = hf::ModelDir::open(lm.path);
+    if (!dir) return dir.error();
+    lm.dir = std::move(*dir);
+    auto config = model::read_llama_config(lm.dir->config(), lm.path + "/config.json");
+    if (!config) return config.error();
+    lm.weights = std::make_shared<model::HfWeights>(lm.dir);
+    auto model = model::LlamaModel::load(lm.weights, *config, *lm.backend, {progress, weights});
+    if (!model) return model.error();
+    lm.model = std::move(*model);
+
+    if (lm.dir->tokenizer_json_path().empty())
+        return make_error("{}: no tokenizer.json (ferry reads a directory's tokenizer from it)",
+                          lm.path);
+    const std::vector<int32_t> eos = lm.dir->eos_token_ids();
+    auto tok = tokenizer::Tokenizer::from_tokenizer_json(
+        lm.dir->tokenizer_json_path(),
+        lm.dir->tokenizer_config().is_null() ? "" : lm.dir->tokenizer_config().dump(), eos);
+    if (!tok) return make_error("{}: {}", lm.path, tok.error().message);
+    lm.tokenizer = std::move(*tok);
+    if (lm.tokenizer->n_vocab() > lm.model->config().n_vocab)
+        return make_error("{}: tokenizer.json has {} tokens but the model's vocabulary is {}",
+                          lm.path, lm.tokenizer->n_vocab(), lm.model->config().n_vocab);
+
+    auto source = lm.dir->chat_template();
+    if (!source) return source.error();
+    auto tmpl = tokenizer::ChatTemplate::from_source(
+        *source, lm.dir->special_token_text("bos_token"), lm.dir->special_token_text("eos_token"));
+    if (tmpl)
+        lm.chat_template = std::move(*tmpl);
+    else
+        lm.chat_template_error = tmpl.error().message;
+    lm.generation = generation_defaults(lm.dir->generation_config());
+    return Status::Ok();
+}
+
+}  // namespace
+
+Expected<LoadedModel> LoadedModel::load(const std::string& path, bool progress,
+                                        std::shared_ptr<kernels::Backend> backend,
+                                        std::optional<DType> weights) {
+    LoadedModel lm;
+    lm.path = path;
+    lm.loaded_as = weights;
+    if (!backend) {
+        auto be = kernels::make_backend();
+        if (!be) return be.error();
+        backend = std::move(*be);
+    }
+    lm.backend = std::move(backend);
+    Status s =
+        hf::is_model_dir(path) ? load_dir(lm, weights, progress) : load_gguf(lm, weights, progress);
+    if (!s) return s.error();
     return lm;
 }
 

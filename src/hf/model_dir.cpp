@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -107,6 +108,61 @@ std::vector<const SafeTensor*> ModelDir::tensors() const {
 
 void ModelDir::release(const void* p, size_t n) const {
     for (const auto& s : shards_) s->release(p, n);
+}
+
+Expected<std::string> ModelDir::chat_template() const {
+    const fs::path root(dir_);
+    std::error_code ec;
+    if (fs::exists(root / "chat_template.jinja", ec)) {
+        std::ifstream in(root / "chat_template.jinja", std::ios::binary);
+        if (!in) return make_error("{}: cannot be read", (root / "chat_template.jinja").string());
+        return std::string(std::istreambuf_iterator<char>(in), {});
+    }
+    auto from = [&](const nlohmann::json& j, const std::string& where) -> Expected<std::string> {
+        auto it = j.is_object() ? j.find("chat_template") : j.end();
+        if (!j.is_object() || it == j.end() || it->is_null()) return std::string();
+        if (it->is_string()) return it->get<std::string>();
+        if (it->is_array()) {
+            for (const auto& e : *it)
+                if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
+                    e["template"].is_string())
+                    return e["template"].get<std::string>();
+            return make_error("{}: chat_template is a list with no template named \"default\"",
+                              where);
+        }
+        return make_error("{}: chat_template is neither a string nor a list of named templates",
+                          where);
+    };
+    auto ct = read_json(root / "chat_template.json", false);
+    if (!ct) return ct.error();
+    auto t = from(*ct, (root / "chat_template.json").string());
+    if (!t || !t->empty()) return t;
+    return from(tokenizer_config_, (root / "tokenizer_config.json").string());
+}
+
+std::string ModelDir::special_token_text(const std::string& key) const {
+    if (!tokenizer_config_.is_object()) return {};
+    auto it = tokenizer_config_.find(key);
+    if (it == tokenizer_config_.end()) return {};
+    if (it->is_string()) return it->get<std::string>();
+    if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+        return (*it)["content"].get<std::string>();
+    return {};
+}
+
+std::vector<int32_t> ModelDir::eos_token_ids() const {
+    std::vector<int32_t> ids;
+    if (!generation_.is_object()) return ids;
+    auto it = generation_.find("eos_token_id");
+    if (it == generation_.end()) return ids;
+    auto take = [&](const nlohmann::json& v) {
+        if (v.is_number_integer()) ids.push_back(v.get<int32_t>());
+    };
+    if (it->is_array())
+        for (const auto& v : *it) take(v);
+    else
+        take(*it);
+    return ids;
 }
 
 }  // namespace ferry::hf

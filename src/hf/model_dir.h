@@ -30,6 +30,15 @@ class ModelDir {
     const nlohmann::json& tokenizer_config() const { return tokenizer_config_; }
     // Where tokenizer.json is; empty when absent.
     const std::string& tokenizer_json_path() const { return tokenizer_json_; }
+    // The chat template's Jinja source, looked up where transformers looks: chat_template.jinja,
+    // then chat_template.json, then tokenizer_config.json's "chat_template" (a string, or a list
+    // of named templates of which "default" is taken). Empty when the directory has none.
+    Expected<std::string> chat_template() const;
+    // A special token's text as tokenizer_config.json gives it (a string, or an AddedToken
+    // object's "content"); empty when absent.
+    std::string special_token_text(const std::string& key) const;
+    // generation_config.json's eos_token_id (a number or a list); empty when absent.
+    std::vector<int32_t> eos_token_ids() const;
 
     const SafeTensor* tensor(std::string_view name) const;
     // Every tensor of every shard, shard by shard.

@@ -26,4 +26,14 @@ int64_t GgufWeights::parameter_count() const {
     return n;
 }
 
+std::map<std::string, WeightFile::TypeTotal> GgufWeights::stored_types() const {
+    std::map<std::string, TypeTotal> out;
+    for (const auto& t : file_->tensors()) {
+        auto& e = out[std::string(dtype_name(t.type))];
+        ++e.tensors;
+        e.bytes += t.n_bytes;
+    }
+    return out;
+}
+
 }  // namespace ferry::model

@@ -1,6 +1,7 @@
 #include "model/hf_weights.h"
 
 #include <array>
+#include <cctype>
 #include <string_view>
 
 namespace ferry::model {
@@ -54,6 +55,18 @@ int64_t HfWeights::parameter_count() const {
     int64_t n = 0;
     for (const hf::SafeTensor* t : dir_->tensors()) n += t->n_elements;
     return n;
+}
+
+std::map<std::string, WeightFile::TypeTotal> HfWeights::stored_types() const {
+    std::map<std::string, TypeTotal> out;
+    for (const hf::SafeTensor* t : dir_->tensors()) {
+        std::string name = t->dtype;
+        for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        auto& e = out[name];
+        ++e.tensors;
+        e.bytes += t->n_bytes;
+    }
+    return out;
 }
 
 }  // namespace ferry::model

@@ -20,6 +20,7 @@ class HfWeights final : public WeightFile {
     Expected<std::optional<Tensor>> find(const std::string& name) const override;
     void release(const void* p, size_t n) const override { dir_->release(p, n); }
     int64_t parameter_count() const override;
+    std::map<std::string, TypeTotal> stored_types() const override;
 
     // The transformers name of a GGUF tensor name; empty for one it has no counterpart of.
     static std::string hf_name(const std::string& gguf_name);

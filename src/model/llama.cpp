@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "core/progress.h"
 #include "model/gguf_weights.h"
@@ -65,13 +68,16 @@ class Binder {
     }
 
   private:
-    // `m` rounded to the load's type row by row (through f32), as `ferry quantize` would.
+    // `m` rounded to the load's type row by row (through f32), as `ferry quantize` would: a
+    // matrix whose rows do not split into the type's blocks takes the same fallback type.
     Status quantize(const std::string& name, Tensor& m) {
-        const DType to = *quantize_to_;
         const int64_t rows = m.dim(0), cols = m.dim(1);
-        if (cols % dtype_info(to).block_size != 0)
-            return make_error("{}: tensor '{}' has rows of {}, not whole {} blocks of {}",
-                              f_.path(), name, cols, dtype_name(to), dtype_info(to).block_size);
+        const DType to = quant::type_for_tensor(*quantize_to_, name, 2, cols);
+        if (to != *quantize_to_)
+            ++fallbacks_[fmt::format("{} as {} (rows of {} are not whole {}-element blocks)",
+                                     name.find("blk.") == 0 ? "matrices" : name, dtype_name(to),
+                                     cols, dtype_info(*quantize_to_).block_size)];
+        if (to == m.dtype()) return Status::Ok();
         Tensor q = owned_tensor(to, {rows, cols});
         std::vector<float> row(static_cast<size_t>(cols));
         for (int64_t r = 0; r < rows; ++r) {
@@ -90,8 +96,20 @@ class Binder {
         for (int i = 0; i < t.ndim(); ++i) s += (i ? ", " : "") + std::to_string(t.dim(i));
         return s + "]";
     }
+
+  public:
+    // What did not get the asked-for type, for a note: "N matrices as q8_0 (rows of 576 ...)".
+    std::vector<std::string> notes() const {
+        std::vector<std::string> out;
+        for (const auto& [what, n] : fallbacks_)
+            out.push_back(what.rfind("matrices", 0) == 0 ? fmt::format("{} {}", n, what) : what);
+        return out;
+    }
+
+  private:
     const WeightFile& f_;
     std::optional<DType> quantize_to_;
+    std::map<std::string, int> fallbacks_;
 };
 
 }  // namespace
@@ -192,6 +210,7 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
         L.bk = vec(l.bk);
         L.bv = vec(l.bv);
     }
+    m->load_notes_ = b.notes();
     return m;
 }
 

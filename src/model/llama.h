@@ -76,8 +76,12 @@ class LlamaModel {
                  const kernels::KvCacheView& kv, const Tensor& logits,
                  ActivationObserver* observer = nullptr) const;
 
+    // What the load did other than asked (matrices whose rows forced a fallback type).
+    const std::vector<std::string>& load_notes() const { return load_notes_; }
+
   private:
     LlamaModel() = default;
+    std::vector<std::string> load_notes_;
     std::shared_ptr<const WeightFile> file_;
     LlamaConfig cfg_;
     Device device_ = Device::CPU;

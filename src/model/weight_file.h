@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -26,6 +27,13 @@ class WeightFile {
     virtual void release(const void* p, size_t n) const = 0;
     // Elements of every tensor in the checkpoint.
     virtual int64_t parameter_count() const = 0;
+
+    struct TypeTotal {
+        int tensors = 0;
+        size_t bytes = 0;
+    };
+    // What the checkpoint stores, by type name in lower case ("q4_1", "bf16"): tensors, bytes.
+    virtual std::map<std::string, TypeTotal> stored_types() const = 0;
 };
 
 }  // namespace ferry::model

@@ -413,4 +413,25 @@ Expected<std::vector<uint8_t>> quantize(DType type, const float* src, int64_t n)
     return out;
 }
 
+DType fallback_for(DType target, int64_t row) {
+    if (row % dtype_info(target).block_size == 0) return target;
+    if (is_int4(target)) {
+        for (DType t : {DType::INT4_G64, DType::INT4_G32})
+            if (dtype_info(t).block_size < dtype_info(target).block_size &&
+                row % dtype_info(t).block_size == 0)
+                return t;
+        return DType::INT8;
+    }
+    if (target != DType::F32 && target != DType::F16 && target != DType::BF16 &&
+        row % dtype_info(DType::Q8_0).block_size == 0)
+        return DType::Q8_0;
+    return DType::F16;
+}
+
+DType type_for_tensor(DType target, const std::string& name, size_t n_dims, int64_t row) {
+    if (n_dims == 1) return DType::F32;
+    if (target == DType::W8A8 && name.rfind("blk.", 0) != 0) return DType::INT8;
+    return fallback_for(target, row);
+}
+
 }  // namespace ferry::quant

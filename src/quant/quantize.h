@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -21,5 +22,15 @@ Status quantize_row(DType type, const float* src, void* dst, int64_t n);
 
 // Convenience: quantize_row into a fresh buffer.
 Expected<std::vector<uint8_t>> quantize(DType type, const float* src, int64_t n);
+
+// The type a matrix with rows of `row` elements is written as when `target` is asked for: the
+// target where its blocks fit, else the best type that does, as llama.cpp does for odd-width
+// models (int4 first tries its smaller groups, then int8; the block types q8_0, then f16).
+DType fallback_for(DType target, int64_t row);
+
+// The type a tensor of a model written for `target` gets: norms and biases (1-D) stay f32, as
+// the model reads them; w8a8's embedding and output head int8 with float activations (W8A16,
+// as SmoothQuant keeps its head in 16 bits); every other matrix fallback_for(target, row).
+DType type_for_tensor(DType target, const std::string& name, size_t n_dims, int64_t row);
 
 }  // namespace ferry::quant

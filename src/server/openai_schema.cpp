@@ -249,14 +249,9 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
         }
     }
 
-    // OpenAI's defaults, not the CLI's: plain sampling at temperature 1 unless asked.
+    // OpenAI's defaults (and the model's generation_config), not the CLI's.
     auto& s = r.params.sampling;
-    s.temperature = 1.0f;
-    s.top_k = 0;
-    s.top_p = 1.0f;
-    s.min_p = 0.0f;
-    s.repetition_penalty = 1.0f;
-    s.penalty_last_n = -1;
+    s = service.default_sampling();
     double d = 0;
     int64_t i = 0;
     if (f.get("temperature") && f.number("temperature", d, 0, 2)) s.temperature = float(d);

@@ -35,6 +35,18 @@ class Service {
     // The conversation rendered through the model's chat template, or why it cannot be.
     virtual Expected<std::string> apply_chat(
         const std::vector<tokenizer::ChatMessage>& msgs) const = 0;
+    // The sampling a request gets for every field it leaves out: OpenAI's (plain sampling at
+    // temperature 1), with what the model's generation_config.json sets on top, as vLLM does.
+    virtual engine::SamplingParams default_sampling() const {
+        engine::SamplingParams s;
+        s.temperature = 1.0f;
+        s.top_k = 0;
+        s.top_p = 1.0f;
+        s.min_p = 0.0f;
+        s.repetition_penalty = 1.0f;
+        s.penalty_last_n = -1;
+        return s;
+    }
 };
 
 }  // namespace ferry::server

@@ -125,7 +125,8 @@ Status read_post_processor(const json& j, const std::function<Token(const std::s
 }  // namespace
 
 Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_tokenizer_json(
-    std::string_view tokenizer_json, std::string_view tokenizer_config_json) {
+    std::string_view tokenizer_json, std::string_view tokenizer_config_json,
+    std::span<const Token> also_eog) {
     auto tok = read_json(tokenizer_json, "tokenizer.json");
     if (!tok) return tok.error();
     json config;
@@ -136,6 +137,8 @@ Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_tokenizer_json(
     }
     auto t = HfTokenizer::create(*tok, config);
     if (!t) return t.error();
+    for (Token id : also_eog)
+        if (Status s = (*t)->end_generation_on(id); !s) return s.error();
     return std::unique_ptr<Tokenizer>(std::move(t.value()));
 }
 
@@ -330,6 +333,14 @@ std::string HfTokenizer::token_to_piece(Token id, bool render_special) const {
 std::string HfTokenizer::decode(std::span<const Token> ids, bool render_special,
                                 bool at_start) const {
     return decoder_.decode(token_strings(ids, render_special), at_start, /*raw=*/false);
+}
+
+Status HfTokenizer::end_generation_on(Token id) {
+    if (id < 0 || id >= n_vocab())
+        return make_error("end-of-generation id {} is not a token (vocabulary of {})", id,
+                          n_vocab());
+    eog_[id] = true;
+    return Status::Ok();
 }
 
 bool HfTokenizer::is_eog(Token id) const {

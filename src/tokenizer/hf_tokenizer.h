@@ -42,6 +42,8 @@ class HfTokenizer final : public Tokenizer {
     Token bos() const override { return bos_; }
     Token eos() const override { return eos_; }
     bool is_eog(Token id) const override;
+    // `id` ends a generation too (a model's generation_config lists more than tokenizer's EOS).
+    Status end_generation_on(Token id);
     bool add_bos() const override;
     const std::string& token_text(Token id) const override;
     TokenAttr token_attr(Token id) const override;

@@ -34,8 +34,11 @@ class Tokenizer {
     // A Hugging Face tokenizer.json, given as a path or as the JSON text itself (text starting
     // with '{'); tokenizer_config.json (path or text, may be empty) names BOS/EOS and may
     // override whether they are added. Fails naming any component ferry does not implement.
+    // also_eog: ids that end a generation too (generation_config.json's eos_token_id list);
+    // an id outside the vocabulary is an error.
     static Expected<std::unique_ptr<Tokenizer>> from_tokenizer_json(
-        std::string_view tokenizer_json, std::string_view tokenizer_config_json = {});
+        std::string_view tokenizer_json, std::string_view tokenizer_config_json = {},
+        std::span<const Token> also_eog = {});
     virtual ~Tokenizer() = default;
 
     // add_special: prepend BOS / append EOS as the model's add_bos/add_eos flags say.

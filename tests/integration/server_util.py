@@ -19,11 +19,11 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, *args, api_key=None):
+    def __init__(self, *args, api_key=None, model=None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api_key = api_key
-        cmd = [ferry_bin(), "serve", "-m", default_model(), "--port", str(self.port), *map(str, args)]
+        cmd = [ferry_bin(), "serve", "-m", model or default_model(), "--port", str(self.port), *map(str, args)]
         if api_key:
             cmd += ["--api-key", api_key]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
