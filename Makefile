@@ -42,7 +42,7 @@ build:
 build-asan:
 	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=ON \
 	  -DFERRY_BUILD_TESTS=OFF -DFERRY_BUILD_BENCH=OFF
-	cmake --build $(BUILD)-asan -j$(JOBS) --target ferry_gguf_mutate
+	cmake --build $(BUILD)-asan -j$(JOBS) --target ferry_gguf_mutate ferry_safetensors_mutate
 
 model: venv
 	PYTHON=$(PY) scripts/get-model.sh
@@ -52,6 +52,7 @@ unit:
 
 fuzz:
 	$(BUILD)-asan/ferry_gguf_mutate 3000 "$$(PYTHON=$(PY) scripts/get-model.sh)"
+	$(BUILD)-asan/ferry_safetensors_mutate 5000
 
 integration:
 	FERRY_BIN=$(abspath $(BUILD))/ferry $(PY) -m pytest -q tests/integration
