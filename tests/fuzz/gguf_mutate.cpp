@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "core/paths.h"
 #include "gguf/gguf_file.h"
 #include "mutator.h"
-#include "test_util.h"
 
 namespace {
 
@@ -43,7 +43,7 @@ std::vector<uint8_t> load_header_region(const std::string& path, size_t* header_
 
 int main(int argc, char** argv) {
     const long iterations = argc > 1 ? std::strtol(argv[1], nullptr, 10) : 2000;
-    const std::string path = argc > 2 ? argv[2] : ferry::testing::default_model_path();
+    const std::string path = argc > 2 ? argv[2] : ferry::default_model_path();
     const uint64_t seed = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 1;
 
     size_t header_len = 0;
