@@ -19,7 +19,6 @@
 
 namespace {
 
-using ferry::fuzz::error_kind;
 using ferry::fuzz::Mutator;
 using ferry::gguf::File;
 
@@ -49,32 +48,13 @@ int main(int argc, char** argv) {
     size_t header_len = 0;
     std::vector<uint8_t> buf = load_header_region(path, &header_len);
     Mutator m{std::mt19937_64(seed), buf, header_len, {}};
-    long rejected = 0, accepted = 0;
-    std::map<std::string, long> kinds;
+    ferry::fuzz::Tally tally;
     for (long i = 0; i < iterations; ++i) {
         const size_t len = m.mutate();
-        auto f = File::parse(std::span(buf.data(), len), "mutant.gguf");
-        if (f.ok()) {
-            ++accepted;
-            for (const auto& t : (*f)->tensors()) {
-                if (t.data < buf.data() || t.data + t.n_bytes > buf.data() + len) {
-                    std::fprintf(stderr, "iteration %ld: tensor '%s' accepted out of range\n", i,
-                                 t.name.c_str());
-                    return 1;
-                }
-            }
-        } else {
-            ++rejected;
-            ++kinds[error_kind(f.error().message)];
-        }
+        if (!tally.add(File::parse(std::span(buf.data(), len), "mutant.gguf"), i, buf.data(), len))
+            return 1;
         m.restore();
     }
-    std::printf("%ld inputs, %ld rejected with an error, %ld accepted\n", iterations, rejected,
-                accepted);
-    std::vector<std::pair<long, std::string>> top;
-    for (const auto& [k, n] : kinds) top.emplace_back(n, k);
-    std::sort(top.rbegin(), top.rend());
-    for (size_t i = 0; i < top.size() && i < 12; ++i)
-        std::printf("  %6ld  %s\n", top[i].first, top[i].second.c_str());
+    tally.print(iterations);
     return 0;
 }

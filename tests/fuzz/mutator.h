@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <iterator>
+#include <map>
 #include <random>
 #include <string>
 #include <utility>
@@ -87,6 +89,41 @@ struct Mutator {
     void restore() {
         for (auto it = undo.rbegin(); it != undo.rend(); ++it) buf[it->first] = it->second;
         undo.clear();
+    }
+};
+
+// The outcome of every input: accepted, or rejected by which check.
+struct Tally {
+    long accepted = 0, rejected = 0;
+    std::map<std::string, long> kinds;
+
+    // Counts one parse result (an Expected of a parsed file with tensors()); false when the file
+    // was accepted with a tensor outside the input's [begin, begin + len).
+    template <class Parsed>
+    bool add(Parsed&& f, long iteration, const uint8_t* begin, size_t len) {
+        if (!f.ok()) {
+            ++rejected;
+            ++kinds[error_kind(f.error().message)];
+            return true;
+        }
+        ++accepted;
+        for (const auto& t : (*f)->tensors())
+            if (t.data < begin || t.data + t.n_bytes > begin + len) {
+                std::fprintf(stderr, "iteration %ld: tensor '%s' accepted out of range\n",
+                             iteration, t.name.c_str());
+                return false;
+            }
+        return true;
+    }
+
+    void print(long iterations) const {
+        std::printf("%ld inputs, %ld rejected with an error, %ld accepted\n", iterations, rejected,
+                    accepted);
+        std::vector<std::pair<long, std::string>> top;
+        for (const auto& [k, n] : kinds) top.emplace_back(n, k);
+        std::sort(top.rbegin(), top.rend());
+        for (size_t i = 0; i < top.size() && i < 12; ++i)
+            std::printf("  %6ld  %s\n", top[i].first, top[i].second.c_str());
     }
 };
 

@@ -21,7 +21,6 @@
 
 namespace {
 
-using ferry::fuzz::error_kind;
 using ferry::fuzz::Mutator;
 using ferry::hf::SafetensorsFile;
 
@@ -151,8 +150,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "the starting file is not accepted\n");
         return 2;
     }
-    long rejected = 0, accepted = 0;
-    std::map<std::string, long> kinds;
+    ferry::fuzz::Tally tally;
     for (long i = 0; i < iterations; ++i) {
         std::vector<uint8_t> buf;
         size_t len = 0;
@@ -166,27 +164,10 @@ int main(int argc, char** argv) {
             Mutator m{std::mt19937_64(rng()), buf, 8 + header.size(), {}};
             len = m.mutate();
         }
-        auto f = SafetensorsFile::parse(std::span(buf.data(), len), "mutant.safetensors");
-        if (f.ok()) {
-            ++accepted;
-            for (const auto& t : (*f)->tensors()) {
-                if (t.data < buf.data() || t.data + t.n_bytes > buf.data() + len) {
-                    std::fprintf(stderr, "iteration %ld: tensor '%s' accepted out of range\n", i,
-                                 t.name.c_str());
-                    return 1;
-                }
-            }
-        } else {
-            ++rejected;
-            ++kinds[error_kind(f.error().message)];
-        }
+        if (!tally.add(SafetensorsFile::parse(std::span(buf.data(), len), "mutant.safetensors"), i,
+                       buf.data(), len))
+            return 1;
     }
-    std::printf("%ld inputs, %ld rejected with an error, %ld accepted\n", iterations, rejected,
-                accepted);
-    std::vector<std::pair<long, std::string>> top;
-    for (const auto& [k, n] : kinds) top.emplace_back(n, k);
-    std::sort(top.rbegin(), top.rend());
-    for (size_t i = 0; i < top.size() && i < 12; ++i)
-        std::printf("  %6ld  %s\n", top[i].first, top[i].second.c_str());
+    tally.print(iterations);
     return 0;
 }
