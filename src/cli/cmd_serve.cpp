@@ -52,11 +52,7 @@ class EngineService : public server::Service {
     }
     engine::SamplingParams default_sampling() const override {
         engine::SamplingParams s = Service::default_sampling();
-        const engine::GenerationDefaults& g = lm_.generation;
-        if (g.temperature) s.temperature = *g.temperature;
-        if (g.top_p) s.top_p = *g.top_p;
-        if (g.top_k) s.top_k = *g.top_k;
-        if (g.repetition_penalty) s.repetition_penalty = *g.repetition_penalty;
+        lm_.generation.apply_to(s);
         return s;
     }
 

@@ -91,10 +91,8 @@ void ModelOptions::apply_to(engine::LoadedModel& lm) const {
     for (const auto& n : lm.model->load_notes())
         std::fprintf(stderr, "ferry: note: --weights %s: %s\n", weights.c_str(), n.c_str());
     if (chat_template.empty()) return;
-    const auto& tk = *lm.tokenizer;
-    auto text_of = [&](int32_t id) { return id >= 0 ? tk.token_text(id) : std::string(); };
-    lm.chat_template = take(
-        tokenizer::ChatTemplate::from_file(chat_template, text_of(tk.bos()), text_of(tk.eos())));
+    lm.chat_template =
+        take(tokenizer::ChatTemplate::from_file(chat_template, lm.bos_text, lm.eos_text));
     lm.chat_template_error.clear();
 }
 
@@ -150,12 +148,13 @@ engine::SamplingParams SamplingOptions::resolved() const {
 
 engine::SamplingParams SamplingOptions::resolved(const engine::GenerationDefaults& model) const {
     engine::SamplingParams p = resolved();
-    auto unset = [](const CLI::Option* o) { return o && o->count() == 0; };
-    if (model.temperature && unset(temperature_)) p.temperature = *model.temperature;
-    if (model.top_p && unset(top_p_)) p.top_p = *model.top_p;
-    if (model.top_k && unset(top_k_)) p.top_k = *model.top_k;
-    if (model.repetition_penalty && unset(repetition_))
-        p.repetition_penalty = *model.repetition_penalty;
+    engine::GenerationDefaults g = model;  // less what the command line sets
+    auto given = [](const CLI::Option* o) { return o && o->count() > 0; };
+    if (given(temperature_)) g.temperature.reset();
+    if (given(top_p_)) g.top_p.reset();
+    if (given(top_k_)) g.top_k.reset();
+    if (given(repetition_)) g.repetition_penalty.reset();
+    g.apply_to(p);
     return p;
 }
 

@@ -23,9 +23,10 @@ Status load_gguf(LoadedModel& lm, std::optional<DType> weights, bool progress) {
 
     const auto& tk = *lm.tokenizer;
     auto text_of = [&](int32_t id) { return id >= 0 ? tk.token_text(id) : std::string(); };
+    lm.bos_text = text_of(tk.bos());
+    lm.eos_text = text_of(tk.eos());
     auto tmpl = tokenizer::ChatTemplate::from_source(
-        lm.file->get_string("tokenizer.chat_template").value_or(""), text_of(tk.bos()),
-        text_of(tk.eos()));
+        lm.file->get_string("tokenizer.chat_template").value_or(""), lm.bos_text, lm.eos_text);
     if (tmpl)
         lm.chat_template = std::move(*tmpl);
     else
@@ -36,19 +37,15 @@ Status load_gguf(LoadedModel& lm, std::optional<DType> weights, bool progress) {
 GenerationDefaults generation_defaults(const nlohmann::json& g) {
     GenerationDefaults d;
     if (!g.is_object()) return d;
-    // transformers ignores temperature/top_p/top_k unless do_sample; so does ferry.
-    if (!g.value("do_sample", false)) {
-        if (g.contains("repetition_penalty") && g["repetition_penalty"].is_number())
-            d.repetition_penalty = g["repetition_penalty"].get<float>();
-        return d;
-    }
     auto num = [&](const char* k) -> std::optional<float> {
         if (g.contains(k) && g[k].is_number()) return g[k].get<float>();
         return std::nullopt;
     };
+    d.repetition_penalty = num("repetition_penalty");
+    // transformers ignores temperature/top_p/top_k unless do_sample; so does ferry.
+    if (!g.value("do_sample", false)) return d;
     d.temperature = num("temperature");
     d.top_p = num("top_p");
-    d.repetition_penalty = num("repetition_penalty");
     if (g.contains("top_k") && g["top_k"].is_number_integer()) d.top_k = g["top_k"].get<int>();
     return d;
 }
@@ -79,8 +76,9 @@ Status load_dir(LoadedModel& lm, std::optional<DType> weights, bool progress) {
 
     auto source = lm.dir->chat_template();
     if (!source) return source.error();
-    auto tmpl = tokenizer::ChatTemplate::from_source(
-        *source, lm.dir->special_token_text("bos_token"), lm.dir->special_token_text("eos_token"));
+    lm.bos_text = lm.dir->special_token_text("bos_token");
+    lm.eos_text = lm.dir->special_token_text("eos_token");
+    auto tmpl = tokenizer::ChatTemplate::from_source(*source, lm.bos_text, lm.eos_text);
     if (tmpl)
         lm.chat_template = std::move(*tmpl);
     else
@@ -90,6 +88,13 @@ Status load_dir(LoadedModel& lm, std::optional<DType> weights, bool progress) {
 }
 
 }  // namespace
+
+void GenerationDefaults::apply_to(SamplingParams& s) const {
+    if (temperature) s.temperature = *temperature;
+    if (top_p) s.top_p = *top_p;
+    if (top_k) s.top_k = *top_k;
+    if (repetition_penalty) s.repetition_penalty = *repetition_penalty;
+}
 
 Expected<LoadedModel> LoadedModel::load(const std::string& path, bool progress,
                                         std::shared_ptr<kernels::Backend> backend,

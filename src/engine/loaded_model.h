@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "engine/sampler.h"
 #include "gguf/gguf_file.h"
 #include "hf/model_dir.h"
 #include "kernels/backend.h"
@@ -25,6 +26,9 @@ struct GenerationDefaults {
     std::optional<float> temperature, top_p;
     std::optional<int> top_k;
     std::optional<float> repetition_penalty;
+
+    // Sets in `s` every value this gives.
+    void apply_to(SamplingParams& s) const;
 };
 
 struct LoadedModel {
@@ -39,6 +43,9 @@ struct LoadedModel {
     std::unique_ptr<tokenizer::Tokenizer> tokenizer;
     std::optional<tokenizer::ChatTemplate> chat_template;
     std::string chat_template_error;  // why chat_template is empty
+    // What a chat template sees as bos_token / eos_token (the GGUF's token texts, or
+    // tokenizer_config.json's for a directory).
+    std::string bos_text, eos_text;
     GenerationDefaults generation;
     std::optional<DType> loaded_as;  // the type every matrix was rounded to at load, if any
 

@@ -67,16 +67,24 @@ class Binder {
         return Status::Ok();
     }
 
+    // What did not get the asked-for type, for a note: "N matrices as q8_0 (rows of 576 ...)".
+    std::vector<std::string> notes() const {
+        std::vector<std::string> out;
+        for (const auto& [what, n] : fallbacks_)
+            out.push_back(fmt::format("{} matrices {}", n, what));
+        return out;
+    }
+
   private:
     // `m` rounded to the load's type row by row (through f32), as `ferry quantize` would: a
     // matrix whose rows do not split into the type's blocks takes the same fallback type.
     Status quantize(const std::string& name, Tensor& m) {
         const int64_t rows = m.dim(0), cols = m.dim(1);
         const DType to = quant::type_for_tensor(*quantize_to_, name, 2, cols);
-        if (to != *quantize_to_)
-            ++fallbacks_[fmt::format("{} as {} (rows of {} are not whole {}-element blocks)",
-                                     name.find("blk.") == 0 ? "matrices" : name, dtype_name(to),
-                                     cols, dtype_info(*quantize_to_).block_size)];
+        // Only the rows' geometry makes a note; w8a8's int8 head is the type's own choice.
+        if (quant::fallback_for(*quantize_to_, cols) != *quantize_to_)
+            ++fallbacks_[fmt::format("as {} (rows of {} are not whole {}-element blocks)",
+                                     dtype_name(to), cols, dtype_info(*quantize_to_).block_size)];
         if (to == m.dtype()) return Status::Ok();
         Tensor q = owned_tensor(to, {rows, cols});
         std::vector<float> row(static_cast<size_t>(cols));
@@ -97,16 +105,6 @@ class Binder {
         return s + "]";
     }
 
-  public:
-    // What did not get the asked-for type, for a note: "N matrices as q8_0 (rows of 576 ...)".
-    std::vector<std::string> notes() const {
-        std::vector<std::string> out;
-        for (const auto& [what, n] : fallbacks_)
-            out.push_back(what.rfind("matrices", 0) == 0 ? fmt::format("{} {}", n, what) : what);
-        return out;
-    }
-
-  private:
     const WeightFile& f_;
     std::optional<DType> quantize_to_;
     std::map<std::string, int> fallbacks_;
