@@ -33,13 +33,14 @@ protobuf (the cross-check; skipped with a note when missing). Models: the defaul
 and Gemma 3 270M (scripts/get-model.sh gemma3-270m). Re-running rewrites identical files.
 """
 import argparse
-import ctypes
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+
+from llama_cpp_capi import LlamaCpp, find_libllama
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOME = os.environ.get("FERRY_HOME", os.path.expanduser("~/.cache/ferry"))
@@ -109,83 +110,6 @@ def text_str(entry):
 def case_key(entry):
     """How a case names its input in the golden files: the text, or its bytes in hex."""
     return {"bytes": entry["bytes"]} if isinstance(entry, dict) else {"text": entry}
-
-
-# ---------------------------------------------------------------- llama.cpp through ctypes
-
-
-class LlamaCpp:
-    """llama.cpp's tokenizer through its C API (no llama-cpp-python needed)."""
-
-    def __init__(self, lib, model):
-        L = ctypes.CDLL(lib)
-        self.L = L
-        L.llama_backend_init.restype = None
-        L.llama_backend_init()
-        L.llama_log_set.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        self._quiet = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)(
-            lambda *a: None)
-        L.llama_log_set(ctypes.cast(self._quiet, ctypes.c_void_p), None)
-
-        # llama_model_params goes in and out by value and its fields change between versions;
-        # as an opaque blob bigger than any version's struct it crosses the ABI the same way
-        # (x86-64 and AArch64 pass such structs through memory), with the defaults untouched.
-        class Params(ctypes.Structure):
-            _fields_ = [("blob", ctypes.c_uint8 * 1024)]
-
-        L.llama_model_default_params.restype = Params
-        L.llama_model_load_from_file.argtypes = [ctypes.c_char_p, Params]
-        L.llama_model_load_from_file.restype = ctypes.c_void_p
-        L.llama_model_get_vocab.argtypes = [ctypes.c_void_p]
-        L.llama_model_get_vocab.restype = ctypes.c_void_p
-        L.llama_model_free.argtypes = [ctypes.c_void_p]
-        L.llama_tokenize.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int32,
-                                     ctypes.POINTER(ctypes.c_int32), ctypes.c_int32,
-                                     ctypes.c_bool, ctypes.c_bool]
-        L.llama_tokenize.restype = ctypes.c_int32
-        L.llama_detokenize.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32),
-                                       ctypes.c_int32, ctypes.c_char_p, ctypes.c_int32,
-                                       ctypes.c_bool, ctypes.c_bool]
-        L.llama_detokenize.restype = ctypes.c_int32
-        self.model = L.llama_model_load_from_file(model.encode(), L.llama_model_default_params())
-        if not self.model:
-            raise SystemExit(f"llama.cpp could not load {model}")
-        self.vocab = L.llama_model_get_vocab(self.model)
-
-    def tokenize(self, data, add_special, parse_special):
-        n = len(data) + 16
-        buf = (ctypes.c_int32 * n)()
-        r = self.L.llama_tokenize(self.vocab, data, len(data), buf, n, add_special, parse_special)
-        assert r >= 0, r
-        return list(buf[:r])
-
-    def detokenize(self, ids, unparse_special):
-        arr = (ctypes.c_int32 * max(1, len(ids)))(*ids)
-        n = 64 + 64 * len(ids)
-        out = ctypes.create_string_buffer(n)
-        r = self.L.llama_detokenize(self.vocab, arr, len(ids), out, n, False, unparse_special)
-        assert r >= 0, r
-        return out.raw[:r]
-
-    def close(self):
-        self.L.llama_model_free(self.model)
-
-
-def find_libllama(arg):
-    if arg:
-        return arg
-    if os.environ.get("LLAMA_CPP_LIB"):
-        return os.environ["LLAMA_CPP_LIB"]
-    try:
-        import llama_cpp  # llama-cpp-python ships the library it was built with
-        for name in ("libllama.so", "libllama.dylib"):
-            p = os.path.join(os.path.dirname(llama_cpp.__file__), "lib", name)
-            if os.path.exists(p):
-                return p
-    except ImportError:
-        pass
-    raise SystemExit("gen-golden-tokenizers: give --libllama (libllama.so of a llama.cpp build, "
-                     "or llama-cpp-python's bundled one) or set LLAMA_CPP_LIB")
 
 
 def patched_gguf(src, key, value, dst):

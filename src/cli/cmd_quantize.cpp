@@ -4,7 +4,9 @@
 // re-quantization of every matrix, round-to-nearest unless GPTQ or AWQ (4-bit group types
 // only) calibrate the layers' matrices on a text first. For GGUF's types it follows
 // llama.cpp's llama-quantize conventions so the output loads there too; ferry's own types
-// (int8, int4, fp8) only load in ferry.
+// (int8, int4, fp8) only load in ferry. IN may be a Hugging Face directory: it is written out as
+// a GGUF (convert/hf_to_gguf.h) with every matrix in T, as llama.cpp's convert_hf_to_gguf.py
+// followed by llama-quantize would.
 #include <fnmatch.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "cli/weight_types.h"
+#include "convert/hf_to_gguf.h"
 #include "core/paths.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
@@ -30,6 +33,7 @@
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "hf/model_dir.h"
+#include "model/llama_config.h"
 #include "quant/dequantize.h"
 #include "quant/ferry_types.h"
 #include "quant/group_grid.h"
@@ -157,36 +161,62 @@ void quantize_file(const QuantizeOptions& o) {
     const auto backend =
         take(kernels::make_backend({.threads = resolve_threads(o.threads), .activations = {}}));
     ThreadPool& pool = backend->host_pool();
-    if (hf::is_model_dir(o.in))
+    const bool from_dir = hf::is_model_dir(o.in);
+    if (from_dir && (o.method != "rtn" || o.smoothing()))
         throw ExitError(fmt::format(
-            "{}: writing a Hugging Face directory out as GGUF is not implemented yet; run it "
-            "directly with -m {} (and --weights TYPE to quantize it as it loads)",
-            o.in, o.in));
+            "{}: calibrated quantization (--method {}, --smooth-alpha) reads a GGUF; convert "
+            "the directory first (ferry quantize {} model-f16.gguf --type f16), then quantize "
+            "that",
+            o.in, o.method, o.in));
     std::shared_ptr<gguf::File> in;
+    std::shared_ptr<const hf::ModelDir> dir;
     std::optional<engine::LoadedModel> lm;
-    if (o.method == "rtn" && !o.smoothing()) {
-        in = take(gguf::File::open(o.in));
-    } else {
-        lm.emplace(take(engine::LoadedModel::load(o.in, false, backend)));
-        in = lm->file;
-    }
-
     gguf::Writer w;
-    w.copy_metadata(*in);
+    std::vector<convert::SourceTensor> sources;
+    if (from_dir) {
+        // A directory is written out as llama.cpp's converter would: its metadata in GGUF keys,
+        // q and k rows in GGUF's order, every matrix in --type.
+        dir = take(hf::ModelDir::open(o.in));
+        const auto cfg = take(model::read_llama_config(dir->config(), o.in + "/config.json"));
+        if (Status s = convert::write_metadata(*dir, cfg, w); !s)
+            throw ExitError(s.error().message);
+        sources = take(convert::source_tensors(*dir, cfg));
+    } else {
+        if (o.method == "rtn" && !o.smoothing()) {
+            in = take(gguf::File::open(o.in));
+        } else {
+            lm.emplace(take(engine::LoadedModel::load(o.in, false, backend)));
+            in = lm->file;
+        }
+        w.copy_metadata(*in);
+        for (const auto& t : in->tensors())
+            sources.push_back({.name = t.name,
+                               .shape = t.shape,
+                               .type = t.type,
+                               .data = t.data,
+                               .n_bytes = t.n_bytes,
+                               .n_elements = t.n_elements,
+                               .row_order = {},
+                               .owned = {}});
+    }
     set_weight_type_metadata(w, target);
 
     auto overrides = std::make_shared<calibrate::TensorOverrides>();
     if (lm) *overrides = calibrated_overrides(o, target, *lm, pool);
     int64_t total_elems = 0, n_kept = 0, n_f16 = 0, n_fallback = 0;
-    for (const auto& t : in->tensors()) total_elems += t.n_elements;
+    size_t in_bytes = 0;
+    for (const auto& t : sources) {
+        total_elems += t.n_elements;
+        in_bytes += t.n_bytes;
+    }
     // (row length, type written) -> example names: one line per kind of fallback, not 180.
     std::map<std::pair<int64_t, DType>, std::string> fallbacks;
     std::string w8a16_names;  // w8a8: embedding and head, written int8 with float activations
     auto done = std::make_shared<int64_t>(0);
     auto bar = std::make_shared<Progress>("quantize " + type_name, total_elems, !o.quiet);
 
-    for (const auto& t : in->tensors()) {
-        const gguf::TensorInfo* ti = &t;
+    for (const auto& t : sources) {
+        const convert::SourceTensor* ti = &t;
         const std::optional<DType> planned =
             planned_type(o, target, t.name, t.shape.size(), t.shape[0]);
         const DType out_type = planned.value_or(t.type);
@@ -220,33 +250,24 @@ void quantize_file(const QuantizeOptions& o) {
             if (ob != overrides->bytes.end()) {
                 out = std::move(ob->second);  // GPTQ's result, already in out_type
                 overrides->bytes.erase(ob);
-            } else if (out_type == ti->type && of == overrides->floats.end()) {
-                out.assign(ti->data, ti->data + ti->n_bytes);
             } else {
-                const int64_t row = ti->shape[0];
-                const int64_t n_rows = ti->n_elements / row;
-                const size_t in_row = row_bytes(ti->type, row), out_row = row_bytes(out_type, row);
+                const int64_t row = ti->row(), n_rows = ti->n_rows();
+                const size_t out_row = row_bytes(out_type, row);
                 out.resize(out_row * static_cast<size_t>(n_rows));
                 std::vector<std::string> errors(static_cast<size_t>(pool.size()));
                 // Rows are independent, so they are spread over the pool in contiguous runs.
                 pool.run([&](int share, int n_shares) {
-                    std::vector<float> tmp(static_cast<size_t>(row));
-                    for (int64_t r = n_rows * share / n_shares; r < n_rows * (share + 1) / n_shares;
-                         ++r) {
-                        Status s = Status::Ok();
-                        if (of != overrides->floats.end())
-                            std::copy_n(of->second.data() + r * row, row, tmp.data());
-                        else
-                            s = quant::dequantize_row(ti->type, ti->data + in_row * r, tmp.data(),
-                                                      row);
-                        if (s)
-                            s = quant::quantize_row(out_type, tmp.data(), out.data() + out_row * r,
-                                                    row);
-                        if (!s) {
-                            errors[static_cast<size_t>(share) % errors.size()] = s.error().message;
-                            return;
-                        }
+                    const int64_t r0 = n_rows * share / n_shares,
+                                  r1 = n_rows * (share + 1) / n_shares;
+                    Status s = Status::Ok();
+                    if (of == overrides->floats.end()) {
+                        s = convert::rows_as(*ti, out_type, r0, r1, out.data() + out_row * r0);
+                    } else {  // calibration's floats for this matrix, rounded to out_type
+                        for (int64_t r = r0; r < r1 && s; ++r)
+                            s = quant::quantize_row(out_type, of->second.data() + r * row,
+                                                    out.data() + out_row * r, row);
                     }
+                    if (!s) errors[static_cast<size_t>(share) % errors.size()] = s.error().message;
                 });
                 for (const auto& e : errors)
                     if (!e.empty()) return make_error("{}", e);
@@ -277,7 +298,7 @@ void quantize_file(const QuantizeOptions& o) {
     auto result = take(gguf::File::open(o.out));
     std::fprintf(stderr, "ferry quantize: wrote %s: %zu tensors, %.1f MiB (from %.1f MiB)",
                  o.out.c_str(), result->tensors().size(), result->file_size() / 1048576.0,
-                 in->file_size() / 1048576.0);
+                 in_bytes / 1048576.0);
     if (n_kept) std::fprintf(stderr, ", %lld kept by --keep", static_cast<long long>(n_kept));
     if (n_f16) std::fprintf(stderr, ", %lld f16 by --keep-f16", static_cast<long long>(n_f16));
     if (n_fallback) std::fprintf(stderr, ", %lld fell back", static_cast<long long>(n_fallback));
@@ -289,9 +310,13 @@ void quantize_file(const QuantizeOptions& o) {
 void add_quantize_command(CLI::App& app) {
     auto o = std::make_shared<QuantizeOptions>();
     auto* cmd = app.add_subcommand(
-        "quantize", "Re-quantize a GGUF model (round to nearest, GPTQ, AWQ or SmoothQuant)");
+        "quantize",
+        "Re-quantize a GGUF model (round to nearest, GPTQ, AWQ or SmoothQuant), or convert a "
+        "Hugging Face directory to GGUF");
     cmd->add_option("input", o->in,
-                    "Input GGUF file (any type ferry reads), or `default` for the default model")
+                    "Input GGUF file (any type ferry reads), a Hugging Face model directory "
+                    "(config.json, *.safetensors, tokenizer.json), or `default` for the default "
+                    "model")
         ->required();
     cmd->add_option("output", o->out, "Output GGUF file")->required();
     cmd->add_option("--type", o->type,

@@ -118,13 +118,19 @@ Expected<LlamaConfig> read_llama_config(const nlohmann::json& j, const std::stri
     };
     c.rope_theta = static_cast<float>(num_or("rope_theta", 10000.0));
     c.rms_eps = static_cast<float>(num_or("rms_norm_eps", 1e-6));
-    if (auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null()) {
-        const std::string type =
-            rs->is_object() ? str_or(*rs, "rope_type", str_or(*rs, "type", "")) : "";
+    // transformers 5 writes rope_parameters {rope_theta, rope_type, ...} where 4 wrote
+    // rope_theta and rope_scaling {rope_type | type, ...}; both are read.
+    for (const char* key : {"rope_scaling", "rope_parameters"}) {
+        auto rs = j.find(key);
+        if (rs == j.end() || rs->is_null()) continue;
+        if (!rs->is_object()) return make_error("{}: {} is not an object", where, key);
+        if (auto t = rs->find("rope_theta"); t != rs->end() && t->is_number())
+            c.rope_theta = t->get<float>();
+        const std::string type = str_or(*rs, "rope_type", str_or(*rs, "type", "default"));
         if (type != "default")
-            return make_error("{}: rope_scaling '{}' is not supported yet", where,
-                              type.empty() ? rs->dump() : type);
+            return make_error("{}: rope_scaling '{}' is not supported yet", where, type);
     }
+    if (!(c.rope_theta > 0)) return make_error("{}: invalid rope_theta {}", where, c.rope_theta);
     auto use_window = j.find("use_sliding_window");
     if (auto sw = j.find("sliding_window");
         sw != j.end() && sw->is_number_integer() &&

@@ -271,3 +271,51 @@ def test_chat_template_file_overrides_the_models(hf_dir, tmp_path):
     bad.write_text("line one\n{% for m in messages %}{{ m.content }\n")
     r = run_ferry("run", "-m", hf_dir, "--chat-template", str(bad), "--chat", "-p", q, "-n", 1)
     assert r.returncode != 0 and "line 2" in r.stderr, r.stderr
+
+
+def test_quantize_writes_the_directory_as_gguf(hf_dir, model_path, tmp_path):
+    """ferry quantize DIR OUT.gguf: the SmolLM2 directory written back as GGUF answers as the
+    GGUF it came from (f32, q and k re-interleaved for GGUF's llama rotation, tokenizer from
+    tokenizer.json), and in q8_0 as the directory quantized at load does."""
+    f32 = str(tmp_path / "smollm2-f32.gguf")
+    r = run_ferry("quantize", hf_dir, f32, "--type", "f32", "-q", timeout=300)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(run_ferry("info", "-m", f32, "--json").stdout)
+    g = json.loads(run_ferry("info", "-m", model_path, "--json").stdout)
+    assert info["format"] == "gguf" and info["rope_style"] == "normal"
+    for k in ["architecture", "n_layer", "n_embd", "n_head", "n_head_kv", "n_vocab",
+              "context_length", "rope_theta", "parameters", "bos_token_id", "eos_token_id"]:
+        assert info[k] == g[k], k
+    for p in PROMPTS:
+        assert completion("-m", f32, "-p", p) == completion("-m", model_path, "-p", p), p
+    q = "What is the capital of France?"
+    assert completion("-m", f32, "--chat", "-p", q) == completion("-m", model_path, "--chat", "-p", q)
+
+    q8 = str(tmp_path / "smollm2-q8_0.gguf")
+    r = run_ferry("quantize", hf_dir, q8, "--type", "q8_0", "-q", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(run_ferry("info", "-m", q8, "--json").stdout)["tensor_types"].keys() == {
+        "q8_0", "f32"}
+    p = PROMPTS[0]
+    assert completion("-m", q8, "-p", p) == completion("-m", hf_dir, "--weights", "q8_0", "-p", p)
+
+
+def test_quantize_refuses_what_it_cannot_write(hf_dir, tmp_path):
+    out = str(tmp_path / "x.gguf")
+    r = run_ferry("quantize", hf_dir, out, "--type", "int4", "--method", "gptq")
+    assert r.returncode != 0 and "convert the directory first" in r.stderr, r.stderr
+    # A tensor with no GGUF name would be dropped: refused, naming it.
+    def add_extra(d):
+        save_file({"model.vision_tower.proj.weight": np.zeros((4, 4), np.float32)},
+                  os.path.join(d, "extra.safetensors"))
+        replace_json(d, "model.safetensors.index.json", lambda j: j["weight_map"].update(
+            {"model.vision_tower.proj.weight": "extra.safetensors"}))
+    d = broken_copy(hf_dir, str(tmp_path / "extra"), add_extra)
+    r = run_ferry("quantize", d, out, "--type", "f16")
+    assert r.returncode != 0 and "model.vision_tower.proj.weight" in r.stderr, r.stderr
+    assert not os.path.exists(out)
+    # A pre-tokenizer GGUF has no name for.
+    d = broken_copy(hf_dir, str(tmp_path / "pre"), lambda d: replace_json(
+        d, "tokenizer.json", lambda j: j.update(pre_tokenizer={"type": "Whitespace"})))
+    r = run_ferry("quantize", d, out, "--type", "f16")
+    assert r.returncode != 0 and "tokenizer.ggml.pre" in r.stderr, r.stderr

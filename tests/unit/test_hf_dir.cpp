@@ -229,6 +229,16 @@ TEST(HfConfig, HyperParametersAndRefusals) {
     ASSERT_FALSE(scaled.ok());
     EXPECT_NE(scaled.error().message.find("rope_scaling 'llama3'"), std::string::npos);
     c["rope_scaling"] = nullptr;
+    // transformers 5 moves the base and the scaling into rope_parameters.
+    c.erase("rope_theta");
+    EXPECT_FLOAT_EQ(model::read_llama_config(c, "c.json")->rope_theta, 10000.0f);
+    c["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "default"}};
+    EXPECT_FLOAT_EQ(model::read_llama_config(c, "c.json")->rope_theta, 5e5f);
+    c["rope_parameters"]["rope_type"] = "yarn";
+    scaled = model::read_llama_config(c, "c.json");
+    ASSERT_FALSE(scaled.ok());
+    EXPECT_NE(scaled.error().message.find("rope_scaling 'yarn'"), std::string::npos);
+    c.erase("rope_parameters");
     c["model_type"] = "mamba";
     EXPECT_NE(model::read_llama_config(c, "c.json").error().message.find("'mamba'"),
               std::string::npos);

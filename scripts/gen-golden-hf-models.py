@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""Writes tests/golden/hf_models/: small Hugging Face model directories with random weights,
+built by transformers from a config, and what transformers' own forward pass computes on them.
+
+    python3 scripts/gen-golden-hf-models.py [--ferry build/ferry] [--libllama PATH/libllama.so]
+
+One directory per architecture ferry reads from a directory, each exercising what sets it apart:
+  llama    untied lm_head, grouped-query attention (8 heads over 2), a byte-level BPE tokenizer
+           with SmolLM2's pre-tokenizer (digits split, then ByteLevel)
+  qwen2    q/k/v biases, tied embeddings, Qwen2's Split regex then ByteLevel
+  mistral  head_dim given apart from hidden/heads, sliding_window, a SentencePiece-style BPE
+           (Metaspace, byte fallback, <0xNN> tokens) as Llama 2 and Mistral ship it
+
+Each holds config.json, model.safetensors (bf16, so the files stay small; transformers runs
+them upcast to f32, as ferry's --activations f32 reads them), tokenizer.json (trained here by
+the tokenizers library on data/calib/default.txt), tokenizer_config.json with a chat template,
+generation_config.json, and golden.json:
+  cases[]: text, ids (tokenizers' encoding, special tokens added), last_logits (transformers'
+           logits at the last position, f32), argmax (per position), greedy (12 tokens of
+           transformers' generate(do_sample=False))
+
+With --ferry and --libllama the script also writes each directory out as GGUF with
+`ferry quantize DIR OUT.gguf --type f32` and runs llama.cpp on it through its C API: the
+tokenization must equal tokenizers' and the last logits transformers' (max |diff| printed and
+kept in golden.json's llama_cpp field). That is the check that ferry's GGUF output is a file
+llama.cpp reads as the model transformers runs.
+
+Needs torch, transformers, tokenizers, safetensors (a venv: pip install torch transformers).
+Re-running with the same versions rewrites identical files (seeded).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import transformers
+import tokenizers
+from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
+
+from llama_cpp_capi import LlamaCpp
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "tests", "golden", "hf_models")
+CALIB = os.path.join(ROOT, "data", "calib", "default.txt")
+
+TEXTS = [
+    "The lighthouse keeper climbed 127 stairs at dawn.",
+    "def add(a, b):\n    return a + b",
+    "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+]
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
+          "message['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
+               r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def corpus():
+    with open(CALIB, encoding="utf-8") as f:
+        text = f.read()
+    return [text] + TEXTS
+
+
+def byte_level_tokenizer(pre, vocab_size):
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(corpus(), trainer)
+    return json.loads(tok.to_str())
+
+
+def metaspace_tokenizer(vocab_size):
+    """Llama 2's tokenizer.json shape: <unk> <s> </s>, the 256 byte tokens, then merges' tokens;
+    Metaspace (prepend "first"), byte fallback, the Replace/ByteFallback/Fuse/Strip decoder."""
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first",
+                                                 split=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"],
+                                  show_progress=False)
+    tok.train_from_iterator(corpus(), trainer)
+    j = json.loads(tok.to_str())
+    old = j["model"]["vocab"]
+    order = sorted(old, key=lambda t: old[t])
+    specials = ["<unk>", "<s>", "</s>"]
+    byte_tokens = ["<0x%02X>" % b for b in range(256)]
+    rest = [t for t in order if t not in specials and t not in byte_tokens]
+    vocab = {t: i for i, t in enumerate(specials + byte_tokens + rest)}
+    j["model"]["vocab"] = vocab
+    for a in j["added_tokens"]:
+        a["id"] = vocab[a["content"]]
+    j["decoder"] = {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+        {"type": "ByteFallback"}, {"type": "Fuse"},
+        {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+    j["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                   {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                 {"Sequence": {"id": "A", "type_id": 0}},
+                 {"SpecialToken": {"id": "<s>", "type_id": 1}},
+                 {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [vocab["<s>"]], "tokens": ["<s>"]}}}
+    return j
+
+
+def build(name):
+    if name == "llama":
+        tj = byte_level_tokenizer(pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False)]), 512)
+        cfg = transformers.LlamaConfig(
+            vocab_size=len(tj["model"]["vocab"]), hidden_size=64, intermediate_size=160,
+            num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
+            max_position_embeddings=256, rope_theta=10000.0, rms_norm_eps=1e-5, initializer_range=0.15,
+            tie_word_embeddings=False, bos_token_id=None, eos_token_id=2)
+        model_cls = transformers.LlamaForCausalLM
+        tconf = {"bos_token": None, "eos_token": "<|im_end|>", "add_bos_token": False}
+    elif name == "qwen2":
+        tj = byte_level_tokenizer(pre_tokenizers.Sequence([
+            pre_tokenizers.Split(tokenizers.Regex(QWEN2_REGEX), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), 448)
+        cfg = transformers.Qwen2Config(
+            vocab_size=len(tj["model"]["vocab"]), hidden_size=64, intermediate_size=128,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            max_position_embeddings=256, rope_theta=1000000.0, rms_norm_eps=1e-6, initializer_range=0.15,
+            tie_word_embeddings=True, use_sliding_window=False, bos_token_id=None,
+            eos_token_id=2)
+        model_cls = transformers.Qwen2ForCausalLM
+        tconf = {"bos_token": None, "eos_token": "<|im_end|>", "add_bos_token": False}
+    else:
+        tj = metaspace_tokenizer(640)
+        cfg = transformers.MistralConfig(
+            vocab_size=len(tj["model"]["vocab"]), hidden_size=64, intermediate_size=192,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, head_dim=32,
+            max_position_embeddings=512, sliding_window=128, rope_theta=10000.0,
+            rms_norm_eps=1e-5, initializer_range=0.15, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+        model_cls = transformers.MistralForCausalLM
+        tconf = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+                 "add_bos_token": True}
+    torch.manual_seed({"llama": 1, "qwen2": 2, "mistral": 3}[name])
+    model = model_cls(cfg)
+    # transformers initialises norms to 1 and biases to 0; random ones make a wrong norm or a
+    # dropped bias show in the logits.
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if p.dim() == 1:
+                p.copy_((1.0 if "norm" in pname else 0.0) + 0.2 * torch.randn_like(p))
+    return tj, cfg, model, tconf
+
+
+def write_dir(name, d):
+    tj, cfg, model, tconf = build(name)
+    os.makedirs(d, exist_ok=True)
+    for f in os.listdir(d):
+        os.remove(os.path.join(d, f))
+    model.to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
+    # The reference is the directory as transformers loads it for a user, in f32 (the model in
+    # memory went through bf16 whole, its rotary frequencies too).
+    model = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tj, f, ensure_ascii=False, indent=1)
+    tconf = dict(tconf, chat_template=CHATML, model_max_length=cfg.max_position_embeddings,
+                 tokenizer_class="PreTrainedTokenizerFast")
+    with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(tconf, f, ensure_ascii=False, indent=1)
+    tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    cases = []
+    for text in TEXTS:
+        ids = tok.encode(text, add_special_tokens=True).ids
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0]
+            gen = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False,
+                                 attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                 eos_token_id=None, pad_token_id=0)[0][len(ids):]
+        cases.append({"text": text, "ids": ids,
+                      "last_logits": [round(float(x), 6) for x in logits[-1]],
+                      "argmax": [int(x) for x in logits.argmax(-1)],
+                      "greedy": [int(x) for x in gen]})
+    return cases
+
+
+def check_llama_cpp(lib, gguf_path, cases):
+    llm = LlamaCpp(lib, gguf_path)
+    worst = 0.0
+    for c in cases:
+        ids = llm.tokenize(c["text"].encode(), True, True)
+        if ids != c["ids"]:
+            sys.exit(f"{gguf_path}: llama.cpp tokenizes {c['text']!r} as {ids}, "
+                     f"tokenizers as {c['ids']}")
+        got = llm.last_logits(ids)
+        want = np.array(c["last_logits"])
+        worst = max(worst, float(np.max(np.abs(got - want))))
+        if int(np.argmax(got)) != int(np.argmax(want)):
+            sys.exit(f"{gguf_path}: llama.cpp's top token differs from transformers'")
+    return worst
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ferry", help="ferry binary: also convert each directory to GGUF")
+    ap.add_argument("--libllama", help="llama.cpp's libllama.so: check ferry's GGUF with it")
+    ap.add_argument("--only", choices=["llama", "qwen2", "mistral"])
+    args = ap.parse_args()
+    for name in ["llama", "qwen2", "mistral"]:
+        if args.only and name != args.only:
+            continue
+        d = os.path.join(OUT, name)
+        cases = write_dir(name, d)
+        golden = {"generator": "scripts/gen-golden-hf-models.py",
+                  "versions": {"torch": torch.__version__,
+                               "transformers": transformers.__version__,
+                               "tokenizers": tokenizers.__version__},
+                  "cases": cases}
+        if args.ferry and args.libllama:
+            with tempfile.TemporaryDirectory() as tmp:
+                g = os.path.join(tmp, name + ".gguf")
+                subprocess.run([args.ferry, "quantize", d, g, "--type", "f32", "-q"], check=True)
+                worst = check_llama_cpp(args.libllama, g, cases)
+                print(f"{name}: llama.cpp on ferry's GGUF: max |logit diff| {worst:.2e}")
+                golden["llama_cpp"] = {"max_abs_logit_diff": round(worst, 6)}
+        with open(os.path.join(d, "golden.json"), "w", encoding="utf-8") as f:
+            json.dump(golden, f, ensure_ascii=False, indent=1)
+            f.write("\n")
+        n = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+        print(f"{name}: {len(cases)} cases, {n / 1024:.0f} KiB")
+
+
+if __name__ == "__main__":
+    main()

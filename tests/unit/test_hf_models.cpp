@@ -1,0 +1,212 @@
+// Small Hugging Face directories with random weights, built by transformers from a config
+// (tests/golden/hf_models, written by scripts/gen-golden-hf-models.py), against transformers'
+// own forward pass on them, read two ways: as a directory, and converted to GGUF by
+// convert/hf_to_gguf (what `ferry quantize DIR OUT.gguf` writes). The generator script also
+// ran llama.cpp on that GGUF and checked its tokens and logits against transformers'.
+//
+// Tolerance: the weights are bf16, which both sides widen to f32 exactly; what differs is the
+// order of float sums (measured: under 6e-6 of a logit, the distance of transformers' f32 from
+// its own f64), against logits of magnitude ~4 whose top-1/top-2 gaps are at least 0.06. A
+// wrong rotation order, a missing bias or norm, or a wrong rope base moves them by tenths.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "convert/hf_to_gguf.h"
+#include "engine/generator.h"
+#include "engine/loaded_model.h"
+#include "gguf/gguf_writer.h"
+#include "hf/model_dir.h"
+#include "model/llama_config.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+using ferry::engine::Generator;
+using ferry::engine::LoadedModel;
+
+namespace {
+
+constexpr float kMaxAbs = 1e-4f;
+
+std::string model_dir(const std::string& arch) {
+    return ferry::testing::golden_dir() + "/hf_models/" + arch;
+}
+
+nlohmann::json golden(const std::string& arch) {
+    std::ifstream in(model_dir(arch) + "/golden.json");
+    return nlohmann::json::parse(in);
+}
+
+std::shared_ptr<ferry::kernels::Backend> f32_backend() {
+    auto b = ferry::kernels::make_backend(
+        {.threads = 2, .activations = ferry::kernels::Activations::F32});
+    if (!b) throw std::runtime_error(b.error().message);
+    return std::move(b).value();
+}
+
+// The directory written out as ferry quantize --type f32 writes it.
+std::string convert_to_gguf(const std::string& arch) {
+    auto dir = ferry::hf::ModelDir::open(model_dir(arch));
+    EXPECT_TRUE(dir.ok()) << dir.error().message;
+    auto cfg = ferry::model::read_llama_config((*dir)->config(), arch + "/config.json");
+    EXPECT_TRUE(cfg.ok()) << cfg.error().message;
+    ferry::gguf::Writer w;
+    const ferry::Status meta = ferry::convert::write_metadata(**dir, *cfg, w);
+    EXPECT_TRUE(meta.ok()) << meta.error().message;
+    auto sources = ferry::convert::source_tensors(**dir, *cfg);
+    EXPECT_TRUE(sources.ok()) << sources.error().message;
+    for (const auto& t : *sources) {
+        const ferry::convert::SourceTensor* s = &t;
+        EXPECT_TRUE(
+            w.add_tensor(t.name, t.shape, ferry::DType::F32, [s](std::vector<uint8_t>& out) {
+                 out.resize(ferry::row_bytes(ferry::DType::F32, s->row()) *
+                            static_cast<size_t>(s->n_rows()));
+                 return ferry::convert::rows_as(*s, ferry::DType::F32, 0, s->n_rows(), out.data());
+             }).ok());
+    }
+    const std::string path = (fs::path(::testing::TempDir()) / (arch + "-converted.gguf")).string();
+    const ferry::Status written = w.write(path);
+    EXPECT_TRUE(written.ok()) << written.error().message;
+    return path;
+}
+
+// Tokens, last logits and a greedy continuation of every case against transformers'.
+void expect_transformers(const LoadedModel& lm, const nlohmann::json& g, const std::string& what) {
+    Generator gen(*lm.model, lm.backend, 256);
+    ferry::engine::SamplingParams greedy;
+    greedy.temperature = 0;
+    for (const auto& c : g["cases"]) {
+        const auto text = c["text"].get<std::string>();
+        const auto ids = c["ids"].get<std::vector<int32_t>>();
+        EXPECT_EQ(lm.tokenizer->encode(text, true, true), ids) << what << ": " << text;
+
+        auto logits = gen.logits_for(ids);
+        ASSERT_TRUE(logits.ok()) << logits.error().message;
+        const auto want = c["last_logits"].get<std::vector<float>>();
+        ASSERT_EQ(logits->size(), want.size()) << what;
+        float max_diff = 0;
+        for (size_t i = 0; i < want.size(); ++i)
+            max_diff = std::max(max_diff, std::fabs((*logits)[i] - want[i]));
+        EXPECT_LT(max_diff, kMaxAbs) << what << ": " << text;
+        std::printf("[ %s ] max |logit - transformers'| %.2e\n", what.c_str(), max_diff);
+
+        std::vector<int32_t> got;
+        gen.reset();
+        auto st = gen.generate(
+            ids, greedy, 12,
+            [&](int32_t t) {
+                got.push_back(t);
+                return true;
+            },
+            [](int32_t) { return false; });
+        ASSERT_TRUE(st.ok()) << st.error().message;
+        EXPECT_EQ(got, c["greedy"].get<std::vector<int32_t>>()) << what << ": " << text;
+    }
+}
+
+class HfModels : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HfModels, DirectoryAnswersAsTransformers) {
+    auto lm = LoadedModel::load(model_dir(GetParam()), false, f32_backend());
+    ASSERT_TRUE(lm.ok()) << lm.error().message;
+    expect_transformers(*lm, golden(GetParam()), GetParam() + " dir");
+}
+
+TEST_P(HfModels, ConvertedGgufAnswersAsTransformers) {
+    const std::string path = convert_to_gguf(GetParam());
+    auto lm = LoadedModel::load(path, false, f32_backend());
+    ASSERT_TRUE(lm.ok()) << lm.error().message;
+    ASSERT_TRUE(lm->file);  // read as a GGUF, with the tokenizer from its own metadata
+    expect_transformers(*lm, golden(GetParam()), GetParam() + " gguf");
+
+    // The tokenizer as GGUF carries it decodes as the directory's does, and the chat template
+    // and end-of-generation token came along.
+    auto dir = LoadedModel::load(model_dir(GetParam()), false, f32_backend());
+    ASSERT_TRUE(dir.ok()) << dir.error().message;
+    for (const auto& c : golden(GetParam())["cases"]) {
+        const auto ids = c["ids"].get<std::vector<int32_t>>();
+        EXPECT_EQ(lm->tokenizer->decode(ids, false), dir->tokenizer->decode(ids, false));
+        EXPECT_EQ(lm->tokenizer->decode(ids, true), dir->tokenizer->decode(ids, true));
+    }
+    EXPECT_EQ(lm->tokenizer->eos(), dir->tokenizer->eos());
+    EXPECT_EQ(lm->tokenizer->bos(), dir->tokenizer->bos());
+    EXPECT_EQ(lm->tokenizer->add_bos(), dir->tokenizer->add_bos());
+    EXPECT_TRUE(lm->chat_template.has_value());
+    EXPECT_EQ(lm->file->get_string("tokenizer.chat_template").value_or(""),
+              dir->dir->chat_template().value());
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, HfModels, ::testing::Values("llama", "qwen2", "mistral"),
+                         [](const auto& info) { return info.param; });
+
+// What has no GGUF spelling is refused by name, not written as a file that tokenizes wrong.
+TEST(HfToGguf, RefusesTokenizersGgufCannotCarry) {
+    std::ifstream in(model_dir("qwen2") + "/tokenizer.json");
+    nlohmann::json tok = nlohmann::json::parse(in);
+    const nlohmann::json config = {{"eos_token", "<|im_end|>"}};
+    const int n = static_cast<int>(tok["model"]["vocab"].size());
+    {
+        ferry::gguf::Writer w;
+        ASSERT_TRUE(ferry::convert::write_tokenizer(tok, config, n, w).ok());
+        EXPECT_EQ(*w.find("tokenizer.ggml.pre")->as_string(), "qwen2");
+        EXPECT_EQ(*w.find("tokenizer.ggml.model")->as_string(), "gpt2");
+        // A vocabulary padded past the tokenizer's ids gets placeholders, as llama.cpp's has.
+        ferry::gguf::Writer padded;
+        ASSERT_TRUE(ferry::convert::write_tokenizer(tok, config, n + 3, padded).ok());
+        const auto& items = padded.find("tokenizer.ggml.tokens")->as_array()->items;
+        ASSERT_EQ(items.size(), size_t(n + 3));
+        EXPECT_EQ(*items.back().as_string(), "[PAD" + std::to_string(n + 2) + "]");
+    }
+    auto refused = [&](const nlohmann::json& t, int n_vocab, const std::string& needle) {
+        ferry::gguf::Writer w;
+        const auto s = ferry::convert::write_tokenizer(t, config, n_vocab, w);
+        ASSERT_FALSE(s.ok()) << needle;
+        EXPECT_NE(s.error().message.find(needle), std::string::npos) << s.error().message;
+    };
+    auto other = tok;
+    other["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+";
+    refused(other, n, "no tokenizer.ggml.pre name");
+    refused(tok, n - 1, "outside config.json's vocab_size");
+    other = tok;
+    other["model"]["type"] = "Unigram";
+    refused(other, n, "model 'Unigram'");
+    other = tok;
+    other["normalizer"] = {{"type", "NFKC"}};
+    refused(other, n, "normalizer (NFKC)");
+}
+
+// Llama's GGUF rotates adjacent pairs, so q and k rows are interleaved from transformers'
+// halves; Qwen2's rotates halves as transformers does, so nothing moves.
+TEST(HfToGguf, PermutesQueryAndKeyRowsForLlamaOnly) {
+    for (const std::string arch : {"llama", "qwen2"}) {
+        auto dir = ferry::hf::ModelDir::open(model_dir(arch));
+        ASSERT_TRUE(dir.ok());
+        auto cfg = ferry::model::read_llama_config((*dir)->config(), arch);
+        ASSERT_TRUE(cfg.ok());
+        auto sources = ferry::convert::source_tensors(**dir, *cfg);
+        ASSERT_TRUE(sources.ok()) << sources.error().message;
+        for (const auto& t : *sources) {
+            const bool qk = t.name.ends_with("attn_q.weight") || t.name.ends_with("attn_k.weight");
+            if (!qk || arch == "qwen2") {
+                EXPECT_TRUE(t.row_order.empty()) << arch << " " << t.name;
+                continue;
+            }
+            const int hd = cfg->head_dim;
+            ASSERT_EQ(t.row_order.size(), size_t(t.n_rows()));
+            EXPECT_EQ(t.row_order[0], 0);
+            EXPECT_EQ(t.row_order[1], hd / 2);  // the first pair: x0 and x[hd/2]
+            EXPECT_EQ(t.row_order[2], 1);
+            EXPECT_EQ(t.row_order[size_t(hd)], hd);  // the second head starts in place
+            auto sorted = t.row_order;
+            std::sort(sorted.begin(), sorted.end());
+            for (size_t i = 0; i < sorted.size(); ++i) EXPECT_EQ(sorted[i], int32_t(i));
+        }
+    }
+}
+
+}  // namespace
