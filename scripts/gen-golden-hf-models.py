@@ -7,9 +7,14 @@ built by transformers from a config, and what transformers' own forward pass com
 One directory per architecture ferry reads from a directory, each exercising what sets it apart:
   llama    untied lm_head, grouped-query attention (8 heads over 2), a byte-level BPE tokenizer
            with SmolLM2's pre-tokenizer (digits split, then ByteLevel)
+  llama31  Llama 3.1's rope scaling (rope_type llama3) over a trained context of 16, shorter
+           than the test texts, so every pair's frequency matters; tied embeddings
   qwen2    q/k/v biases, tied embeddings, Qwen2's Split regex then ByteLevel
-  mistral  head_dim given apart from hidden/heads, sliding_window, a SentencePiece-style BPE
-           (Metaspace, byte fallback, <0xNN> tokens) as Llama 2 and Mistral ship it
+  qwen3    per-head q/k RMSNorms (random, like every norm here), head_dim 32 apart from
+           hidden/heads (so q is wider than the residual), no biases
+  mistral  head_dim given apart from hidden/heads, sliding_window, linear rope scaling, a
+           SentencePiece-style BPE (Metaspace, byte fallback, <0xNN> tokens) as Llama 2 and
+           Mistral ship it
 
 Each holds config.json, model.safetensors (bf16, so the files stay small; transformers runs
 them upcast to f32, as ferry's --activations f32 reads them), tokenizer.json (trained here by
@@ -58,6 +63,9 @@ CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\
           "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
                r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+NAMES = ["llama", "llama31", "qwen2", "qwen3", "mistral"]
 
 
 def corpus():
@@ -124,6 +132,22 @@ def build(name):
             tie_word_embeddings=False, bos_token_id=None, eos_token_id=2)
         model_cls = transformers.LlamaForCausalLM
         tconf = {"bos_token": None, "eos_token": "<|im_end|>", "add_bos_token": False}
+    elif name == "llama31":
+        tj = byte_level_tokenizer(pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False)]), 384)
+        # Llama 3.1's rope scaling with a trained context of 16, so the test texts (15 to 42
+        # tokens) reach past it and every pair's frequency is changed by it.
+        cfg = transformers.LlamaConfig(
+            vocab_size=len(tj["model"]["vocab"]), hidden_size=64, intermediate_size=128,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            max_position_embeddings=128, rms_norm_eps=1e-5, initializer_range=0.15,
+            rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0, "original_max_position_embeddings": 16,
+                             "rope_theta": 10000.0},
+            tie_word_embeddings=True, bos_token_id=None, eos_token_id=2)
+        model_cls = transformers.LlamaForCausalLM
+        tconf = {"bos_token": None, "eos_token": "<|im_end|>", "add_bos_token": False}
     elif name == "qwen2":
         tj = byte_level_tokenizer(pre_tokenizers.Sequence([
             pre_tokenizers.Split(tokenizers.Regex(QWEN2_REGEX), behavior="isolated"),
@@ -136,17 +160,31 @@ def build(name):
             eos_token_id=2)
         model_cls = transformers.Qwen2ForCausalLM
         tconf = {"bos_token": None, "eos_token": "<|im_end|>", "add_bos_token": False}
+    elif name == "qwen3":
+        tj = byte_level_tokenizer(pre_tokenizers.Sequence([
+            pre_tokenizers.Split(tokenizers.Regex(QWEN2_REGEX), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), 400)
+        cfg = transformers.Qwen3Config(
+            vocab_size=len(tj["model"]["vocab"]), hidden_size=64, intermediate_size=128,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+            max_position_embeddings=256, rms_norm_eps=1e-6, initializer_range=0.15,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            tie_word_embeddings=True, use_sliding_window=False, bos_token_id=None,
+            eos_token_id=2)
+        model_cls = transformers.Qwen3ForCausalLM
+        tconf = {"bos_token": None, "eos_token": "<|im_end|>", "add_bos_token": False}
     else:
         tj = metaspace_tokenizer(640)
         cfg = transformers.MistralConfig(
             vocab_size=len(tj["model"]["vocab"]), hidden_size=64, intermediate_size=192,
             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, head_dim=32,
-            max_position_embeddings=512, sliding_window=128, rope_theta=10000.0,
+            max_position_embeddings=512, sliding_window=128,
+            rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0},
             rms_norm_eps=1e-5, initializer_range=0.15, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
         model_cls = transformers.MistralForCausalLM
         tconf = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
                  "add_bos_token": True}
-    torch.manual_seed({"llama": 1, "qwen2": 2, "mistral": 3}[name])
+    torch.manual_seed({"llama": 1, "qwen2": 2, "mistral": 3, "llama31": 4, "qwen3": 5}[name])
     model = model_cls(cfg)
     # transformers initialises norms to 1 and biases to 0; random ones make a wrong norm or a
     # dropped bias show in the logits.
@@ -208,9 +246,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ferry", help="ferry binary: also convert each directory to GGUF")
     ap.add_argument("--libllama", help="llama.cpp's libllama.so: check ferry's GGUF with it")
-    ap.add_argument("--only", choices=["llama", "qwen2", "mistral"])
+    ap.add_argument("--only", choices=NAMES)
     args = ap.parse_args()
-    for name in ["llama", "qwen2", "mistral"]:
+    for name in NAMES:
         if args.only and name != args.only:
             continue
         d = os.path.join(OUT, name)

@@ -20,6 +20,18 @@ struct InfoOptions {
     bool json = false;
 };
 
+// The rope scaling the model runs with: the config's type and factor, or a GGUF's per-pair
+// divisors (Llama 3.1's rope_freqs.weight), or none.
+std::string rope_scaling_text(const engine::LoadedModel& lm) {
+    const model::LlamaConfig& c = lm.model->config();
+    if (c.rope_scaling.type != model::RopeScaling::Type::None)
+        return fmt::format("{} x{}", model::rope_scaling_name(c.rope_scaling.type),
+                           c.rope_scaling.factor);
+    if (lm.model->rope_inv_freq() != model::rope_inv_freq(c.rope_dim, c.rope_theta, {}))
+        return "rope_freqs.weight";
+    return "none";
+}
+
 void info(const InfoOptions& o) {
     auto lm = take(engine::LoadedModel::load(take(resolve_model_path(o.model)), false));
     const auto& c = lm.model->config();
@@ -52,6 +64,7 @@ void info(const InfoOptions& o) {
         {"context_length", c.n_ctx_train},
         {"rope_theta", c.rope_theta},
         {"rope_style", c.rope_style == kernels::RopeStyle::Normal ? "normal" : "neox"},
+        {"rope_scaling", rope_scaling_text(lm)},
         {"rms_eps", c.rms_eps},
         {"weight_bytes_per_token", lm.model->weight_bytes_per_token(*lm.backend)},
         {"kv_bytes_per_token",
@@ -86,8 +99,9 @@ void info(const InfoOptions& o) {
                 c.n_ff, c.n_vocab);
     std::printf("attention       %d heads, %d KV heads (GQA %d:1), head dim %d\n", c.n_head,
                 c.n_head_kv, c.n_head / c.n_head_kv, c.head_dim);
-    std::printf("rope            theta %.0f, %s style, %d dims\n", c.rope_theta,
-                c.rope_style == kernels::RopeStyle::Normal ? "normal" : "neox", c.rope_dim);
+    std::printf("rope            theta %.0f, %s style, %d dims, scaling %s\n", c.rope_theta,
+                c.rope_style == kernels::RopeStyle::Normal ? "normal" : "neox", c.rope_dim,
+                rope_scaling_text(lm).c_str());
     std::printf("context         %d tokens (trained)\n", c.n_ctx_train);
     std::printf("tensor types   ");
     for (const auto& [name, e] : types)

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/hf_weights.h"
+#include "model/rope.h"
 
 namespace ferry::convert {
 namespace {
@@ -193,7 +194,7 @@ Expected<json> read_json(const std::string& path) {
 }  // namespace
 
 std::string gguf_arch(const model::LlamaConfig& c) {
-    return c.arch == "qwen2" ? "qwen2" : "llama";
+    return c.arch == "qwen2" || c.arch == "qwen3" ? c.arch : "llama";
 }
 
 Status write_tokenizer(const json& tok, const json& config, int n_vocab, gguf::Writer& w) {
@@ -344,6 +345,11 @@ Status write_metadata(const hf::ModelDir& dir, const model::LlamaConfig& c, gguf
     w.set(p + "rope.freq_base", gguf::make_f32(c.rope_theta));
     w.set(p + "attention.layer_norm_rms_epsilon", gguf::make_f32(c.rms_eps));
     w.set(p + "vocab_size", gguf::make_u32(static_cast<uint32_t>(c.n_vocab)));
+    // Linear scaling has keys; Llama 3.1's is the rope_freqs.weight tensor (source_tensors).
+    if (c.rope_scaling.type == model::RopeScaling::Type::Linear) {
+        w.set(p + "rope.scaling.type", gguf::make_string("linear"));
+        w.set(p + "rope.scaling.factor", gguf::make_f32(static_cast<float>(c.rope_scaling.factor)));
+    }
 
     if (dir.tokenizer_json_path().empty())
         return make_error("{}: no tokenizer.json; a GGUF needs the tokenizer", dir.path());
@@ -374,10 +380,10 @@ Expected<std::vector<SourceTensor>> source_tensors(const hf::ModelDir& dir,
                                                    const model::LlamaConfig& c) {
     std::vector<std::string> names = {"token_embd.weight"};
     for (int l = 0; l < c.n_layer; ++l)
-        for (const char* t :
-             {"attn_norm.weight", "attn_q.weight", "attn_q.bias", "attn_k.weight", "attn_k.bias",
-              "attn_v.weight", "attn_v.bias", "attn_output.weight", "ffn_norm.weight",
-              "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"})
+        for (const char* t : {"attn_norm.weight", "attn_q.weight", "attn_q.bias", "attn_k.weight",
+                              "attn_k.bias", "attn_v.weight", "attn_v.bias", "attn_q_norm.weight",
+                              "attn_k_norm.weight", "attn_output.weight", "ffn_norm.weight",
+                              "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"})
             names.push_back("blk." + std::to_string(l) + "." + t);
     names.push_back("output_norm.weight");
     names.push_back("output.weight");
@@ -397,6 +403,23 @@ Expected<std::vector<SourceTensor>> source_tensors(const hf::ModelDir& dir,
 
     std::vector<SourceTensor> out;
     std::map<std::string, bool> used;
+    if (c.rope_scaling.type == model::RopeScaling::Type::Llama3) {
+        // As llama.cpp's converter: each pair's frequency divisor, unscaled / scaled.
+        const auto plain = model::rope_inv_freq(c.rope_dim, c.rope_theta, {});
+        const auto scaled = model::rope_inv_freq(c.rope_dim, c.rope_theta, c.rope_scaling);
+        SourceTensor s;
+        s.name = "rope_freqs.weight";
+        s.shape = {static_cast<int64_t>(plain.size())};
+        s.n_elements = s.shape[0];
+        s.owned.resize(plain.size() * sizeof(float));
+        for (size_t i = 0; i < plain.size(); ++i) {
+            const auto f = static_cast<float>(plain[i] / scaled[i]);
+            std::memcpy(&s.owned[i * sizeof(float)], &f, sizeof f);
+        }
+        s.n_bytes = s.owned.size();
+        s.data = s.owned.data();
+        out.push_back(std::move(s));
+    }
     for (const std::string& g : names) {
         const std::string hn = model::HfWeights::hf_name(g);
         const hf::SafeTensor* t = dir.tensor(hn);

@@ -170,9 +170,10 @@ class Backend {
     virtual void add(const Tensor& x, const Tensor& y) = 0;           // x += y (the residual)
     virtual void add_bias(const Tensor& y, const Tensor& bias) = 0;   // every row += bias
     virtual void silu_mul(const Tensor& gate, const Tensor& up) = 0;  // gate = silu(gate) * up
-    // cos_sin[t] = the rotation of token t's position: rope_dim / 2 (cos, sin) pairs, pair i
-    // at angle pos * theta^(-2i / rope_dim).
-    virtual void rope_angles(const Batch& b, int rope_dim, float theta, const Tensor& cos_sin) = 0;
+    // cos_sin[t] = the rotation of token t's position: inv_freq.size() (cos, sin) pairs, pair i
+    // at angle pos * inv_freq[i] (the model's frequencies, its rope scaling applied).
+    virtual void rope_angles(const Batch& b, std::span<const double> inv_freq,
+                             const Tensor& cos_sin) = 0;
     // Rotates the first rope_dim dims of each of n_heads vectors of head_dim in every row of x.
     virtual void rope(const Tensor& x, int n_heads, int head_dim, int rope_dim,
                       const Tensor& cos_sin, RopeStyle style) = 0;

@@ -7,8 +7,8 @@
 namespace ferry::model {
 namespace {
 
-// GGUF's per-layer names against transformers' (llama, mistral and qwen2 share them).
-constexpr std::array<std::pair<std::string_view, std::string_view>, 12> kLayer = {{
+// GGUF's per-layer names against transformers' (llama, mistral, qwen2 and qwen3 share them).
+constexpr std::array<std::pair<std::string_view, std::string_view>, 14> kLayer = {{
     {"attn_norm.weight", "input_layernorm.weight"},
     {"attn_q.weight", "self_attn.q_proj.weight"},
     {"attn_k.weight", "self_attn.k_proj.weight"},
@@ -17,6 +17,8 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 12> kLayer =
     {"attn_q.bias", "self_attn.q_proj.bias"},
     {"attn_k.bias", "self_attn.k_proj.bias"},
     {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
     {"ffn_norm.weight", "post_attention_layernorm.weight"},
     {"ffn_gate.weight", "mlp.gate_proj.weight"},
     {"ffn_up.weight", "mlp.up_proj.weight"},

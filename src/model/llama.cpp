@@ -134,7 +134,7 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
     // The file's tensors, bound and checked; the matrices go into `sources` in the order
     // they are taken back out below.
     struct Bound {
-        Tensor attn_norm, bq, bk, bv, ffn_norm;
+        Tensor attn_norm, bq, bk, bv, q_norm, k_norm, ffn_norm;
         Tensor m[7];  // q, k, v, output, gate, up, down
     };
     Tensor tok_embd, output, output_norm;
@@ -148,6 +148,27 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
     } else {
         output = tok_embd;  // tied embeddings
     }
+    // Llama 3.1's scaling as a GGUF carries it: per-pair divisors of the frequencies.
+    auto freqs = file->find("rope_freqs.weight");
+    if (!freqs) return freqs.error();
+    std::vector<float> freq_factors;
+    if (*freqs) {
+        const Tensor& t = **freqs;
+        if (t.dtype() != DType::F32 || t.ndim() != 1 || t.numel() != c.rope_dim / 2)
+            return make_error("{}: rope_freqs.weight must be {} f32 values (one per rotary pair)",
+                              file->path(), c.rope_dim / 2);
+        const float* f = t.data<float>();
+        for (int64_t i = 0; i < t.numel(); ++i)
+            if (!(f[i] > 0))
+                return make_error("{}: rope_freqs.weight[{}] is {}, not a positive divisor",
+                                  file->path(), i, f[i]);
+        freq_factors.assign(f, f + t.numel());
+        if (c.rope_scaling.type != RopeScaling::Type::None)
+            return make_error("{}: both rope_freqs.weight and a rope scaling of type {}",
+                              file->path(), rope_scaling_name(c.rope_scaling.type));
+    }
+    m->rope_inv_freq_ =
+        model::rope_inv_freq(c.rope_dim, c.rope_theta, c.rope_scaling, freq_factors);
     for (int i = 0; i < c.n_layer; ++i) {
         Bound& l = layers[static_cast<size_t>(i)];
         const std::string p = "blk." + std::to_string(i) + ".";
@@ -160,6 +181,8 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
                  b.vector(p + "attn_q.bias", c.q_dim(), l.bq, true),
                  b.vector(p + "attn_k.bias", c.kv_dim(), l.bk, true),
                  b.vector(p + "attn_v.bias", c.kv_dim(), l.bv, true),
+                 b.vector(p + "attn_q_norm.weight", c.head_dim, l.q_norm, c.arch != "qwen3"),
+                 b.vector(p + "attn_k_norm.weight", c.head_dim, l.k_norm, c.arch != "qwen3"),
                  b.vector(p + "ffn_norm.weight", c.n_embd, l.ffn_norm),
                  b.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff, l.m[4]),
                  b.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff, l.m[5]),
@@ -207,6 +230,8 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
         L.bq = vec(l.bq);
         L.bk = vec(l.bk);
         L.bv = vec(l.bv);
+        L.q_norm = vec(l.q_norm);
+        L.k_norm = vec(l.k_norm);
     }
     m->load_notes_ = b.notes();
     return m;
@@ -256,7 +281,7 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
     const Tensor rope = be.scratch(kRope, DType::F32, {n, c.rope_dim});
 
     be.embed(tok_embd_, batch, x);
-    be.rope_angles(batch, c.rope_dim, c.rope_theta, rope);  // the same in every layer
+    be.rope_angles(batch, rope_inv_freq_, rope);  // the same in every layer
 
     for (int li = 0; li < c.n_layer; ++li) {
         const LayerWeights& L = layers_[li];
@@ -270,6 +295,11 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
         if (!L.bq.empty()) be.add_bias(q, L.bq);
         if (!L.bk.empty()) be.add_bias(k, L.bk);
         if (!L.bv.empty()) be.add_bias(v, L.bv);
+        if (!L.q_norm.empty()) {  // each head's vector normalised on its own, before rotation
+            const Tensor qh = q.reshape({n * c.n_head, hd}), kh = k.reshape({n * c.n_head_kv, hd});
+            be.rmsnorm(qh, L.q_norm, c.rms_eps, qh);
+            be.rmsnorm(kh, L.k_norm, c.rms_eps, kh);
+        }
         be.rope(q, c.n_head, hd, c.rope_dim, rope, c.rope_style);
         be.rope(k, c.n_head_kv, hd, c.rope_dim, rope, c.rope_style);
         be.kv_write(kv, li, batch, k, v);

@@ -1,5 +1,6 @@
 // The Llama-family forward pass: token embedding, then per layer RMSNorm → grouped-query
-// attention with RoPE over the KV cache → residual → RMSNorm → SwiGLU MLP → residual, then a
+// attention with RoPE (optional q/k/v biases and per-head q/k RMSNorms before the rotation, as
+// Qwen2 and Qwen3 have) over the KV cache → residual → RMSNorm → SwiGLU MLP → residual, then a
 // final RMSNorm and the output head (tied to the embedding when the file has no separate
 // `output.weight`). Written once against kernels::Backend and to be read top to bottom: it
 // names ops and tensors; where they run and how fast is the backend's business.
@@ -36,7 +37,8 @@ class ActivationObserver {
 struct LayerWeights {
     Tensor attn_norm;
     kernels::Matrix wq, wk, wv, wo;
-    Tensor bq, bk, bv;  // qwen2 has q/k/v biases; empty where the file has none
+    Tensor bq, bk, bv;      // qwen2 has q/k/v biases; empty where the file has none
+    Tensor q_norm, k_norm;  // qwen3: RMSNorm of each head's q and k (head_dim), else empty
     Tensor ffn_norm;
     kernels::Matrix w_gate, w_up, w_down;
 };
@@ -76,6 +78,9 @@ class LlamaModel {
                  const kernels::KvCacheView& kv, const Tensor& logits,
                  ActivationObserver* observer = nullptr) const;
 
+    // Each rotary pair's inverse frequency, the checkpoint's rope scaling applied.
+    const std::vector<double>& rope_inv_freq() const { return rope_inv_freq_; }
+
     // What the load did other than asked (matrices whose rows forced a fallback type).
     const std::vector<std::string>& load_notes() const { return load_notes_; }
 
@@ -89,6 +94,7 @@ class LlamaModel {
     kernels::Matrix output_;
     Tensor output_norm_;
     std::vector<LayerWeights> layers_;
+    std::vector<double> rope_inv_freq_;
 };
 
 }  // namespace ferry::model

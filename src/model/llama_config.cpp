@@ -7,7 +7,8 @@ namespace ferry::model {
 namespace {
 
 // Architectures whose forward pass is the plain Llama block (pre-norm attention with RoPE and
-// a SwiGLU MLP). They differ only in rotation style and optional q/k/v biases.
+// a SwiGLU MLP). They differ in rotation style, optional q/k/v biases (qwen2) and per-head
+// q/k RMSNorms (qwen3, which requires them).
 struct ArchTraits {
     std::string_view arch;
     kernels::RopeStyle rope;
@@ -16,6 +17,7 @@ constexpr std::array kArchs = {
     ArchTraits{"llama", kernels::RopeStyle::Normal},
     ArchTraits{"mistral", kernels::RopeStyle::Normal},
     ArchTraits{"qwen2", kernels::RopeStyle::Neox},
+    ArchTraits{"qwen3", kernels::RopeStyle::Neox},
 };
 
 }  // namespace
@@ -29,8 +31,9 @@ Expected<LlamaConfig> read_llama_config(const gguf::File& file) {
     for (const auto& a : kArchs)
         if (a.arch == c.arch) traits = &a;
     if (!traits)
-        return make_error("{}: unsupported architecture '{}' (ferry runs llama, mistral, qwen2)",
-                          file.path(), c.arch);
+        return make_error(
+            "{}: unsupported architecture '{}' (ferry runs llama, mistral, qwen2, qwen3)",
+            file.path(), c.arch);
     c.rope_style = traits->rope;
     c.name = file.get_string("general.name").value_or(c.arch);
 
@@ -61,6 +64,24 @@ Expected<LlamaConfig> read_llama_config(const gguf::File& file) {
     c.rope_theta = static_cast<float>(file.get_float(p + "rope.freq_base").value_or(10000.0));
     c.rms_eps =
         static_cast<float>(file.get_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-5));
+    // llama.cpp's keys: rope.scaling.type with rope.scaling.factor (older files:
+    // rope.scale_linear); as there, a factor without a type is linear.
+    const auto type_key = file.get_string(p + "rope.scaling.type");
+    const std::string scaling = type_key.value_or("linear");
+    const double factor = file.get_float(p + "rope.scaling.factor")
+                              .value_or(file.get_float(p + "rope.scale_linear").value_or(1.0));
+    if (scaling == "linear" && factor == 1.0) {
+    } else if (scaling == "linear") {
+        if (!(factor > 0))
+            return make_error("{}: invalid {}rope.scaling.factor {}", file.path(), p, factor);
+        c.rope_scaling.type = RopeScaling::Type::Linear;
+        c.rope_scaling.factor = factor;
+    } else if (scaling != "none" && !(scaling == "yarn" && factor == 1.0)) {
+        return make_error(
+            "{}: rope scaling '{}' is not supported yet (ferry applies linear, and Llama 3.1's "
+            "rope_freqs.weight)",
+            file.path(), scaling);
+    }
     if (auto v = file.get_int(p + "vocab_size"))
         c.n_vocab = static_cast<int>(*v);
     else if (const auto* toks = file.get_array("tokenizer.ggml.tokens"))
@@ -82,8 +103,9 @@ Expected<LlamaConfig> read_llama_config(const nlohmann::json& j, const std::stri
     bool known = false;
     for (const auto& a : kArchs) known |= a.arch == c.arch;
     if (!known)
-        return make_error("{}: unsupported model_type '{}' (ferry runs llama, mistral, qwen2)",
-                          where, c.arch);
+        return make_error(
+            "{}: unsupported model_type '{}' (ferry runs llama, mistral, qwen2, qwen3)", where,
+            c.arch);
     c.rope_style = kernels::RopeStyle::Neox;
     c.name = str_or(j, "_name_or_path", where);
     auto need = [&](const char* key, int& out) -> Status {
@@ -127,8 +149,36 @@ Expected<LlamaConfig> read_llama_config(const nlohmann::json& j, const std::stri
         if (auto t = rs->find("rope_theta"); t != rs->end() && t->is_number())
             c.rope_theta = t->get<float>();
         const std::string type = str_or(*rs, "rope_type", str_or(*rs, "type", "default"));
-        if (type != "default")
-            return make_error("{}: rope_scaling '{}' is not supported yet", where, type);
+        if (type == "default") continue;
+        auto param = [&](const char* k, double& out) -> Status {
+            auto it = rs->find(k);
+            if (it == rs->end() || !it->is_number() || !(it->get<double>() > 0))
+                return make_error("{}: rope_scaling '{}' needs a positive {}", where, type, k);
+            out = it->get<double>();
+            return Status::Ok();
+        };
+        RopeScaling& s = c.rope_scaling;
+        if (Status st = param("factor", s.factor); !st) return st.error();
+        if (type == "linear") {
+            s.type = RopeScaling::Type::Linear;
+        } else if (type == "llama3") {
+            s.type = RopeScaling::Type::Llama3;
+            double ctx = 0;
+            for (auto [k, out] : {std::pair{"low_freq_factor", &s.low_freq_factor},
+                                  std::pair{"high_freq_factor", &s.high_freq_factor},
+                                  std::pair{"original_max_position_embeddings", &ctx}})
+                if (Status st = param(k, *out); !st) return st.error();
+            s.original_ctx = static_cast<int>(ctx);
+            if (!(s.high_freq_factor > s.low_freq_factor))
+                return make_error(
+                    "{}: rope_scaling 'llama3' needs high_freq_factor above "
+                    "low_freq_factor",
+                    where);
+        } else {
+            return make_error(
+                "{}: rope_scaling '{}' is not supported yet (ferry applies linear and llama3)",
+                where, type);
+        }
     }
     if (!(c.rope_theta > 0)) return make_error("{}: invalid rope_theta {}", where, c.rope_theta);
     auto use_window = j.find("use_sliding_window");

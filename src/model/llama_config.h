@@ -10,6 +10,7 @@
 
 #include "gguf/gguf_file.h"
 #include "kernels/backend.h"
+#include "model/rope.h"
 
 namespace ferry::model {
 
@@ -28,6 +29,8 @@ struct LlamaConfig {
     float rope_theta = 10000.0f;
     float rms_eps = 1e-5f;
     kernels::RopeStyle rope_style = kernels::RopeStyle::Normal;
+    // A GGUF's Llama 3.1 scaling is its rope_freqs.weight tensor instead (LlamaModel reads it).
+    RopeScaling rope_scaling;
 
     int q_dim() const { return n_head * head_dim; }
     int kv_dim() const { return n_head_kv * head_dim; }
@@ -43,7 +46,7 @@ Expected<LlamaConfig> read_llama_config(const gguf::File& file);
 // transformers' rotate-half order for q and k, so every architecture rotates NeoX style here
 // (GGUF's llama files are permuted to adjacent pairs by the converter). A rope scaling it does
 // not implement is refused; a sliding window caps the context at the window, within which
-// attention is exact.
+// attention is exact. Rope scaling: linear and llama3; others are refused by name.
 Expected<LlamaConfig> read_llama_config(const nlohmann::json& config, const std::string& where);
 
 }  // namespace ferry::model

@@ -174,13 +174,18 @@ TEST_P(BackendOps, RopeRotatesByEachTokensPosition) {
         const auto x = random(3 * n_heads * hd);
         Tensor tx = put(x, 3, n_heads * hd),
                cs = put(std::vector<float>(3 * rope_dim), 3, rope_dim);
-        be->rope_angles(b, rope_dim, 10000.0f, cs);
+        // Frequencies of a scaled model (each its own divisor), as the model hands them over.
+        std::vector<double> inv(rope_dim / 2);
+        for (int i = 0; i < rope_dim / 2; ++i)
+            inv[size_t(i)] = std::pow(10000.0, -2.0 * i / rope_dim) / (1.0 + 0.5 * i);
+        be->rope_angles(b, inv, cs);
         be->rope(tx, n_heads, hd, rope_dim, cs, style);
         std::vector<double> want(x.begin(), x.end());
         for (int t = 0; t < 3; ++t)
             for (int h = 0; h < n_heads; ++h)
                 for (int i = 0; i < rope_dim / 2; ++i) {
-                    const double th = double(positions[t]) * std::pow(10000.0, -2.0 * i / rope_dim);
+                    const double th = double(positions[t]) *
+                                      std::pow(10000.0, -2.0 * i / rope_dim) / (1.0 + 0.5 * i);
                     const int a = style == kernels::RopeStyle::Normal ? 2 * i : i;
                     const int c =
                         style == kernels::RopeStyle::Normal ? 2 * i + 1 : i + rope_dim / 2;

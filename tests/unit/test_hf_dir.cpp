@@ -227,7 +227,28 @@ TEST(HfConfig, HyperParametersAndRefusals) {
     c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}};
     auto scaled = model::read_llama_config(c, "c.json");
     ASSERT_FALSE(scaled.ok());
-    EXPECT_NE(scaled.error().message.find("rope_scaling 'llama3'"), std::string::npos);
+    EXPECT_NE(scaled.error().message.find("'llama3' needs a positive low_freq_factor"),
+              std::string::npos)
+        << scaled.error().message;
+    c["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 32.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 8192}};
+    scaled = model::read_llama_config(c, "c.json");
+    ASSERT_TRUE(scaled.ok()) << scaled.error().message;
+    EXPECT_EQ(scaled->rope_scaling.type, model::RopeScaling::Type::Llama3);
+    EXPECT_EQ(scaled->rope_scaling.original_ctx, 8192);
+    c["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}};
+    scaled = model::read_llama_config(c, "c.json");
+    ASSERT_TRUE(scaled.ok()) << scaled.error().message;
+    EXPECT_EQ(scaled->rope_scaling.type, model::RopeScaling::Type::Linear);
+    EXPECT_EQ(scaled->rope_scaling.factor, 4.0);
+    c["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+    scaled = model::read_llama_config(c, "c.json");
+    ASSERT_FALSE(scaled.ok());
+    EXPECT_NE(scaled.error().message.find("rope_scaling 'dynamic' is not supported"),
+              std::string::npos);
     c["rope_scaling"] = nullptr;
     // transformers 5 moves the base and the scaling into rope_parameters.
     c.erase("rope_theta");

@@ -141,7 +141,8 @@ TEST_P(HfModels, ConvertedGgufAnswersAsTransformers) {
               dir->dir->chat_template().value());
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, HfModels, ::testing::Values("llama", "qwen2", "mistral"),
+INSTANTIATE_TEST_SUITE_P(Architectures, HfModels,
+                         ::testing::Values("llama", "llama31", "qwen2", "qwen3", "mistral"),
                          [](const auto& info) { return info.param; });
 
 // What has no GGUF spelling is refused by name, not written as a file that tokenizes wrong.

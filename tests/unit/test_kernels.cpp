@@ -399,7 +399,10 @@ TEST(Kernels, RopeMatchesReferenceBitForBit) {
         for (auto style : {kernels::RopeStyle::Normal, kernels::RopeStyle::Neox})
             for (int64_t pos : {0L, 1L, 77L, 4095L, 100000L}) {
                 std::vector<float> cs(sh.rope_dim);
-                kernels::cpu::rope_angles(pos, sh.rope_dim, 10000.0f, cs.data());
+                std::vector<double> inv(size_t(sh.rope_dim / 2));
+                for (size_t i = 0; i < inv.size(); ++i)
+                    inv[i] = std::pow(10000.0, -2.0 * double(i) / sh.rope_dim);
+                kernels::cpu::rope_angles(pos, inv, cs.data());
                 const auto x = random_floats(int64_t(sh.n_heads) * sh.head_dim, rng, 30.0f);
                 auto want = x;
                 kernels::cpu::ref::rope(want.data(), sh.n_heads, sh.head_dim, sh.rope_dim,

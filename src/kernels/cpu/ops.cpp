@@ -9,10 +9,10 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/reference.h"
 #include "kernels/cpu/dispatch.h"
-#include "kernels/cpu/simd.h"
 #include "kernels/cpu/packed_weights.h"
+#include "kernels/cpu/reference.h"
+#include "kernels/cpu/simd.h"
 #include "quant/dequantize.h"
 
 namespace ferry::kernels::cpu {
@@ -192,11 +192,10 @@ void rmsnorm(const float* x, const float* weight, float* out, int64_t n, float e
     ref::rmsnorm(x, weight, out, n, eps);
 }
 
-void rope_angles(int64_t pos, int rope_dim, float theta_base, float* cos_sin) {
-    // theta_i = pos * base^(-2i/rope_dim); computed in double so long positions stay exact.
-    for (int i = 0; i < rope_dim / 2; ++i) {
-        const double theta = static_cast<double>(pos) *
-                             std::pow(static_cast<double>(theta_base), -2.0 * i / rope_dim);
+void rope_angles(int64_t pos, std::span<const double> inv_freq, float* cos_sin) {
+    // In double, so long positions stay exact.
+    for (size_t i = 0; i < inv_freq.size(); ++i) {
+        const double theta = static_cast<double>(pos) * inv_freq[i];
         cos_sin[2 * i] = static_cast<float>(std::cos(theta));
         cos_sin[2 * i + 1] = static_cast<float>(std::sin(theta));
     }

@@ -49,9 +49,9 @@ void get_row(const Weight& w, int64_t r, float* out);
 
 void rmsnorm(const float* x, const float* weight, float* out, int64_t n, float eps);
 
-// The rotation of position pos: rope_dim / 2 (cos, sin) pairs, pair i at angle
-// pos * theta_base^(-2i / rope_dim). One position's angles serve every head of every layer.
-void rope_angles(int64_t pos, int rope_dim, float theta_base, float* cos_sin);
+// The rotation of position pos: inv_freq.size() (cos, sin) pairs, pair i at angle
+// pos * inv_freq[i]. One position's angles serve every head of every layer.
+void rope_angles(int64_t pos, std::span<const double> inv_freq, float* cos_sin);
 // Rotates the first rope_dim dims of each of n_heads vectors of head_dim by rope_angles' pairs.
 void rope(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin, RopeStyle style);
 
