@@ -12,6 +12,8 @@ One directory per architecture ferry reads from a directory, each exercising wha
   qwen2    q/k/v biases, tied embeddings, Qwen2's Split regex then ByteLevel
   qwen3    per-head q/k RMSNorms (random, like every norm here), head_dim 32 apart from
            hidden/heads (so q is wider than the residual), no biases
+  phi3     fused qkv_proj and gate_up_proj, partial rotation (half of each head), GPT-2's
+           ByteLevel pre-tokenizer alone
   mistral  head_dim given apart from hidden/heads, sliding_window, linear rope scaling, a
            SentencePiece-style BPE (Metaspace, byte fallback, <0xNN> tokens) as Llama 2 and
            Mistral ship it
@@ -65,7 +67,7 @@ QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[
                r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
-NAMES = ["llama", "llama31", "qwen2", "qwen3", "mistral"]
+NAMES = ["llama", "llama31", "qwen2", "qwen3", "phi3", "mistral"]
 
 
 def corpus():
@@ -74,11 +76,11 @@ def corpus():
     return [text] + TEXTS
 
 
-def byte_level_tokenizer(pre, vocab_size):
+def byte_level_tokenizer(pre, vocab_size, specials=SPECIALS):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tok.train_from_iterator(corpus(), trainer)
@@ -173,6 +175,25 @@ def build(name):
             eos_token_id=2)
         model_cls = transformers.Qwen3ForCausalLM
         tconf = {"bos_token": None, "eos_token": "<|im_end|>", "add_bos_token": False}
+    elif name == "phi3":
+        # Phi-3 keeps Llama 2's <unk> <s> </s> (llama.cpp sets their flags on any model named phi3).
+        tj = byte_level_tokenizer(pre_tokenizers.ByteLevel(add_prefix_space=False), 420,
+                                  SPECIALS + ["<unk>", "<s>", "</s>"])
+        # Phi-4-mini's partial rotation (a half of each head here) over Phi-3's fused matrices.
+        cfg = transformers.Phi3Config(
+            vocab_size=len(tj["model"]["vocab"]), hidden_size=64, intermediate_size=128,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            max_position_embeddings=256, original_max_position_embeddings=256,
+            rms_norm_eps=1e-5, initializer_range=0.15,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                             "partial_rotary_factor": 0.5},
+            tie_word_embeddings=False, sliding_window=None, bos_token_id=None, eos_token_id=2,
+            pad_token_id=0)
+        # ... and rstrips its special tokens but those three, as llama.cpp knows by the name.
+        for a in tj["added_tokens"]:
+            a["rstrip"] = a["content"] not in ("<unk>", "<s>", "<|endoftext|>")
+        model_cls = transformers.Phi3ForCausalLM
+        tconf = {"bos_token": None, "eos_token": "<|im_end|>", "add_bos_token": False}
     else:
         tj = metaspace_tokenizer(640)
         cfg = transformers.MistralConfig(
@@ -184,7 +205,8 @@ def build(name):
         model_cls = transformers.MistralForCausalLM
         tconf = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
                  "add_bos_token": True}
-    torch.manual_seed({"llama": 1, "qwen2": 2, "mistral": 3, "llama31": 4, "qwen3": 5}[name])
+    torch.manual_seed({"llama": 1, "qwen2": 2, "mistral": 3, "llama31": 4, "qwen3": 5,
+                       "phi3": 6}[name])
     model = model_cls(cfg)
     # transformers initialises norms to 1 and biases to 0; random ones make a wrong norm or a
     # dropped bias show in the logits.

@@ -69,7 +69,8 @@ Expected<std::string> byte_level_pre(const json& pre) {
         return type_of(p) == "ByteLevel" && !flag(p, "add_prefix_space", false) &&
                flag(p, "use_regex", true) == regex;
     };
-    if (parts.size() == 1 && is_byte_level(parts[0], true)) return std::string("default");
+    // GPT-2's split is llama.cpp's "gpt-2"; its "default" is another one.
+    if (parts.size() == 1 && is_byte_level(parts[0], true)) return std::string("gpt-2");
     if (parts.size() == 2 && type_of(parts[0]) == "Digits" &&
         flag(parts[0], "individual_digits", false) && is_byte_level(parts[1], true))
         return std::string("smollm");
@@ -83,7 +84,7 @@ Expected<std::string> byte_level_pre(const json& pre) {
     }
     return make_error(
         "its pre-tokenizer ({}) has no tokenizer.ggml.pre name ferry knows; GGUF can carry "
-        "ByteLevel (default), Digits + ByteLevel (smollm) and Llama 3's or Qwen 2's Split + "
+        "ByteLevel (gpt-2), Digits + ByteLevel (smollm) and Llama 3's or Qwen 2's Split + "
         "ByteLevel (llama-bpe, qwen2)",
         pre.dump().substr(0, 200));
 }
@@ -194,7 +195,7 @@ Expected<json> read_json(const std::string& path) {
 }  // namespace
 
 std::string gguf_arch(const model::LlamaConfig& c) {
-    return c.arch == "qwen2" || c.arch == "qwen3" ? c.arch : "llama";
+    return c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "phi3" ? c.arch : "llama";
 }
 
 Status write_tokenizer(const json& tok, const json& config, int n_vocab, gguf::Writer& w) {
@@ -380,10 +381,11 @@ Expected<std::vector<SourceTensor>> source_tensors(const hf::ModelDir& dir,
                                                    const model::LlamaConfig& c) {
     std::vector<std::string> names = {"token_embd.weight"};
     for (int l = 0; l < c.n_layer; ++l)
-        for (const char* t : {"attn_norm.weight", "attn_q.weight", "attn_q.bias", "attn_k.weight",
-                              "attn_k.bias", "attn_v.weight", "attn_v.bias", "attn_q_norm.weight",
-                              "attn_k_norm.weight", "attn_output.weight", "ffn_norm.weight",
-                              "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"})
+        for (const char* t :
+             {"attn_norm.weight", "attn_q.weight", "attn_q.bias", "attn_k.weight", "attn_k.bias",
+              "attn_v.weight", "attn_v.bias", "attn_qkv.weight", "attn_q_norm.weight",
+              "attn_k_norm.weight", "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
+              "ffn_up.weight", "ffn_down.weight"})
             names.push_back("blk." + std::to_string(l) + "." + t);
     names.push_back("output_norm.weight");
     names.push_back("output.weight");
@@ -391,6 +393,11 @@ Expected<std::vector<SourceTensor>> source_tensors(const hf::ModelDir& dir,
     // GGUF's llama architecture rotates adjacent pairs; transformers' layout rotates halves.
     // Row h*hd + 2b + a of the output is row h*hd + a*hd/2 + b of the directory's.
     const bool permute = gguf_arch(c) == "llama";
+    if (permute && c.rope_dim != c.head_dim)
+        return make_error(
+            "{}: a partial rotation ({} of {} dims) in GGUF's llama layout is not "
+            "written yet",
+            dir.path(), c.rope_dim, c.head_dim);
     auto order = [&](int heads) {
         std::vector<int32_t> o(static_cast<size_t>(heads) * c.head_dim);
         const int hd = c.head_dim;
@@ -421,9 +428,9 @@ Expected<std::vector<SourceTensor>> source_tensors(const hf::ModelDir& dir,
         out.push_back(std::move(s));
     }
     for (const std::string& g : names) {
-        const std::string hn = model::HfWeights::hf_name(g);
-        const hf::SafeTensor* t = dir.tensor(hn);
+        const hf::SafeTensor* t = model::HfWeights::stored(dir, g);
         if (!t) continue;
+        const std::string& hn = t->name;
         used[hn] = true;
         if (t->type != DType::F32 && t->type != DType::F16 && t->type != DType::BF16)
             return make_error("{}: tensor '{}' is {}; ferry converts F32, F16 and BF16 weights",

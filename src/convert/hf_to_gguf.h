@@ -19,7 +19,7 @@
 namespace ferry::convert {
 
 // The GGUF architecture a directory is written as: "llama" for llama and mistral (llama.cpp's
-// own converter does the same), "qwen2" and "qwen3" for those.
+// own converter does the same), "qwen2", "qwen3" and "phi3" for those.
 std::string gguf_arch(const model::LlamaConfig& c);
 
 // Sets general.*, the architecture's keys, tokenizer.ggml.* and tokenizer.chat_template.

@@ -8,7 +8,8 @@ namespace ferry::model {
 namespace {
 
 // GGUF's per-layer names against transformers' (llama, mistral, qwen2 and qwen3 share them).
-constexpr std::array<std::pair<std::string_view, std::string_view>, 14> kLayer = {{
+// Phi-3 fuses q/k/v and gate/up: GGUF's attn_qkv and ffn_up (twice n_ff rows) hold them.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 16> kLayer = {{
     {"attn_norm.weight", "input_layernorm.weight"},
     {"attn_q.weight", "self_attn.q_proj.weight"},
     {"attn_k.weight", "self_attn.k_proj.weight"},
@@ -22,28 +23,42 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 14> kLayer =
     {"ffn_norm.weight", "post_attention_layernorm.weight"},
     {"ffn_gate.weight", "mlp.gate_proj.weight"},
     {"ffn_up.weight", "mlp.up_proj.weight"},
+    {"attn_qkv.weight", "self_attn.qkv_proj.weight"},
+    {"ffn_up.weight", "mlp.gate_up_proj.weight"},
     {"ffn_down.weight", "mlp.down_proj.weight"},
 }};
 
 }  // namespace
 
-std::string HfWeights::hf_name(const std::string& g) {
-    if (g == "token_embd.weight") return "model.embed_tokens.weight";
-    if (g == "output_norm.weight") return "model.norm.weight";
-    if (g == "output.weight") return "lm_head.weight";
+std::vector<std::string> HfWeights::hf_names(const std::string& g) {
+    if (g == "token_embd.weight") return {"model.embed_tokens.weight"};
+    if (g == "output_norm.weight") return {"model.norm.weight"};
+    if (g == "output.weight") return {"lm_head.weight"};
     if (g.rfind("blk.", 0) != 0) return {};
     const size_t dot = g.find('.', 4);
     if (dot == std::string::npos) return {};
     const std::string layer = g.substr(4, dot - 4), rest = g.substr(dot + 1);
+    std::vector<std::string> out;
     for (const auto& [gg, hf] : kLayer)
-        if (rest == gg) return "model.layers." + layer + "." + std::string(hf);
-    return {};
+        if (rest == gg) out.push_back("model.layers." + layer + "." + std::string(hf));
+    return out;
+}
+
+std::string HfWeights::hf_name(const std::string& g) {
+    auto names = hf_names(g);
+    return names.empty() ? std::string() : names[0];
+}
+
+const hf::SafeTensor* HfWeights::stored(const hf::ModelDir& dir, const std::string& gguf_name) {
+    for (const std::string& hn : hf_names(gguf_name))
+        if (const hf::SafeTensor* t = dir.tensor(hn)) return t;
+    return nullptr;
 }
 
 Expected<std::optional<Tensor>> HfWeights::find(const std::string& name) const {
-    const std::string hn = hf_name(name);
-    const hf::SafeTensor* t = hn.empty() ? nullptr : dir_->tensor(hn);
+    const hf::SafeTensor* t = stored(*dir_, name);
     if (!t) return std::optional<Tensor>();
+    const std::string& hn = t->name;
     if (t->type != DType::F32 && t->type != DType::F16 && t->type != DType::BF16)
         return make_error("{}: tensor '{}' is {}; ferry reads F32, F16 and BF16 weights",
                           dir_->path(), hn, t->dtype);

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "hf/model_dir.h"
 #include "model/weight_file.h"
@@ -22,8 +24,12 @@ class HfWeights final : public WeightFile {
     int64_t parameter_count() const override;
     std::map<std::string, TypeTotal> stored_types() const override;
 
-    // The transformers name of a GGUF tensor name; empty for one it has no counterpart of.
+    // The transformers names a GGUF tensor name may be stored under (Phi-3's fused gate_up is
+    // GGUF's ffn_up as Llama's up_proj is), first the usual one; empty for none.
+    static std::vector<std::string> hf_names(const std::string& gguf_name);
     static std::string hf_name(const std::string& gguf_name);
+    // The directory's tensor for a GGUF name, whichever of its names it has; null for none.
+    static const hf::SafeTensor* stored(const hf::ModelDir& dir, const std::string& gguf_name);
 
   private:
     std::shared_ptr<const hf::ModelDir> dir_;

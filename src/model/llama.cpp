@@ -31,7 +31,8 @@ class Binder {
 
     // A matrix of `rows` output channels of `cols` inputs, in the file's type, or quantized to
     // the load's type where one was asked for.
-    Status matrix(const std::string& name, int64_t cols, int64_t rows, Tensor& out) {
+    Status matrix(const std::string& name, int64_t cols, int64_t rows, Tensor& out,
+                  bool quantize_it = true) {
         auto t = f_.find(name);
         if (!t) return t.error();
         if (!*t) return make_error("{}: missing tensor '{}'", f_.path(), name);
@@ -40,7 +41,25 @@ class Binder {
             return make_error("{}: tensor '{}' has shape {} but [{}, {}] was expected", f_.path(),
                               name, shape_str(m), rows, cols);
         out = m;
-        if (quantize_to_ && *quantize_to_ != m.dtype()) return quantize(name, out);
+        if (quantize_it && quantize_to_ && *quantize_to_ != m.dtype()) return quantize(name, out);
+        return Status::Ok();
+    }
+
+    // A matrix of `cols` inputs whose rows are several matrices one after another (Phi-3's
+    // q/k/v and gate/up): each part a view of its rows, quantized on its own where asked.
+    Status split_matrix(const std::string& name, int64_t cols,
+                        std::initializer_list<std::pair<int64_t, Tensor*>> parts) {
+        int64_t rows = 0;
+        for (const auto& [n, out] : parts) rows += n;
+        Tensor whole;
+        if (Status s = matrix(name, cols, rows, whole, false); !s) return s;
+        int64_t r0 = 0;
+        for (const auto& [n, out] : parts) {
+            *out = whole.slice(r0, n);
+            r0 += n;
+            if (quantize_to_ && *quantize_to_ != out->dtype())
+                if (Status s = quantize(name, *out); !s) return s;
+        }
         return Status::Ok();
     }
 
@@ -172,11 +191,32 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
     for (int i = 0; i < c.n_layer; ++i) {
         Bound& l = layers[static_cast<size_t>(i)];
         const std::string p = "blk." + std::to_string(i) + ".";
+        // Separate q/k/v and gate/up, or fused where the file has attn_qkv and no ffn_gate.
+        auto fused_qkv = file->find(p + "attn_qkv.weight");
+        if (!fused_qkv) return fused_qkv.error();
+        auto gate = file->find(p + "ffn_gate.weight");
+        if (!gate) return gate.error();
+        Status qkv = *fused_qkv
+                         ? b.split_matrix(
+                               p + "attn_qkv.weight", c.n_embd,
+                               {{c.q_dim(), &l.m[0]}, {c.kv_dim(), &l.m[1]}, {c.kv_dim(), &l.m[2]}})
+                         : Status::Ok();
+        if (!qkv) return qkv.error();
+        Status gate_up = !*gate ? b.split_matrix(p + "ffn_up.weight", c.n_embd,
+                                                 {{c.n_ff, &l.m[4]}, {c.n_ff, &l.m[5]}})
+                                : Status::Ok();
+        if (!gate_up) return gate_up.error();
+        if (!*fused_qkv)
+            for (Status s : {b.matrix(p + "attn_q.weight", c.n_embd, c.q_dim(), l.m[0]),
+                             b.matrix(p + "attn_k.weight", c.n_embd, c.kv_dim(), l.m[1]),
+                             b.matrix(p + "attn_v.weight", c.n_embd, c.kv_dim(), l.m[2])})
+                if (!s) return s.error();
+        if (*gate)
+            for (Status s : {b.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff, l.m[4]),
+                             b.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff, l.m[5])})
+                if (!s) return s.error();
         for (Status s : {
                  b.vector(p + "attn_norm.weight", c.n_embd, l.attn_norm),
-                 b.matrix(p + "attn_q.weight", c.n_embd, c.q_dim(), l.m[0]),
-                 b.matrix(p + "attn_k.weight", c.n_embd, c.kv_dim(), l.m[1]),
-                 b.matrix(p + "attn_v.weight", c.n_embd, c.kv_dim(), l.m[2]),
                  b.matrix(p + "attn_output.weight", c.q_dim(), c.n_embd, l.m[3]),
                  b.vector(p + "attn_q.bias", c.q_dim(), l.bq, true),
                  b.vector(p + "attn_k.bias", c.kv_dim(), l.bk, true),
@@ -184,8 +224,6 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
                  b.vector(p + "attn_q_norm.weight", c.head_dim, l.q_norm, c.arch != "qwen3"),
                  b.vector(p + "attn_k_norm.weight", c.head_dim, l.k_norm, c.arch != "qwen3"),
                  b.vector(p + "ffn_norm.weight", c.n_embd, l.ffn_norm),
-                 b.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff, l.m[4]),
-                 b.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff, l.m[5]),
                  b.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd, l.m[6]),
              }) {
             if (!s) return s.error();

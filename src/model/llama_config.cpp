@@ -7,8 +7,8 @@ namespace ferry::model {
 namespace {
 
 // Architectures whose forward pass is the plain Llama block (pre-norm attention with RoPE and
-// a SwiGLU MLP). They differ in rotation style, optional q/k/v biases (qwen2) and per-head
-// q/k RMSNorms (qwen3, which requires them).
+// a SwiGLU MLP). They differ in rotation style, optional q/k/v biases (qwen2), per-head q/k
+// RMSNorms (qwen3, which requires them) and fused q/k/v and gate/up matrices (phi3).
 struct ArchTraits {
     std::string_view arch;
     kernels::RopeStyle rope;
@@ -18,6 +18,7 @@ constexpr std::array kArchs = {
     ArchTraits{"mistral", kernels::RopeStyle::Normal},
     ArchTraits{"qwen2", kernels::RopeStyle::Neox},
     ArchTraits{"qwen3", kernels::RopeStyle::Neox},
+    ArchTraits{"phi3", kernels::RopeStyle::Neox},
 };
 
 }  // namespace
@@ -32,7 +33,7 @@ Expected<LlamaConfig> read_llama_config(const gguf::File& file) {
         if (a.arch == c.arch) traits = &a;
     if (!traits)
         return make_error(
-            "{}: unsupported architecture '{}' (ferry runs llama, mistral, qwen2, qwen3)",
+            "{}: unsupported architecture '{}' (ferry runs llama, mistral, qwen2, qwen3, phi3)",
             file.path(), c.arch);
     c.rope_style = traits->rope;
     c.name = file.get_string("general.name").value_or(c.arch);
@@ -104,8 +105,8 @@ Expected<LlamaConfig> read_llama_config(const nlohmann::json& j, const std::stri
     for (const auto& a : kArchs) known |= a.arch == c.arch;
     if (!known)
         return make_error(
-            "{}: unsupported model_type '{}' (ferry runs llama, mistral, qwen2, qwen3)", where,
-            c.arch);
+            "{}: unsupported model_type '{}' (ferry runs llama, mistral, qwen2, qwen3, phi3)",
+            where, c.arch);
     c.rope_style = kernels::RopeStyle::Neox;
     c.name = str_or(j, "_name_or_path", where);
     auto need = [&](const char* key, int& out) -> Status {
@@ -130,9 +131,20 @@ Expected<LlamaConfig> read_llama_config(const nlohmann::json& j, const std::stri
         return make_error("{}: {} heads cannot be grouped over {} KV heads", where, c.n_head,
                           c.n_head_kv);
     c.head_dim = int_or("head_dim", c.n_embd / c.n_head);
-    c.rope_dim = c.head_dim;
     if (c.head_dim <= 0 || c.head_dim % 2)
         return make_error("{}: invalid head dimension {}", where, c.head_dim);
+    // partial_rotary_factor: top level (transformers 4) or in rope_parameters (5).
+    double partial = 1.0;
+    for (const nlohmann::json* o :
+         {&j, j.contains("rope_parameters") && j["rope_parameters"].is_object()
+                  ? &j["rope_parameters"]
+                  : nullptr})
+        if (o && o->contains("partial_rotary_factor") && (*o)["partial_rotary_factor"].is_number())
+            partial = (*o)["partial_rotary_factor"].get<double>();
+    c.rope_dim = static_cast<int>(c.head_dim * partial);
+    if (!(partial > 0 && partial <= 1) || c.rope_dim <= 0 || c.rope_dim % 2)
+        return make_error("{}: partial_rotary_factor {} leaves {} of {} dims to rotate", where,
+                          partial, c.rope_dim, c.head_dim);
     c.n_ctx_train = int_or("max_position_embeddings", 4096);
     auto num_or = [&](const char* key, double fallback) {
         auto it = j.find(key);

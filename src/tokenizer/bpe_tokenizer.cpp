@@ -40,6 +40,7 @@ Expected<std::unique_ptr<BpeTokenizer>> BpeTokenizer::create(BpeVocab v) {
     t->tokens_ = std::move(v.tokens);
     const auto n = static_cast<Token>(t->tokens_.size());
     t->attrs_ = v.attrs.empty() ? std::vector<TokenAttr>(n, TokenAttr::Normal) : std::move(v.attrs);
+    t->strip_ = std::move(v.strip);
     auto in_range = [n](Token id) { return id >= 0 && id < n ? id : Token{-1}; };
     t->bos_ = in_range(v.bos);
     t->eos_ = in_range(v.eos);
@@ -129,7 +130,7 @@ std::vector<Token> BpeTokenizer::encode(std::string_view text, bool add_special,
     // Fragments are either raw text or an already-decided special token.
     auto frags = split_on_specials(
         text, specials_, [this](Token id) -> std::string_view { return tokens_[id]; },
-        [&](Token id) { return is_special_attr(attrs_[id], parse_special); });
+        [&](Token id) { return is_special_attr(attrs_[id], parse_special); }, strip_);
 
     std::vector<Token> out;
     out.reserve(text.size() / 3 + 2);

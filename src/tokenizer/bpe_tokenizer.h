@@ -22,6 +22,7 @@ namespace ferry::tokenizer {
 struct BpeVocab {
     std::vector<std::string> tokens;  // byte-level text, e.g. "Ġthe"
     std::vector<TokenAttr> attrs;     // empty means all Normal
+    std::vector<uint8_t> strip;       // kLstrip / kRstrip by id (special_split.h); empty: none
     std::vector<std::string> merges;  // "Ġ t", in rank order
     std::string pre = "default";
     Token bos = -1, eos = -1, unk = -1, eot = -1, eom = -1;
@@ -58,6 +59,7 @@ class BpeTokenizer final : public Tokenizer {
 
     std::vector<std::string> tokens_;
     std::vector<TokenAttr> attrs_;
+    std::vector<uint8_t> strip_;
     std::vector<std::string> pieces_;  // decoded bytes per token, so decode is a copy
     std::unordered_map<std::string_view, Token> text_to_id_;  // views into tokens_
     std::unordered_map<uint64_t, Merge> merges_;              // key: left id << 32 | right id

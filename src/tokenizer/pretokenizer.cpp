@@ -17,6 +17,11 @@ namespace {
 constexpr const char* kGpt2 =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 constexpr const char* kDigits = R"(\p{N})";
+// llama.cpp's "default" (also what a file without tokenizer.ggml.pre gets) is not GPT-2's: runs
+// of punctuation, then GPT-2's split, then digit runs, then three-digit groups.
+constexpr const char* kDefaultPunct = R"([\p{P}\$\+<=>\^~\|]+)";
+constexpr const char* kDigitRuns = R"(\p{N}+)";
+constexpr const char* kThreeDigits = R"([0-9][0-9][0-9])";
 constexpr const char* kLlama3 =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kQwen2 =
@@ -29,8 +34,9 @@ struct Flavour {
     bool add_bos;
 };
 
-const std::array<Flavour, 4> kFlavours = {{
-    {{"default", "gpt2", "gpt-2"}, {kGpt2}, false, false},
+const std::array<Flavour, 5> kFlavours = {{
+    {{"default"}, {kDefaultPunct, kGpt2, kDigitRuns, kThreeDigits}, false, false},
+    {{"gpt2", "gpt-2", "phi-2"}, {kGpt2}, false, false},
     {{"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva"},
      {kDigits, kGpt2},
      false,

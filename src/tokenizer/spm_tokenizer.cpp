@@ -142,6 +142,7 @@ Expected<std::unique_ptr<SpmTokenizer>> SpmTokenizer::create(SpmVocab v) {
     t->tokens_ = std::move(v.tokens);
     t->scores_ = v.scores.empty() ? std::vector<float>(n, 0.0f) : std::move(v.scores);
     t->attrs_ = v.attrs.empty() ? std::vector<TokenAttr>(n, TokenAttr::Normal) : std::move(v.attrs);
+    t->strip_ = std::move(v.strip);
     auto in_range = [n](Token id) { return id >= 0 && id < n ? id : Token{-1}; };
     t->bos_ = in_range(v.bos);
     t->eos_ = in_range(v.eos);
@@ -242,7 +243,7 @@ std::vector<Token> SpmTokenizer::encode(std::string_view text, bool add_special,
     // User-defined tokens are always matched; control and unknown ones only when parsing.
     auto frags = split_on_specials(
         text, specials_, [this](Token id) -> std::string_view { return tokens_[id]; },
-        [&](Token id) { return parse_special || attrs_[id] == TokenAttr::UserDefined; });
+        [&](Token id) { return parse_special || attrs_[id] == TokenAttr::UserDefined; }, strip_);
 
     std::vector<Token> out;
     out.reserve(text.size() / 3 + 2);

@@ -24,6 +24,7 @@ struct SpmVocab {
     std::vector<std::string> tokens;  // "▁the", "<0x0A>", "<start_of_turn>"
     std::vector<float> scores;        // empty means all 0
     std::vector<TokenAttr> attrs;     // empty means all Normal
+    std::vector<uint8_t> strip;       // kLstrip / kRstrip by id (special_split.h); empty: none
     Token bos = 1, eos = 2, unk = 0, eot = -1, eom = -1;
     bool add_bos = true, add_eos = false;
     bool add_space_prefix = true;
@@ -62,6 +63,7 @@ class SpmTokenizer final : public Tokenizer {
     std::vector<std::string> tokens_;
     std::vector<float> scores_;
     std::vector<TokenAttr> attrs_;
+    std::vector<uint8_t> strip_;
     std::vector<std::string> pieces_;  // what each token decodes to, special ones rendered
     std::unordered_map<std::string_view, Token> text_to_id_;  // views into tokens_
     std::array<Token, 256> byte_token_{};

@@ -2,7 +2,11 @@
 // model kind.
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/special_split.h"
 #include "tokenizer/spm_tokenizer.h"
 
 namespace ferry::tokenizer {
@@ -43,6 +47,29 @@ std::vector<TokenAttr> token_types(const gguf::File& f) {
     return attrs;
 }
 
+// Whitespace a special token swallows, which GGUF does not record: llama.cpp sets it by the
+// model's name, and a file must tokenize as llama.cpp tokenizes it. Phi-3's tokenizer.json
+// rstrips its special tokens but <unk>, <s> and <|endoftext|> (and </s> too).
+std::vector<uint8_t> strip_flags(const gguf::File& f, const std::vector<std::string>& tokens,
+                                 const std::vector<TokenAttr>& attrs) {
+    std::string name = f.get_string("general.name").value_or("");
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (name.find("phi-3") == std::string::npos && name.find("phi3") == std::string::npos)
+        return {};
+    std::vector<uint8_t> strip(tokens.size(), 0);
+    for (size_t i = 0; i < tokens.size() && i < attrs.size(); ++i)
+        if (attrs[i] == TokenAttr::Control || attrs[i] == TokenAttr::UserDefined ||
+            attrs[i] == TokenAttr::Unknown)
+            strip[i] = kRstrip;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        if (tokens[i] == "</s>") strip[i] = kRstrip;
+        if (tokens[i] == "<unk>" || tokens[i] == "<s>" || tokens[i] == "<|endoftext|>")
+            strip[i] = 0;
+    }
+    return strip;
+}
+
 }  // namespace
 
 Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const gguf::File& f) {
@@ -51,6 +78,7 @@ Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const gguf::File& f) {
     if (*model == "llama") {
         auto v = read_spm_vocab(f);
         if (!v) return v.error();
+        v->strip = strip_flags(f, v->tokens, v->attrs);
         auto spm = SpmTokenizer::create(std::move(v.value()));
         if (!spm) return Error{f.path() + ": " + spm.error().message};
         return std::unique_ptr<Tokenizer>(std::move(spm.value()));
@@ -69,6 +97,7 @@ Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const gguf::File& f) {
     if (!merges) return merges.error();
     v.merges = std::move(merges.value());
     v.attrs = token_types(f);
+    v.strip = strip_flags(f, v.tokens, v.attrs);
     v.pre = f.get_string("tokenizer.ggml.pre").value_or("default");
     v.bos = token_id(f, "tokenizer.ggml.bos_token_id");
     v.eos = token_id(f, "tokenizer.ggml.eos_token_id");

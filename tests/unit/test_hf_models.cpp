@@ -142,7 +142,7 @@ TEST_P(HfModels, ConvertedGgufAnswersAsTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, HfModels,
-                         ::testing::Values("llama", "llama31", "qwen2", "qwen3", "mistral"),
+                         ::testing::Values("llama", "llama31", "qwen2", "qwen3", "phi3", "mistral"),
                          [](const auto& info) { return info.param; });
 
 // What has no GGUF spelling is refused by name, not written as a file that tokenizes wrong.

