@@ -56,6 +56,18 @@ bool layer_has_kept_tensors(const gguf::File& f, const model::LlamaConfig& c, in
     return false;
 }
 
+// The calibrated methods work matrix by matrix on the separate q/k/v and gate/up; a fused
+// checkpoint (Phi-3's attn_qkv, a double-height ffn_up) is refused before any work.
+Status check_separate_matrices(const gguf::File& f) {
+    if (f.tensor("blk.0.attn_qkv.weight") || !f.tensor("blk.0.ffn_gate.weight"))
+        return make_error(
+            "{}: GPTQ, AWQ and SmoothQuant need separate q/k/v and gate/up matrices; this "
+            "checkpoint fuses them (as Phi-3 does), which they do not handle yet: round it to "
+            "nearest (no --method, no --smooth-alpha)",
+            f.path());
+    return Status::Ok();
+}
+
 // The four inputs in model::LinearInput order, as the notes name them.
 const char* const kInputNames[] = {"q/k/v", "attn_output", "gate/up", "ffn_down"};
 
@@ -80,6 +92,7 @@ Expected<TensorOverrides> run_gptq(const gguf::File& f, const model::LlamaConfig
                                    const CalibrationStats& stats, const TypeForTensor& type_of,
                                    const GptqOptions& opt, ThreadPool& pool,
                                    const LayerProgress& progress) {
+    if (Status s = check_separate_matrices(f); !s) return s.error();
     TensorOverrides out;
     for (int li = 0; li < c.n_layer; ++li) {
         for (const Consumers& group : kConsumers) {
@@ -145,6 +158,7 @@ void store_awq_layer(const AwqLayer& l, int layer, TensorOverrides& out) {
 Expected<TensorOverrides> run_awq(const gguf::File& f, const model::LlamaConfig& c,
                                   const CalibrationStats& stats, const TypeForTensor& type_of,
                                   ThreadPool& pool, const LayerProgress& progress) {
+    if (Status s = check_separate_matrices(f); !s) return s.error();
     TensorOverrides out;
     std::array<double, 4> alpha_sum{}, err_rtn{}, err_awq{};
     int n_done = 0;
@@ -182,6 +196,7 @@ Expected<TensorOverrides> run_smoothquant(const gguf::File& f, const model::Llam
                                           const CalibrationStats& stats,
                                           const TypeForTensor& type_of, double alpha,
                                           const LayerProgress& progress) {
+    if (Status s = check_separate_matrices(f); !s) return s.error();
     TensorOverrides out;
     std::array<double, 4> before{}, after{};
     int n_done = 0;

@@ -319,3 +319,18 @@ def test_quantize_refuses_what_it_cannot_write(hf_dir, tmp_path):
         d, "tokenizer.json", lambda j: j.update(pre_tokenizer={"type": "Whitespace"})))
     r = run_ferry("quantize", d, out, "--type", "f16")
     assert r.returncode != 0 and "tokenizer.ggml.pre" in r.stderr, r.stderr
+
+
+def test_fused_checkpoints_refuse_calibrated_quantization(tmp_path):
+    """Phi-3's fused q/k/v and gate/up convert and round to nearest; GPTQ / AWQ / SmoothQuant,
+    which work on the separate matrices, say so instead of writing an unsmoothed file."""
+    phi3 = os.path.join(os.path.dirname(os.path.dirname(__file__)), "golden", "hf_models", "phi3")
+    f16 = str(tmp_path / "phi3-f16.gguf")
+    r = run_ferry("quantize", phi3, f16, "--type", "f16", "-q")
+    assert r.returncode == 0, r.stderr
+    r = run_ferry("quantize", f16, str(tmp_path / "q4.gguf"), "--type", "q4_0", "-q")
+    assert r.returncode == 0, r.stderr
+    for extra in (["--type", "int4", "--method", "gptq"], ["--type", "int4", "--method", "awq"],
+                  ["--type", "w8a8", "--smooth-alpha", "0.5"]):
+        r = run_ferry("quantize", f16, str(tmp_path / "x.gguf"), *extra, "-q")
+        assert r.returncode != 0 and "fuses them" in r.stderr, (extra, r.stderr)
