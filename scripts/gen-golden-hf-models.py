@@ -11,7 +11,8 @@ One directory per architecture ferry reads from a directory, each exercising wha
            than the test texts, so every pair's frequency matters; tied embeddings
   qwen2    q/k/v biases, tied embeddings, Qwen2's Split regex then ByteLevel
   qwen3    per-head q/k RMSNorms (random, like every norm here), head_dim 32 apart from
-           hidden/heads (so q is wider than the residual), no biases
+           hidden/heads (so q is wider than the residual), no biases, YaRN rope scaling (its
+           ramp over dimensions and attention factor)
   phi3     fused qkv_proj and gate_up_proj, partial rotation (half of each head), GPT-2's
            ByteLevel pre-tokenizer alone
   mistral  head_dim given apart from hidden/heads, sliding_window, linear rope scaling, a
@@ -170,7 +171,8 @@ def build(name):
             vocab_size=len(tj["model"]["vocab"]), hidden_size=64, intermediate_size=128,
             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
             max_position_embeddings=256, rms_norm_eps=1e-6, initializer_range=0.15,
-            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            rope_parameters={"rope_type": "yarn", "factor": 4.0,
+                             "original_max_position_embeddings": 32, "rope_theta": 1000000.0},
             tie_word_embeddings=True, use_sliding_window=False, bos_token_id=None,
             eos_token_id=2)
         model_cls = transformers.Qwen3ForCausalLM

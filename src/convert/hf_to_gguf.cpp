@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -347,9 +348,22 @@ Status write_metadata(const hf::ModelDir& dir, const model::LlamaConfig& c, gguf
     w.set(p + "attention.layer_norm_rms_epsilon", gguf::make_f32(c.rms_eps));
     w.set(p + "vocab_size", gguf::make_u32(static_cast<uint32_t>(c.n_vocab)));
     // Linear scaling has keys; Llama 3.1's is the rope_freqs.weight tensor (source_tensors).
-    if (c.rope_scaling.type == model::RopeScaling::Type::Linear) {
-        w.set(p + "rope.scaling.type", gguf::make_string("linear"));
-        w.set(p + "rope.scaling.factor", gguf::make_f32(static_cast<float>(c.rope_scaling.factor)));
+    const model::RopeScaling& rs = c.rope_scaling;
+    if (rs.type == model::RopeScaling::Type::Linear || rs.type == model::RopeScaling::Type::Yarn) {
+        w.set(p + "rope.scaling.type", gguf::make_string(model::rope_scaling_name(rs.type)));
+        w.set(p + "rope.scaling.factor", gguf::make_f32(static_cast<float>(rs.factor)));
+    }
+    if (rs.type == model::RopeScaling::Type::Yarn) {
+        if (!rs.truncate)
+            return make_error("{}: YaRN without truncation has no GGUF spelling", dir.path());
+        w.set(p + "rope.scaling.original_context_length",
+              gguf::make_u32(static_cast<uint32_t>(rs.original_ctx)));
+        w.set(p + "rope.scaling.yarn_beta_fast", gguf::make_f32(static_cast<float>(rs.beta_fast)));
+        w.set(p + "rope.scaling.yarn_beta_slow", gguf::make_f32(static_cast<float>(rs.beta_slow)));
+        // llama.cpp multiplies its derived attention factor by this one.
+        w.set(p + "rope.scaling.yarn_attn_factor",
+              gguf::make_f32(static_cast<float>(model::rope_attention_scale(rs) /
+                                                (0.1 * std::log(rs.factor) + 1.0))));
     }
 
     if (dir.tokenizer_json_path().empty())

@@ -171,8 +171,9 @@ class Backend {
     virtual void add_bias(const Tensor& y, const Tensor& bias) = 0;   // every row += bias
     virtual void silu_mul(const Tensor& gate, const Tensor& up) = 0;  // gate = silu(gate) * up
     // cos_sin[t] = the rotation of token t's position: inv_freq.size() (cos, sin) pairs, pair i
-    // at angle pos * inv_freq[i] (the model's frequencies, its rope scaling applied).
-    virtual void rope_angles(const Batch& b, std::span<const double> inv_freq,
+    // at angle pos * inv_freq[i] (the model's frequencies, its rope scaling applied), both
+    // multiplied by `scale` (YaRN's attention factor; 1 otherwise).
+    virtual void rope_angles(const Batch& b, std::span<const double> inv_freq, float scale,
                              const Tensor& cos_sin) = 0;
     // Rotates the first rope_dim dims of each of n_heads vectors of head_dim in every row of x.
     virtual void rope(const Tensor& x, int n_heads, int head_dim, int rope_dim,

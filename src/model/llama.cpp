@@ -188,6 +188,7 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
     }
     m->rope_inv_freq_ =
         model::rope_inv_freq(c.rope_dim, c.rope_theta, c.rope_scaling, freq_factors);
+    m->rope_scale_ = static_cast<float>(rope_attention_scale(c.rope_scaling));
     for (int i = 0; i < c.n_layer; ++i) {
         Bound& l = layers[static_cast<size_t>(i)];
         const std::string p = "blk." + std::to_string(i) + ".";
@@ -319,7 +320,7 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
     const Tensor rope = be.scratch(kRope, DType::F32, {n, c.rope_dim});
 
     be.embed(tok_embd_, batch, x);
-    be.rope_angles(batch, rope_inv_freq_, rope);  // the same in every layer
+    be.rope_angles(batch, rope_inv_freq_, rope_scale_, rope);  // the same in every layer
 
     for (int li = 0; li < c.n_layer; ++li) {
         const LayerWeights& L = layers_[li];

@@ -95,6 +95,7 @@ class LlamaModel {
     Tensor output_norm_;
     std::vector<LayerWeights> layers_;
     std::vector<double> rope_inv_freq_;
+    float rope_scale_ = 1.0f;
 };
 
 }  // namespace ferry::model

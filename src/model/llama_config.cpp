@@ -1,6 +1,7 @@
 #include "model/llama_config.h"
 
 #include <array>
+#include <cmath>
 #include <string_view>
 
 namespace ferry::model {
@@ -77,10 +78,29 @@ Expected<LlamaConfig> read_llama_config(const gguf::File& file) {
             return make_error("{}: invalid {}rope.scaling.factor {}", file.path(), p, factor);
         c.rope_scaling.type = RopeScaling::Type::Linear;
         c.rope_scaling.factor = factor;
-    } else if (scaling != "none" && !(scaling == "yarn" && factor == 1.0)) {
+    } else if (scaling == "yarn" && factor != 1.0) {
+        RopeScaling& s = c.rope_scaling;
+        s.type = RopeScaling::Type::Yarn;
+        s.factor = factor;
+        s.original_ctx = static_cast<int>(
+            file.get_int(p + "rope.scaling.original_context_length").value_or(c.n_ctx_train));
+        s.beta_fast = file.get_float(p + "rope.scaling.yarn_beta_fast").value_or(32.0);
+        s.beta_slow = file.get_float(p + "rope.scaling.yarn_beta_slow").value_or(1.0);
+        // llama.cpp's attention factor multiplies the derived one.
+        const double attn = file.get_float(p + "rope.scaling.yarn_attn_factor").value_or(1.0);
+        s.attention_factor = attn * (0.1 * std::log(factor) + 1.0);
+        if (file.get_float(p + "rope.scaling.yarn_log_multiplier").value_or(0.0) != 0.0 ||
+            file.get_float(p + "rope.scaling.yarn_ext_factor").value_or(1.0) != 1.0)
+            return make_error(
+                "{}: YaRN with a log multiplier or ext_factor (DeepSeek's) is not "
+                "supported yet",
+                file.path());
+        if (!(factor > 0) || s.original_ctx <= 0)
+            return make_error("{}: invalid YaRN rope scaling", file.path());
+    } else if (scaling != "none" && scaling != "yarn") {
         return make_error(
-            "{}: rope scaling '{}' is not supported yet (ferry applies linear, and Llama 3.1's "
-            "rope_freqs.weight)",
+            "{}: rope scaling '{}' is not supported yet (ferry applies linear, yarn and Llama "
+            "3.1's rope_freqs.weight)",
             file.path(), scaling);
     }
     if (auto v = file.get_int(p + "vocab_size"))
@@ -186,9 +206,31 @@ Expected<LlamaConfig> read_llama_config(const nlohmann::json& j, const std::stri
                     "{}: rope_scaling 'llama3' needs high_freq_factor above "
                     "low_freq_factor",
                     where);
+        } else if (type == "yarn") {
+            s.type = RopeScaling::Type::Yarn;
+            auto num = [&](const char* k, double fallback) {
+                auto it = rs->find(k);
+                return it != rs->end() && it->is_number() ? it->get<double>() : fallback;
+            };
+            // transformers 4 fell back to max_position_embeddings; 5 requires it.
+            s.original_ctx = static_cast<int>(
+                num("original_max_position_embeddings", int_or("max_position_embeddings", 4096)));
+            s.beta_fast = num("beta_fast", 32);
+            s.beta_slow = num("beta_slow", 1);
+            s.attention_factor = num("attention_factor", 0);
+            if (rs->contains("truncate") && (*rs)["truncate"].is_boolean())
+                s.truncate = (*rs)["truncate"].get<bool>();
+            if (rs->contains("mscale") || rs->contains("mscale_all_dim"))
+                return make_error(
+                    "{}: rope_scaling 'yarn' with mscale (DeepSeek's) is not "
+                    "supported yet",
+                    where);
+            if (s.original_ctx <= 0 || !(s.beta_fast > 0) || !(s.beta_slow > 0))
+                return make_error("{}: invalid rope_scaling 'yarn' parameters", where);
         } else {
             return make_error(
-                "{}: rope_scaling '{}' is not supported yet (ferry applies linear and llama3)",
+                "{}: rope_scaling '{}' is not supported yet (ferry applies linear, llama3 and "
+                "yarn)",
                 where, type);
         }
     }

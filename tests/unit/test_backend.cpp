@@ -178,7 +178,7 @@ TEST_P(BackendOps, RopeRotatesByEachTokensPosition) {
         std::vector<double> inv(rope_dim / 2);
         for (int i = 0; i < rope_dim / 2; ++i)
             inv[size_t(i)] = std::pow(10000.0, -2.0 * i / rope_dim) / (1.0 + 0.5 * i);
-        be->rope_angles(b, inv, cs);
+        be->rope_angles(b, inv, 0.75f, cs);  // YaRN's attention factor scales both
         be->rope(tx, n_heads, hd, rope_dim, cs, style);
         std::vector<double> want(x.begin(), x.end());
         for (int t = 0; t < 3; ++t)
@@ -190,8 +190,9 @@ TEST_P(BackendOps, RopeRotatesByEachTokensPosition) {
                     const int c =
                         style == kernels::RopeStyle::Normal ? 2 * i + 1 : i + rope_dim / 2;
                     const size_t o = (size_t(t) * n_heads + h) * hd;
-                    want[o + a] = x[o + a] * std::cos(th) - x[o + c] * std::sin(th);
-                    want[o + c] = x[o + a] * std::sin(th) + x[o + c] * std::cos(th);
+                    const double co = 0.75 * std::cos(th), si = 0.75 * std::sin(th);
+                    want[o + a] = x[o + a] * co - x[o + c] * si;
+                    want[o + c] = x[o + a] * si + x[o + c] * co;
                 }
         expect_near(get(tx), want, 1e-4, "rope");
     }

@@ -255,10 +255,20 @@ TEST(HfConfig, HyperParametersAndRefusals) {
     EXPECT_FLOAT_EQ(model::read_llama_config(c, "c.json")->rope_theta, 10000.0f);
     c["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "default"}};
     EXPECT_FLOAT_EQ(model::read_llama_config(c, "c.json")->rope_theta, 5e5f);
-    c["rope_parameters"]["rope_type"] = "yarn";
+    c["rope_parameters"] = {
+        {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+    scaled = model::read_llama_config(c, "c.json");
+    ASSERT_TRUE(scaled.ok()) << scaled.error().message;
+    EXPECT_EQ(scaled->rope_scaling.type, model::RopeScaling::Type::Yarn);
+    EXPECT_NEAR(model::rope_attention_scale(scaled->rope_scaling), 1 + 0.1 * std::log(4.0), 1e-9);
+    c["rope_parameters"]["mscale"] = 1.0;
     scaled = model::read_llama_config(c, "c.json");
     ASSERT_FALSE(scaled.ok());
-    EXPECT_NE(scaled.error().message.find("rope_scaling 'yarn'"), std::string::npos);
+    EXPECT_NE(scaled.error().message.find("mscale"), std::string::npos);
+    c["rope_parameters"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
+    scaled = model::read_llama_config(c, "c.json");
+    ASSERT_FALSE(scaled.ok());
+    EXPECT_NE(scaled.error().message.find("rope_scaling 'longrope'"), std::string::npos);
     c.erase("rope_parameters");
     c["model_type"] = "mamba";
     EXPECT_NE(model::read_llama_config(c, "c.json").error().message.find("'mamba'"),

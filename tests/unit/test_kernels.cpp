@@ -402,7 +402,7 @@ TEST(Kernels, RopeMatchesReferenceBitForBit) {
                 std::vector<double> inv(size_t(sh.rope_dim / 2));
                 for (size_t i = 0; i < inv.size(); ++i)
                     inv[i] = std::pow(10000.0, -2.0 * double(i) / sh.rope_dim);
-                kernels::cpu::rope_angles(pos, inv, cs.data());
+                kernels::cpu::rope_angles(pos, inv, 1.0f, cs.data());
                 const auto x = random_floats(int64_t(sh.n_heads) * sh.head_dim, rng, 30.0f);
                 auto want = x;
                 kernels::cpu::ref::rope(want.data(), sh.n_heads, sh.head_dim, sh.rope_dim,

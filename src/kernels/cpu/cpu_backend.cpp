@@ -198,12 +198,12 @@ void CpuBackend::silu_mul(const Tensor& gate, const Tensor& up) {
     per_row(gate.rows(), [&](int64_t t) { cpu::silu_mul(g + t * dim, u + t * dim, dim); });
 }
 
-void CpuBackend::rope_angles(const Batch& b, std::span<const double> inv_freq,
+void CpuBackend::rope_angles(const Batch& b, std::span<const double> inv_freq, float scale,
                              const Tensor& cos_sin) {
     float* cs = cos_sin.data<float>();
     const int64_t rope_dim = 2 * static_cast<int64_t>(inv_freq.size());
     for (int64_t t = 0; t < b.n_tokens(); ++t)
-        cpu::rope_angles(b.positions[t], inv_freq, cs + t * rope_dim);
+        cpu::rope_angles(b.positions[t], inv_freq, scale, cs + t * rope_dim);
 }
 
 void CpuBackend::rope(const Tensor& x, int n_heads, int head_dim, int rope_dim,

@@ -192,12 +192,12 @@ void rmsnorm(const float* x, const float* weight, float* out, int64_t n, float e
     ref::rmsnorm(x, weight, out, n, eps);
 }
 
-void rope_angles(int64_t pos, std::span<const double> inv_freq, float* cos_sin) {
+void rope_angles(int64_t pos, std::span<const double> inv_freq, float scale, float* cos_sin) {
     // In double, so long positions stay exact.
     for (size_t i = 0; i < inv_freq.size(); ++i) {
         const double theta = static_cast<double>(pos) * inv_freq[i];
-        cos_sin[2 * i] = static_cast<float>(std::cos(theta));
-        cos_sin[2 * i + 1] = static_cast<float>(std::sin(theta));
+        cos_sin[2 * i] = static_cast<float>(scale * std::cos(theta));
+        cos_sin[2 * i + 1] = static_cast<float>(scale * std::sin(theta));
     }
 }
 

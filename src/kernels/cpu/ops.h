@@ -50,8 +50,8 @@ void get_row(const Weight& w, int64_t r, float* out);
 void rmsnorm(const float* x, const float* weight, float* out, int64_t n, float eps);
 
 // The rotation of position pos: inv_freq.size() (cos, sin) pairs, pair i at angle
-// pos * inv_freq[i]. One position's angles serve every head of every layer.
-void rope_angles(int64_t pos, std::span<const double> inv_freq, float* cos_sin);
+// pos * inv_freq[i], scaled by `scale`. One position's angles serve every head of every layer.
+void rope_angles(int64_t pos, std::span<const double> inv_freq, float scale, float* cos_sin);
 // Rotates the first rope_dim dims of each of n_heads vectors of head_dim by rope_angles' pairs.
 void rope(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin, RopeStyle style);
 
