@@ -65,6 +65,7 @@ void info(const InfoOptions& o) {
         {"rope_theta", c.rope_theta},
         {"rope_style", c.rope_style == kernels::RopeStyle::Normal ? "normal" : "neox"},
         {"rope_scaling", rope_scaling_text(lm)},
+        {"sliding_window", c.sliding_window},
         {"rms_eps", c.rms_eps},
         {"weight_bytes_per_token", lm.model->weight_bytes_per_token(*lm.backend)},
         {"kv_bytes_per_token",
@@ -102,7 +103,11 @@ void info(const InfoOptions& o) {
     std::printf("rope            theta %.0f, %s style, %d dims, scaling %s\n", c.rope_theta,
                 c.rope_style == kernels::RopeStyle::Normal ? "normal" : "neox", c.rope_dim,
                 rope_scaling_text(lm).c_str());
-    std::printf("context         %d tokens (trained)\n", c.n_ctx_train);
+    if (c.sliding_window > 0)
+        std::printf("context         %d tokens (trained), sliding window %d\n", c.n_ctx_train,
+                    c.sliding_window);
+    else
+        std::printf("context         %d tokens (trained)\n", c.n_ctx_train);
     std::printf("tensor types   ");
     for (const auto& [name, e] : types)
         std::printf(" %s: %d (%.1f MiB)", name.c_str(), e.tensors, mib(double(e.bytes)));

@@ -347,6 +347,11 @@ Status write_metadata(const hf::ModelDir& dir, const model::LlamaConfig& c, gguf
     w.set(p + "rope.freq_base", gguf::make_f32(c.rope_theta));
     w.set(p + "attention.layer_norm_rms_epsilon", gguf::make_f32(c.rms_eps));
     w.set(p + "vocab_size", gguf::make_u32(static_cast<uint32_t>(c.n_vocab)));
+    // llama.cpp reads it but runs phi3 and llama-architecture files without it (its source says
+    // Phi SWA is disabled); ferry applies it.
+    if (c.sliding_window > 0)
+        w.set(p + "attention.sliding_window",
+              gguf::make_u32(static_cast<uint32_t>(c.sliding_window)));
     // Linear scaling has keys; Llama 3.1's is the rope_freqs.weight tensor (source_tensors).
     const model::RopeScaling& rs = c.rope_scaling;
     if (rs.type == model::RopeScaling::Type::Linear || rs.type == model::RopeScaling::Type::Yarn) {

@@ -119,6 +119,7 @@ struct AttentionShape {
     int n_head_kv = 0;
     int head_dim = 0;
     float scale = 1;  // applied to q.k
+    int window = 0;   // > 0: a token at pos attends (pos - window, pos] only (sliding window)
 };
 
 class Backend {

@@ -306,8 +306,8 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
     const LlamaConfig& c = cfg_;
     const int64_t n = batch.n_tokens();
     const int hd = c.head_dim;
-    const kernels::AttentionShape attn_shape{c.n_head, c.n_head_kv, hd,
-                                             1.0f / std::sqrt(static_cast<float>(hd))};
+    const kernels::AttentionShape attn_shape{
+        c.n_head, c.n_head_kv, hd, 1.0f / std::sqrt(static_cast<float>(hd)), c.sliding_window};
     const Tensor x = be.scratch(kX, DType::F32, {n, c.n_embd});
     const Tensor xn = be.scratch(kXn, DType::F32, {n, c.n_embd});
     const Tensor q = be.scratch(kQ, DType::F32, {n, c.q_dim()});

@@ -103,6 +103,8 @@ Expected<LlamaConfig> read_llama_config(const gguf::File& file) {
             "3.1's rope_freqs.weight)",
             file.path(), scaling);
     }
+    if (auto w = file.get_int(p + "attention.sliding_window"); w && *w > 0 && *w < c.n_ctx_train)
+        c.sliding_window = static_cast<int>(*w);
     if (auto v = file.get_int(p + "vocab_size"))
         c.n_vocab = static_cast<int>(*v);
     else if (const auto* toks = file.get_array("tokenizer.ggml.tokens"))
@@ -235,13 +237,28 @@ Expected<LlamaConfig> read_llama_config(const nlohmann::json& j, const std::stri
         }
     }
     if (!(c.rope_theta > 0)) return make_error("{}: invalid rope_theta {}", where, c.rope_theta);
-    auto use_window = j.find("use_sliding_window");
-    if (auto sw = j.find("sliding_window");
-        sw != j.end() && sw->is_number_integer() &&
-        (use_window == j.end() || use_window->is_null() ||
-         (use_window->is_boolean() && use_window->get<bool>())) &&
-        sw->get<int>() > 0 && sw->get<int>() < c.n_ctx_train)
-        c.n_ctx_train = sw->get<int>();
+    // The sliding window, where every layer has it: layer_types (transformers 5) says which
+    // layers slide; Qwen2's use_sliding_window / max_window_layers said it before; Mistral's
+    // and Phi-3's sliding_window alone means every layer.
+    const int window = int_or("sliding_window", 0);
+    int n_sliding = 0;
+    if (auto lt = j.find("layer_types"); lt != j.end() && lt->is_array()) {
+        for (const auto& t : *lt) n_sliding += t == "sliding_attention";
+    } else if (j.contains("use_sliding_window")) {
+        const auto& u = j["use_sliding_window"];
+        const int first = int_or("max_window_layers", 0);
+        if (u.is_boolean() && u.get<bool>()) n_sliding = std::max(0, c.n_layer - first);
+    } else {
+        n_sliding = c.n_layer;
+    }
+    if (window > 0 && n_sliding > 0) {
+        if (n_sliding != c.n_layer)
+            return make_error(
+                "{}: {} of {} layers use a sliding window of {}; per-layer windows are not "
+                "supported yet",
+                where, n_sliding, c.n_layer, window);
+        if (window < c.n_ctx_train) c.sliding_window = window;
+    }
     return c;
 }
 

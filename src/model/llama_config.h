@@ -31,6 +31,8 @@ struct LlamaConfig {
     kernels::RopeStyle rope_style = kernels::RopeStyle::Normal;
     // A GGUF's Llama 3.1 scaling is its rope_freqs.weight tensor instead (LlamaModel reads it).
     RopeScaling rope_scaling;
+    // > 0: every layer attends to the last sliding_window positions only (Mistral, Phi-3).
+    int sliding_window = 0;
 
     int q_dim() const { return n_head * head_dim; }
     int kv_dim() const { return n_head_kv * head_dim; }
@@ -45,8 +47,8 @@ Expected<LlamaConfig> read_llama_config(const gguf::File& file);
 // From config.json (`where` names it in messages). Weights from such a directory keep
 // transformers' rotate-half order for q and k, so every architecture rotates NeoX style here
 // (GGUF's llama files are permuted to adjacent pairs by the converter). A rope scaling it does
-// not implement is refused; a sliding window caps the context at the window, within which
-// attention is exact. Rope scaling: linear and llama3; others are refused by name.
+// not implement is refused, as are sliding windows on some layers only. Rope scaling: linear and
+// llama3; others are refused by name.
 Expected<LlamaConfig> read_llama_config(const nlohmann::json& config, const std::string& where);
 
 }  // namespace ferry::model

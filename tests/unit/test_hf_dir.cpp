@@ -218,12 +218,29 @@ TEST(HfConfig, HyperParametersAndRefusals) {
     ASSERT_TRUE(cfg.ok()) << cfg.error().message;
     EXPECT_EQ(cfg->head_dim, 64);
     EXPECT_EQ(cfg->kv_dim(), 128);
-    EXPECT_EQ(cfg->n_ctx_train, 32768);  // the window is off
+    EXPECT_EQ(cfg->n_ctx_train, 32768);
+    EXPECT_EQ(cfg->sliding_window, 0);  // the window is off
     EXPECT_FLOAT_EQ(cfg->rope_theta, 1e6f);
     EXPECT_EQ(cfg->rope_style, kernels::RopeStyle::Neox);
     c["model_type"] = "mistral";
     c.erase("use_sliding_window");
-    EXPECT_EQ(model::read_llama_config(c, "c.json")->n_ctx_train, 4096);
+    EXPECT_EQ(model::read_llama_config(c, "c.json")->n_ctx_train, 32768);
+    EXPECT_EQ(model::read_llama_config(c, "c.json")->sliding_window, 4096);  // Mistral: all layers
+    // Qwen2's layers from max_window_layers on slide; some but not all is refused.
+    c["use_sliding_window"] = true;
+    c["max_window_layers"] = 20;
+    auto mixed = model::read_llama_config(c, "c.json");
+    ASSERT_FALSE(mixed.ok());
+    EXPECT_NE(mixed.error().message.find("4 of 24 layers use a sliding window of 4096"),
+              std::string::npos)
+        << mixed.error().message;
+    c["max_window_layers"] = 24;
+    EXPECT_EQ(model::read_llama_config(c, "c.json")->sliding_window, 0);
+    c["layer_types"] = std::vector<std::string>(24, "sliding_attention");
+    EXPECT_EQ(model::read_llama_config(c, "c.json")->sliding_window, 4096);
+    c.erase("layer_types");
+    c.erase("use_sliding_window");
+    c.erase("max_window_layers");
     c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}};
     auto scaled = model::read_llama_config(c, "c.json");
     ASSERT_FALSE(scaled.ok());

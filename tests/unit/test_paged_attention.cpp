@@ -168,6 +168,52 @@ TEST(PagedAttention, EveryLevelMatchesReference) {
     }
 }
 
+// A sliding window: positions before kv_start get no weight, at every level and KV type, and
+// for f32 keys the result is softmax attention over the window alone, computed here.
+TEST(PagedAttention, SlidingWindowAttendsOnlyInsideIt) {
+    LevelGuard guard;
+    std::mt19937 rng(5);
+    const int hd = 24;
+    const int64_t n_kv = 70;
+    const size_t stride = hd;
+    const auto k = random_vec(n_kv * stride, rng, -2.0f, 2.0f);
+    const auto v = random_vec(n_kv * stride, rng);
+    const auto q = random_vec(hd, rng, -2.0f, 2.0f);
+    const float scale = 0.3f;
+    for (int64_t start : {int64_t(1), int64_t(16), int64_t(37), n_kv - 1}) {
+        std::vector<double> want(hd, 0.0), w(static_cast<size_t>(n_kv), 0.0);
+        double mx = -1e300, z = 0;
+        for (int64_t p = start; p < n_kv; ++p) {
+            double s = 0;
+            for (int d = 0; d < hd; ++d) s += double(q[d]) * k[p * stride + d];
+            w[p] = s * scale;
+            mx = std::max(mx, w[p]);
+        }
+        for (int64_t p = start; p < n_kv; ++p) z += (w[p] = std::exp(w[p] - mx));
+        for (int64_t p = start; p < n_kv; ++p)
+            for (int d = 0; d < hd; ++d) want[d] += w[p] / z * v[p * stride + d];
+        for (KvDType t : kAllTypes) {
+            const Paged p = make_paged(k, v, n_kv, stride, 16, t, hd);
+            std::vector<float> ref(hd);
+            kernels::cpu::attend_paged_reference(q.data(), p.view(0), n_kv, hd, scale, ref.data(),
+                                                 start);
+            if (t == KvDType::F32) {
+                for (int d = 0; d < hd; ++d)
+                    ASSERT_NEAR(ref[d], want[d], 1e-5) << "start " << start;
+            }
+            for (CpuLevel l : simd_levels(true)) {
+                kernels::cpu::set_cpu_level(l);
+                std::vector<float> got(hd, 123.0f);
+                const kernels::cpu::AttnRow row{q.data(), got.data(), n_kv, start};
+                kernels::cpu::attend_paged_rows({&row, 1}, p.view(0), hd, scale);
+                expect_near_all(got, ref, 2e-5f,
+                                std::string(kernels::cpu::cpu_level_name(l)) + " " +
+                                    quant::kv_dtype_name(t) + " start=" + std::to_string(start));
+            }
+        }
+    }
+}
+
 TEST(PagedAttention, ResultsDoNotDependOnBlockSize) {
     LevelGuard guard;
     std::mt19937 rng(11);

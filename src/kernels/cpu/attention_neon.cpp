@@ -210,6 +210,7 @@ void attend_rows(const AttnRow* rows, int nr, const PagedKvView& kv, int hd, flo
         float* s = scores + r * sstride;
         const int64_t nvec = (n + VL - 1) / VL * VL;
         for (int64_t p = n; p < nvec; ++p) s[p] = -__builtin_inff();
+        for (int64_t p = 0; p < rows[r].kv_start; ++p) s[p] = -__builtin_inff();  // out of window
         vf mv = vdupq_n_f32(-__builtin_inff());
         for (int64_t p = 0; p < nvec; p += VL) mv = vmaxq_f32(mv, vld1q_f32(s + p));
         const vf m = vdupq_n_f32(vmaxvq_f32(mv));

@@ -265,12 +265,13 @@ void CpuBackend::attention(const KvCacheView& kv, int layer, const Batch& b,
             ++at;
         }
     }
-    // Token t sees positions [0, pos]: causal masking is just the length of the scan.
+    // Token t sees positions [0, pos] (or its window's): causal masking is the scan's length.
     attend_batch({q.data<float>(), out.data<float>(), b.n_tokens(), shape.n_head, shape.n_head_kv,
                   shape.head_dim, shape.scale, b.token_seq.data(), b.positions.data(), seqs,
                   kv.block_size, kv.layout, kv.dtype,
                   kv.k_channel_scales ? kv.k_channel_scales + static_cast<size_t>(layer) * kv.kv_dim
-                                      : nullptr},
+                                      : nullptr,
+                  shape.window},
                  pool_);
 }
 

@@ -10,7 +10,7 @@
 namespace ferry::kernels::cpu {
 
 void attend_paged_reference(const float* q, const PagedKvView& kv, int64_t n_kv, int head_dim,
-                            float scale, float* out) {
+                            float scale, float* out, int64_t kv_start) {
     const size_t eb = quant::kv_elem_bytes(kv.dtype);
     const size_t scale_off = kv.scale_offset;
     const bool k_scaled = quant::kv_token_scales(kv.dtype, true);
@@ -23,6 +23,7 @@ void attend_paged_reference(const float* q, const PagedKvView& kv, int64_t n_kv,
         const auto* kb = static_cast<const std::byte*>(kv.k_blocks[b]);
         const auto* vb = static_cast<const std::byte*>(kv.v_blocks[b]);
         for (int64_t p = 0; p < len; ++p) {
+            if (start + p < kv_start) continue;
             const size_t at = (p * kv.stride + kv.head_offset) * eb;
             const size_t si = static_cast<size_t>(p) * kv.scales_per_pos + kv.scale_index;
             const float ks = k_scaled ? reinterpret_cast<const float*>(kb + scale_off)[si] : 0;
@@ -69,7 +70,7 @@ void attend_paged_rows(std::span<const AttnRow> rows, const PagedKvView& kv, int
     const AttendRowsFn fn = dispatch().attend_rows;
     if (!fn) {
         for (const AttnRow& r : rows)
-            attend_paged_reference(r.q, kv, r.n_kv, head_dim, scale, r.out);
+            attend_paged_reference(r.q, kv, r.n_kv, head_dim, scale, r.out, r.kv_start);
         return;
     }
     for (size_t i = 0; i < rows.size(); i += kMaxAttendRows) {
@@ -156,7 +157,9 @@ void attend_batch(const AttentionBatch& b, ThreadPool& pool) {
                 g = gi;
             }
             const size_t off = (static_cast<size_t>(it.t) * b.n_head + it.h) * hd;
-            tile[n++] = {b.q + off, b.out + off, b.tok_pos[it.t] + 1};
+            const int64_t pos = b.tok_pos[it.t];
+            tile[n++] = {b.q + off, b.out + off, pos + 1,
+                         b.window > 0 ? std::max<int64_t>(0, pos + 1 - b.window) : 0};
         }
         flush();
     };

@@ -32,17 +32,20 @@ struct PagedKvView {
     const float* k_channel_scale = nullptr;  // int8 keys: head_dim per-channel scales
 };
 
-// The scalar reference: out = softmax(q·K[0..n_kv) * scale) · V[0..n_kv), with a streaming
-// softmax over positions, each key and value row dequantized to floats first; q, out:
-// head_dim floats. What the SIMD paths are tested against.
+// The scalar reference: out = softmax(q·K[kv_start..n_kv) * scale) · V[kv_start..n_kv), with
+// a streaming softmax over positions, each key and value row dequantized to floats first; q,
+// out: head_dim floats. What the SIMD paths are tested against.
 void attend_paged_reference(const float* q, const PagedKvView& kv, int64_t n_kv, int head_dim,
-                            float scale, float* out);
+                            float scale, float* out, int64_t kv_start = 0);
 
-// One query row: it attends to positions [0, n_kv) of the view it is computed with.
+// One query row: it attends to positions [kv_start, n_kv) of the view it is computed with
+// (kv_start > 0: a sliding window). The SIMD paths still read [0, kv_start) and give it no
+// weight, so those positions must be readable.
 struct AttnRow {
     const float* q;  // head_dim floats
     float* out;      // head_dim floats
     int64_t n_kv;
+    int64_t kv_start = 0;
 };
 
 // Several query rows over the same KV head, at the dispatched CPU level: each key and value
@@ -79,6 +82,7 @@ struct AttentionBatch {
     quant::KvBlockLayout layout;  // the blocks' (KvStore::layout())
     quant::KvDType dtype = quant::KvDType::F32;
     const float* k_channel_scales = nullptr;  // int8 keys: n_head_kv * head_dim, this layer's
+    int window = 0;  // > 0: the token at pos sees (pos - window, pos] only (a sliding window)
 };
 void attend_batch(const AttentionBatch& b, ThreadPool& pool);
 
