@@ -365,10 +365,9 @@ Status write_metadata(const hf::ModelDir& dir, const model::LlamaConfig& c, gguf
               gguf::make_u32(static_cast<uint32_t>(rs.original_ctx)));
         w.set(p + "rope.scaling.yarn_beta_fast", gguf::make_f32(static_cast<float>(rs.beta_fast)));
         w.set(p + "rope.scaling.yarn_beta_slow", gguf::make_f32(static_cast<float>(rs.beta_slow)));
-        // llama.cpp multiplies its derived attention factor by this one.
         w.set(p + "rope.scaling.yarn_attn_factor",
               gguf::make_f32(static_cast<float>(model::rope_attention_scale(rs) /
-                                                (0.1 * std::log(rs.factor) + 1.0))));
+                                                model::yarn_default_attention(rs.factor))));
     }
 
     if (dir.tokenizer_json_path().empty())

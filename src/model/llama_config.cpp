@@ -88,7 +88,7 @@ Expected<LlamaConfig> read_llama_config(const gguf::File& file) {
         s.beta_slow = file.get_float(p + "rope.scaling.yarn_beta_slow").value_or(1.0);
         // llama.cpp's attention factor multiplies the derived one.
         const double attn = file.get_float(p + "rope.scaling.yarn_attn_factor").value_or(1.0);
-        s.attention_factor = attn * (0.1 * std::log(factor) + 1.0);
+        s.attention_factor = attn * yarn_default_attention(factor);
         if (file.get_float(p + "rope.scaling.yarn_log_multiplier").value_or(0.0) != 0.0 ||
             file.get_float(p + "rope.scaling.yarn_ext_factor").value_or(1.0) != 1.0)
             return make_error(

@@ -22,7 +22,11 @@ std::string rope_scaling_name(RopeScaling::Type t) {
 double rope_attention_scale(const RopeScaling& s) {
     if (s.type != RopeScaling::Type::Yarn) return 1.0;
     if (s.attention_factor > 0) return s.attention_factor;
-    return s.factor <= 1 ? 1.0 : 0.1 * std::log(s.factor) + 1.0;
+    return yarn_default_attention(s.factor);
+}
+
+double yarn_default_attention(double factor) {
+    return factor <= 1 ? 1.0 : 0.1 * std::log(factor) + 1.0;
 }
 
 std::vector<double> rope_inv_freq(int rope_dim, double theta, const RopeScaling& s,

@@ -34,5 +34,8 @@ std::vector<double> rope_inv_freq(int rope_dim, double theta, const RopeScaling&
                                   std::span<const float> freq_factors = {});
 // What cos and sin are multiplied by: YaRN's attention factor, else 1.
 double rope_attention_scale(const RopeScaling& s);
+// YaRN's attention factor when a checkpoint gives none: 0.1 ln(factor) + 1 (1 for factor <= 1).
+// llama.cpp's rope.scaling.yarn_attn_factor multiplies it.
+double yarn_default_attention(double factor);
 
 }  // namespace ferry::model
