@@ -30,7 +30,7 @@ Need need_for(const ModelSpec& m, const MemoryPlan& p, const Device& d, const Pl
 
     const int64_t q_dim = m.n_heads * m.head_dim, kv_dim = m.n_kv_heads * m.head_dim;
     n.tokens_per_step = std::max(n_seqs, std::min(o.max_batched_tokens, n_seqs * p.ctx));
-    const uint64_t per_token_values = 3 * m.hidden + q_dim + 2 * kv_dim + 2 * m.ffn;
+    const uint64_t per_token_values = 3 * m.hidden + q_dim + 2 * kv_dim + 2 * m.active_ffn();
     n.activations =
         static_cast<uint64_t>(n.tokens_per_step) * per_token_values * p.activation_bytes_per_value +
         static_cast<uint64_t>(n_seqs) * m.vocab * 4;
@@ -97,6 +97,7 @@ Expected<MemoryPlan> plan_memory(const ModelSpec& m, const Device& d, const Plan
     p.tp = o.tp;
     p.utilization = o.gpu_memory_utilization;
     p.params = m.params();
+    p.params_active = m.active_params();
 
     // Weights: the file's real bytes unless another format was asked for.
     const bool native = o.weights.empty() || ascii_lower(o.weights) == "native";
@@ -110,6 +111,16 @@ Expected<MemoryPlan> plan_memory(const ModelSpec& m, const Device& d, const Plan
         p.weights_bytes_total = static_cast<uint64_t>(std::llround(p.params * p.weights.bits / 8));
     }
     p.weights_bytes = (p.weights_bytes_total + p.tp - 1) / p.tp;
+    if (m.is_moe()) {
+        p.n_experts = m.n_experts;
+        p.n_experts_used = m.n_experts_used;
+        // The file's own expert bytes when its weights are planned, else the experts' share.
+        p.expert_bytes_total = native && m.gguf_expert_bytes > 0
+                                   ? m.gguf_expert_bytes
+                                   : static_cast<uint64_t>(std::llround(m.routed_expert_params() *
+                                                                        p.weights.bits / 8));
+        p.expert_bytes_total = std::min(p.expert_bytes_total, p.weights_bytes_total);
+    }
 
     auto kv = parse_kv_precision(o.kv_dtype);
     if (!kv) return kv.error();
@@ -119,14 +130,20 @@ Expected<MemoryPlan> plan_memory(const ModelSpec& m, const Device& d, const Plan
     // scales are per channel, fixed per model), keys and values for fp8 (quant/kv_format.h).
     const double kv_elem_bytes = p.kv.bits / 8;
     const double scale_bytes = p.kv.name == "int8" ? 4 : p.kv.name == "fp8" ? 8 : 0;
-    auto per_token = [&](int64_t heads) {
-        return static_cast<uint64_t>(m.n_layers * heads *
+    // `layer_tokens`: tokens held summed over layers (n_layers per token without windows).
+    auto kv_bytes = [&](int64_t heads, int64_t layer_tokens) {
+        return static_cast<uint64_t>(layer_tokens * heads *
                                      (2.0 * m.head_dim * kv_elem_bytes + scale_bytes));
     };
-    p.kv_bytes_per_token = per_token(m.n_kv_heads);
-    p.kv_bytes_per_token_mha = per_token(m.n_heads);
-    p.kv_bytes_per_sequence = p.kv_bytes_per_token * p.ctx;
-    p.kv_bytes_per_sequence_mha = p.kv_bytes_per_token_mha * p.ctx;
+    // Sliding-window layers hold at most their window of a sequence; the others all of it.
+    const int64_t global_layers = m.n_layers - m.n_sliding_layers;
+    const int64_t seq_layer_tokens =
+        global_layers * p.ctx + m.n_sliding_layers * std::min(p.ctx, m.sliding_window);
+    p.kv_bytes_per_token = kv_bytes(m.n_kv_heads, m.n_layers);
+    p.kv_bytes_per_token_mha = kv_bytes(m.n_heads, m.n_layers);
+    p.kv_bytes_per_sequence = kv_bytes(m.n_kv_heads, seq_layer_tokens);
+    p.kv_bytes_per_sequence_mha = kv_bytes(m.n_heads, seq_layer_tokens);
+    p.kv_bytes_per_sequence_no_window = p.kv_bytes_per_token * p.ctx;
     p.kv_pool_fixed = o.kv_cache_memory > 0;
     // TP splits KV heads across devices; with more devices than KV heads each keeps a copy of
     // one head, so a device's share never drops below one head.

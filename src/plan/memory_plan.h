@@ -48,15 +48,24 @@ struct MemoryPlan {
     int64_t ctx = 0, batch = 0;
     int tp = 1;
     double utilization = 0.9;
-    int64_t params = 0;
+    int64_t params = 0;         // total: memory holds every expert
+    int64_t params_active = 0;  // per token (= params for a dense model)
 
     uint64_t weights_bytes_total = 0;  // whole model
     uint64_t weights_bytes = 0;        // this device's shard
+    // Of weights_bytes_total, the routed experts' (0 for a dense model), and their layout: a
+    // decode step reads only the experts its tokens are routed to (roofline.h).
+    uint64_t expert_bytes_total = 0;
+    int64_t n_experts = 0, n_experts_used = 0;
 
     // Whole model, so they compare with the seeds' figures; "_mha" = as if n_kv_heads ==
     // n_heads (no grouped-query attention).
     uint64_t kv_bytes_per_token = 0, kv_bytes_per_token_mha = 0;
+    // A sequence of ctx tokens: sliding-window layers hold only their window (see kKvRule).
     uint64_t kv_bytes_per_sequence = 0, kv_bytes_per_sequence_mha = 0;
+    // As if every layer kept every token: what an engine without per-layer windows holds
+    // (ferry's own KV pool today). Equal to kv_bytes_per_sequence without sliding layers.
+    uint64_t kv_bytes_per_sequence_no_window = 0;
     uint64_t kv_bytes_total = 0, kv_bytes_total_mha = 0;  // batch sequences, or the fixed pool
     bool kv_pool_fixed = false;
     double kv_share = 1;    // fraction of the KV cache one device holds under TP
@@ -76,15 +85,22 @@ struct MemoryPlan {
 };
 
 // The rules, stated once so the report can print them.
+// KV per sequence of L tokens = per-layer-token bytes x (global_layers x L + sliding_layers x
+//   min(L, window)); per token (kv_bytes_per_token) counts every layer.
 // activations = T x (3 hidden + q_dim + 2 kv_dim + 2 ffn) x value_bytes + batch x vocab x 4
+//   (ffn: the MLP width a token runs, top-k x expert_ffn + shared experts for MoE)
 //   with T = min(max_batched_tokens, batch x ctx) but at least batch; value_bytes 4 on CPU
 //   (ferry computes in f32), 2 on accelerators.
 // overhead = runtime floor (1 GiB on a GPU: CUDA context, library workspaces; 16 MiB on CPU, where
 //   ferry serve measured ~25 MB beyond weights + KV pool, activations included)
 //   clamped to 10-20 % of weights + KV + activations.
+inline constexpr const char* kKvRule =
+    "2 (K, V) x kv_heads x head_dim x bytes (+ 8-bit scales) per layer and token; a sequence of "
+    "L tokens holds global_layers x L + sliding_layers x min(L, sliding_window) of them";
 inline constexpr const char* kActivationRule =
     "T x (3*hidden + q_dim + 2*kv_dim + 2*ffn) x value_bytes + batch x vocab x 4 (f32 logits), "
-    "T = min(max_batched_tokens, batch x ctx), value_bytes = 4 on cpu, 2 on GPUs";
+    "T = min(max_batched_tokens, batch x ctx), value_bytes = 4 on cpu, 2 on GPUs, ffn = the "
+    "MLP width a token runs (MoE: top-k x expert ffn + shared experts)";
 inline constexpr const char* kOverheadRule =
     "runtime floor (1 GiB on a GPU, 16 MiB on cpu) clamped to 10-20 % of weights + KV + "
     "activations";

@@ -2,9 +2,15 @@
 // formula used when no tensors are at hand.
 #include "plan/model_spec.h"
 
+#include <algorithm>
+#include <array>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/paths.h"
 #include "gguf/gguf_file.h"
@@ -15,35 +21,165 @@ int64_t ModelSpec::params() const {
     return gguf_params > 0 ? gguf_params : param_count_formula(*this);
 }
 
+int64_t ModelSpec::routed_expert_params() const {
+    if (!is_moe()) return 0;
+    return gguf_expert_params > 0 ? gguf_expert_params : routed_expert_param_formula(*this);
+}
+
+int64_t ModelSpec::active_params() const {
+    const int64_t routed = routed_expert_params();
+    if (routed == 0) return params();
+    // Every routed expert of a layer has the same size, so k of E of them is routed x k / E.
+    return params() - routed + routed / n_experts * n_experts_used;
+}
+
+int64_t ModelSpec::active_ffn() const {
+    if (!is_moe()) return ffn;
+    const int64_t moe = n_experts_used * expert_ffn + n_shared_experts * shared_expert_ffn;
+    return n_dense_layers > 0 ? std::max(ffn, moe) : moe;
+}
+
+int64_t routed_expert_param_formula(const ModelSpec& m) {
+    return m.moe_layers() * m.n_experts * 3 * m.hidden * m.expert_ffn;
+}
+
 int64_t param_count_formula(const ModelSpec& m) {
     const int64_t q_dim = m.n_heads * m.head_dim;
     const int64_t kv_dim = m.n_kv_heads * m.head_dim;
-    int64_t per_layer = m.hidden * q_dim         // q
-                        + 2 * m.hidden * kv_dim  // k, v
-                        + q_dim * m.hidden       // o
-                        + 3 * m.hidden * m.ffn   // gate, up, down
-                        + 2 * m.hidden;          // attention and MLP norms
+    int64_t per_layer = m.hidden * q_dim                 // q
+                        + 2 * m.hidden * kv_dim          // k, v
+                        + q_dim * m.hidden               // o
+                        + m.norms_per_layer * m.hidden;  // attention and MLP norms
     if (m.qkv_bias) per_layer += q_dim + 2 * kv_dim;
+    if (m.qk_norm) per_layer += 2 * m.head_dim;
+    const int64_t dense_mlp = 3 * m.hidden * m.ffn;  // gate, up, down
+    // A MoE layer: the router (gate_inp), its shared experts and their gate; the routed
+    // experts are routed_expert_param_formula's.
+    const int64_t moe_mlp = m.hidden * m.n_experts +
+                            m.n_shared_experts * 3 * m.hidden * m.shared_expert_ffn +
+                            (m.shared_expert_gate ? m.hidden : 0);
     const int64_t embed = m.vocab * m.hidden;
-    return embed + m.n_layers * per_layer + m.hidden + (m.tied_embeddings ? 0 : embed);
+    return embed + m.n_layers * per_layer + (m.n_layers - m.moe_layers()) * dense_mlp +
+           m.moe_layers() * moe_mlp + routed_expert_param_formula(m) + m.hidden +
+           (m.tied_embeddings ? 0 : embed);
+}
+
+void set_family_norms(ModelSpec& m) {
+    const bool gemma = m.arch == "gemma3" || m.arch == "gemma3_text";
+    m.qk_norm = m.arch == "qwen3" || m.arch == "qwen3_moe" || gemma;
+    m.norms_per_layer = gemma ? 4 : 2;
 }
 
 Status validate(ModelSpec& m) {
     if (m.head_dim <= 0 && m.n_heads > 0) m.head_dim = m.hidden / m.n_heads;
-    if (m.n_kv_heads <= 0) m.n_kv_heads = m.n_heads;  // no GQA key means plain MHA
-    const std::pair<const char*, int64_t> required[] = {
-        {"layer count", m.n_layers}, {"hidden size", m.hidden}, {"attention heads", m.n_heads},
-        {"head dim", m.head_dim},    {"ffn size", m.ffn},       {"vocab size", m.vocab}};
+    if (m.n_kv_heads <= 0) m.n_kv_heads = m.n_heads;            // no GQA key means plain MHA
+    if (m.is_moe() && m.expert_ffn <= 0) m.expert_ffn = m.ffn;  // Mixtral: intermediate_size
+    const std::pair<const char*, int64_t> required[] = {{"layer count", m.n_layers},
+                                                        {"hidden size", m.hidden},
+                                                        {"attention heads", m.n_heads},
+                                                        {"head dim", m.head_dim},
+                                                        {"vocab size", m.vocab}};
     for (const auto& [what, v] : required)
         if (v <= 0) return make_error("model '{}': missing or invalid {}", m.name, what);
     if (m.n_heads % m.n_kv_heads != 0)
         return make_error("model '{}': {} attention heads not a multiple of {} KV heads", m.name,
                           m.n_heads, m.n_kv_heads);
+    if (m.n_experts < 0) return make_error("model '{}': {} experts", m.name, m.n_experts);
+    if (m.is_moe()) {
+        if (m.n_experts_used < 1 || m.n_experts_used > m.n_experts)
+            return make_error("model '{}': {} experts used per token of {} (need 1..{})", m.name,
+                              m.n_experts_used, m.n_experts, m.n_experts);
+        if (m.expert_ffn <= 0)
+            return make_error("model '{}': missing or invalid expert ffn size", m.name);
+        if (m.n_shared_experts < 0 || (m.n_shared_experts > 0 && m.shared_expert_ffn <= 0))
+            return make_error("model '{}': {} shared experts of ffn size {}", m.name,
+                              m.n_shared_experts, m.shared_expert_ffn);
+        if (m.n_dense_layers < 0 || m.n_dense_layers >= m.n_layers)
+            return make_error("model '{}': {} dense layers of {}", m.name, m.n_dense_layers,
+                              m.n_layers);
+    }
+    if (m.n_layers > m.moe_layers() && m.ffn <= 0)
+        return make_error("model '{}': missing or invalid ffn size", m.name);
+    if (m.n_sliding_layers < 0 || m.n_sliding_layers > m.n_layers ||
+        (m.n_sliding_layers > 0 && m.sliding_window <= 0))
+        return make_error("model '{}': {} sliding layers of {} with a window of {}", m.name,
+                          m.n_sliding_layers, m.n_layers, m.sliding_window);
     if (m.max_ctx <= 0) m.max_ctx = 4096;  // a conservative default when the source omits it
     return Status::Ok();
 }
 
-Expected<ModelSpec> spec_from_hf_config(const nlohmann::json& c, std::string name) {
+namespace {
+
+// The config.json model types whose layers the formula describes. Anything else is refused by
+// name rather than counted as a llama it is not.
+constexpr std::array<std::string_view, 10> kHfTypes = {
+    "llama",  "mistral",     "qwen2",   "qwen3",     "phi3",
+    "gemma3", "gemma3_text", "mixtral", "qwen2_moe", "qwen3_moe"};
+
+// Keys of MoE designs the planner does not model (DeepSeek's dense-first layers, grouped
+// routing, layer frequencies, routed/shared split); refused wherever they appear with a value.
+constexpr std::array<const char*, 6> kUnmodeledMoeKeys = {
+    "first_k_dense_replace",    "moe_layer_freq", "n_routed_experts", "n_group", "topk_group",
+    "interleave_moe_layer_step"};
+
+bool has_value(const nlohmann::json& c, const char* key) {
+    auto it = c.find(key);
+    if (it == c.end() || it->is_null()) return false;
+    if (it->is_number()) return it->get<double>() != 0;
+    if (it->is_array() || it->is_object()) return !it->empty();
+    return true;
+}
+
+// blk.N.ffn_{gate,up,down}_exps.weight (all experts in one tensor), or the older Mixtral
+// GGUFs' blk.N.ffn_{gate,up,down}.E.weight (one tensor per expert).
+bool is_routed_expert_tensor(std::string_view name) {
+    if (!name.starts_with("blk.")) return false;
+    const size_t dot = name.find('.', 4);
+    if (dot == std::string_view::npos) return false;
+    const std::string_view rest = name.substr(dot + 1);
+    for (std::string_view p : {"ffn_gate", "ffn_up", "ffn_down"}) {
+        if (!rest.starts_with(p)) continue;
+        const std::string_view tail = rest.substr(p.size());
+        if (tail.starts_with("_exps.")) return true;
+        if (tail.size() > 1 && tail[0] == '.' && std::isdigit(static_cast<unsigned char>(tail[1])))
+            return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+Expected<ModelSpec> spec_from_hf_config(const nlohmann::json& top, std::string name) {
+    std::string type = "llama";  // configs without a model_type are read as llama
+    if (auto it = top.find("model_type"); it != top.end() && it->is_string()) type = *it;
+    if (std::find(kHfTypes.begin(), kHfTypes.end(), type) == kHfTypes.end())
+        return make_error("{}: model_type '{}' is not one ferry plan models ({})", name, type,
+                          fmt::join(kHfTypes, ", "));
+    // Gemma 3's multimodal config nests the language model under text_config; the vision tower
+    // (SigLIP, ~0.4 B parameters) is not counted.
+    const bool gemma = type == "gemma3" || type == "gemma3_text";
+    const nlohmann::json* text = &top;
+    if (type == "gemma3") {
+        auto it = top.find("text_config");
+        if (it == top.end() || !it->is_object())
+            return make_error("{}: a gemma3 config without a text_config object", name);
+        text = &*it;
+    }
+    const nlohmann::json& c = *text;
+    for (const char* key : kUnmodeledMoeKeys)
+        if (has_value(c, key))
+            return make_error("{}: '{}' is set; ferry plan does not model that MoE layout", name,
+                              key);
+    const bool mixtral = type == "mixtral", qwen_moe = type == "qwen2_moe" || type == "qwen3_moe";
+    for (const char* key : {"num_local_experts", "num_experts", "num_experts_per_tok"})
+        if (!mixtral && !qwen_moe && has_value(c, key))
+            return make_error(
+                "{}: '{}' on model_type '{}'; ferry plan models experts for mixtral, qwen2_moe "
+                "and qwen3_moe only",
+                name, key, type);
+
+    // Gemma 3's configs leave most fields to Gemma3TextConfig's defaults (gemma-3-27b-it's
+    // text_config has no vocab_size, rope_theta or sliding_window_pattern).
     auto get = [&](const char* key, int64_t fallback) -> int64_t {
         auto it = c.find(key);
         return it != c.end() && it->is_number() ? it->get<int64_t>() : fallback;
@@ -51,23 +187,85 @@ Expected<ModelSpec> spec_from_hf_config(const nlohmann::json& c, std::string nam
     ModelSpec m;
     m.name = std::move(name);
     m.source = "config.json";
-    if (auto it = c.find("model_type"); it != c.end() && it->is_string()) m.arch = *it;
-    m.n_layers = get("num_hidden_layers", 0);
-    m.hidden = get("hidden_size", 0);
-    m.n_heads = get("num_attention_heads", 0);
-    m.n_kv_heads = get("num_key_value_heads", m.n_heads);
-    m.head_dim = get("head_dim", 0);
-    m.ffn = get("intermediate_size", 0);
-    m.vocab = get("vocab_size", 0);
-    m.max_ctx = get("max_position_embeddings", 0);
-    if (auto it = c.find("tie_word_embeddings"); it != c.end() && it->is_boolean())
-        m.tied_embeddings = *it;
+    m.arch = type;
+    m.n_layers = get("num_hidden_layers", gemma ? 26 : 0);
+    m.hidden = get("hidden_size", gemma ? 2304 : 0);
+    m.n_heads = get("num_attention_heads", gemma ? 8 : 0);
+    m.n_kv_heads = get("num_key_value_heads", gemma ? 4 : m.n_heads);
+    m.head_dim = get("head_dim", gemma ? 256 : 0);
+    m.ffn = get("intermediate_size", gemma ? 9216 : 0);
+    m.vocab = get("vocab_size", gemma ? 262208 : 0);
+    m.max_ctx = get("max_position_embeddings", gemma ? 131072 : 0);
+    m.tied_embeddings = gemma;
+    for (const nlohmann::json* j : {&top, &c})  // the text model's own key wins
+        if (auto it = j->find("tie_word_embeddings"); it != j->end() && it->is_boolean())
+            m.tied_embeddings = *it;
+    if (gemma) m.rope_theta = 1e6, m.rms_eps = 1e-6;
     if (auto it = c.find("rope_theta"); it != c.end() && it->is_number()) m.rope_theta = *it;
     if (auto it = c.find("rms_norm_eps"); it != c.end() && it->is_number()) m.rms_eps = *it;
-    // Qwen2 configs do not spell the bias out; the architecture implies it.
-    m.qkv_bias = m.arch == "qwen2" || c.value("attention_bias", false);
-    if (auto it = c.find("torch_dtype"); it != c.end() && it->is_string())
-        m.native_bits = *it == "float32" ? 32.0 : 16.0;
+    // Qwen2 (and Qwen2-MoE) configs do not spell the bias out; the architecture implies it.
+    m.qkv_bias = type == "qwen2" || type == "qwen2_moe" || c.value("attention_bias", false);
+    set_family_norms(m);
+    for (const nlohmann::json* j : {&top, &c})
+        if (auto it = j->find("torch_dtype"); it != j->end() && it->is_string())
+            m.native_bits = *it == "float32" ? 32.0 : 16.0;
+
+    if (mixtral) {
+        m.n_experts = get("num_local_experts", 0);
+        m.n_experts_used = get("num_experts_per_tok", 0);
+        m.expert_ffn = m.ffn;  // Mixtral's intermediate_size is one expert's
+    } else if (qwen_moe) {
+        m.n_experts = get("num_experts", 0);
+        m.n_experts_used = get("num_experts_per_tok", 0);
+        m.expert_ffn = get("moe_intermediate_size", 0);
+        // transformers builds a shared expert (with its sigmoid gate) for Qwen2-MoE only.
+        if (type == "qwen2_moe" && get("shared_expert_intermediate_size", 0) > 0) {
+            m.n_shared_experts = 1;
+            m.shared_expert_ffn = get("shared_expert_intermediate_size", 0);
+            m.shared_expert_gate = true;
+        }
+        // Layer i has experts unless listed in mlp_only_layers or (i + 1) % decoder_sparse_step
+        // != 0; those keep a dense MLP of intermediate_size.
+        const int64_t step = get("decoder_sparse_step", 1);
+        if (step < 1) return make_error("{}: decoder_sparse_step {} (need >= 1)", m.name, step);
+        std::vector<bool> dense(std::max<int64_t>(m.n_layers, 0), false);
+        if (auto it = c.find("mlp_only_layers"); it != c.end() && it->is_array())
+            for (const auto& l : *it) {
+                if (!l.is_number_integer() || l.get<int64_t>() < 0 ||
+                    l.get<int64_t>() >= m.n_layers)
+                    return make_error("{}: mlp_only_layers entry {} is not a layer index", m.name,
+                                      l.dump());
+                dense[l.get<int64_t>()] = true;
+            }
+        for (int64_t i = 0; i < m.n_layers; ++i)
+            m.n_dense_layers += dense[i] || (i + 1) % step != 0;
+    }
+    if ((mixtral || qwen_moe) && m.n_experts <= 0)
+        return make_error("{}: a {} config without its expert count ({})", m.name, type,
+                          mixtral ? "num_local_experts" : "num_experts");
+    if ((mixtral || qwen_moe) && m.n_experts_used <= 0)
+        return make_error("{}: a {} config without num_experts_per_tok", m.name, type);
+    if (qwen_moe && m.expert_ffn <= 0)
+        return make_error("{}: a {} config without moe_intermediate_size", m.name, type);
+
+    // Gemma 3's sliding layers: layer_types where given, else every sliding_window_pattern-th
+    // layer is global and the others slide. (Mistral's and Phi-3's windows on every layer are
+    // not counted here: engines, ferry's included, keep those layers' whole KV.)
+    if (gemma) {
+        m.sliding_window = get("sliding_window", 4096);
+        if (auto lt = c.find("layer_types"); lt != c.end() && lt->is_array()) {
+            if (static_cast<int64_t>(lt->size()) != m.n_layers)
+                return make_error("{}: layer_types lists {} layers of {}", m.name, lt->size(),
+                                  m.n_layers);
+            for (const auto& t : *lt) m.n_sliding_layers += t == "sliding_attention";
+        } else {
+            const int64_t pattern = get("sliding_window_pattern", 6);
+            if (pattern < 1)
+                return make_error("{}: sliding_window_pattern {} (need >= 1)", m.name, pattern);
+            m.n_sliding_layers = m.n_layers - m.n_layers / pattern;
+        }
+        if (m.sliding_window >= m.max_ctx) m.n_sliding_layers = 0;  // the window never cuts
+    }
     if (Status s = validate(m); !s) return s.error();
     return m;
 }
@@ -110,12 +308,45 @@ Expected<ModelSpec> spec_from_gguf(const std::string& path) {
     if (auto v = f.get_float(m.arch + ".rope.freq_base")) m.rope_theta = *v;
     if (auto v = f.get_float(m.arch + ".attention.layer_norm_rms_epsilon")) m.rms_eps = *v;
 
+    // Experts: Mixtral GGUFs are arch llama with expert_count; Qwen's have their own archs.
+    m.n_experts = key("expert_count").value_or(0);
+    if (m.n_experts > 0) {
+        if (m.arch != "llama" && m.arch != "qwen2moe" && m.arch != "qwen3moe")
+            return make_error(
+                "{}: GGUF architecture '{}' with {} experts is not one ferry plan models "
+                "(llama / Mixtral, qwen2moe, qwen3moe)",
+                path, m.arch, m.n_experts);
+        if (key("leading_dense_block_count").value_or(0) > 0)
+            return make_error(
+                "{}: leading_dense_block_count is set; ferry plan does not model "
+                "that MoE layout",
+                path);
+        m.n_experts_used = key("expert_used_count").value_or(0);
+        m.expert_ffn = key("expert_feed_forward_length").value_or(m.ffn);
+        m.shared_expert_ffn = key("expert_shared_feed_forward_length").value_or(0);
+        m.n_shared_experts = key("expert_shared_count").value_or(m.shared_expert_ffn > 0 ? 1 : 0);
+        m.shared_expert_gate = f.tensor("blk.0.ffn_gate_inp_shexp.weight") != nullptr;
+        // A layer without a router keeps a dense MLP.
+        for (int64_t l = 0; l < m.n_layers; ++l)
+            m.n_dense_layers += f.tensor(fmt::format("blk.{}.ffn_gate_inp.weight", l)) == nullptr;
+    }
+    // Gemma 3: every sixth layer is global, the others slide (llama.cpp's fixed pattern).
+    if (m.arch == "gemma3")
+        if (auto w = key("attention.sliding_window"); w && *w > 0 && *w < m.max_ctx) {
+            m.sliding_window = *w;
+            m.n_sliding_layers = m.n_layers - m.n_layers / 6;
+        }
+
     // The real weights: every tensor's elements and bytes, and the type that holds most bytes
     // (norms stay f32 in every quantized file, so a plain majority would mislead).
     std::map<std::string, uint64_t> bytes_by_type;
     for (const auto& t : f.tensors()) {
         m.gguf_params += t.n_elements;
         m.gguf_weight_bytes += t.n_bytes;
+        if (m.n_experts > 0 && is_routed_expert_tensor(t.name)) {
+            m.gguf_expert_params += t.n_elements;
+            m.gguf_expert_bytes += t.n_bytes;
+        }
         bytes_by_type[std::string(dtype_name(t.type))] += t.n_bytes;
     }
     uint64_t best = 0;

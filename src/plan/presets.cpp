@@ -11,37 +11,58 @@
 namespace ferry::plan {
 namespace {
 
+// The experts of a mixture-of-experts preset: count, top-k, one expert's intermediate size,
+// shared experts and their size. Zero for a dense model.
+struct Moe {
+    int64_t experts = 0, used = 0, expert_ffn = 0, shared = 0, shared_ffn = 0;
+};
+
 struct Preset {
     const char* name;
-    int64_t n_layers, hidden, n_heads, n_kv_heads, ffn, vocab, max_ctx;
+    const char* arch;
+    int64_t n_layers, hidden, n_heads, n_kv_heads, head_dim, ffn, vocab, max_ctx;
     bool tied, qkv_bias;
     double rope_theta, rms_eps;
+    Moe moe = {};
+    int64_t window = 0, pattern = 0;  // sliding window; every pattern-th layer global
 };
 
 // Sources: the config.json of each model on huggingface.co (meta-llama/Llama-2-*-hf,
-// meta-llama/Meta-Llama-3-*, meta-llama/Llama-3.1-8B, meta-llama/Llama-3.2-1B/3B,
-// mistralai/Mistral-7B-v0.1, Qwen/Qwen2.5-*-Instruct, TinyLlama/TinyLlama-1.1B-Chat-v1.0,
+// meta-llama/Meta-Llama-3-*, meta-llama/Llama-3.1-8B / 70B, meta-llama/Llama-3.2-1B/3B,
+// mistralai/Mistral-7B-v0.1, mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen2.5-*-Instruct,
+// Qwen/Qwen3-8B, Qwen/Qwen3-30B-A3B, google/gemma-3-27b-it (its text_config, with
+// Gemma3TextConfig's defaults for what it leaves out), google/gemma-3-270m,
+// microsoft/Phi-3-mini-4k-instruct, TinyLlama/TinyLlama-1.1B-Chat-v1.0,
 // HuggingFaceTB/SmolLM2-135M-Instruct). Llama 3.1 / 3.2 also declare llama3 rope scaling,
-// which the shapes here do not need.
+// which the shapes here do not need. head_dim 0 = hidden / heads.
 // clang-format off
 constexpr std::array kPresets = {
-    //      name             layers hidden heads kv   ffn    vocab   ctx     tied   qkv_bias theta  eps
-    Preset{"llama-2-7b",     32,    4096,  32,   32,  11008, 32000,  4096,   false, false, 1e4,   1e-5},
-    Preset{"llama-2-13b",    40,    5120,  40,   40,  13824, 32000,  4096,   false, false, 1e4,   1e-5},
-    Preset{"llama-2-70b",    80,    8192,  64,   8,   28672, 32000,  4096,   false, false, 1e4,   1e-5},
-    Preset{"llama-3-8b",     32,    4096,  32,   8,   14336, 128256, 8192,   false, false, 5e5,   1e-5},
-    Preset{"llama-3-70b",    80,    8192,  64,   8,   28672, 128256, 8192,   false, false, 5e5,   1e-5},
-    Preset{"llama-3.1-8b",   32,    4096,  32,   8,   14336, 128256, 131072, false, false, 5e5,   1e-5},
-    Preset{"llama-3.2-1b",   16,    2048,  32,   8,   8192,  128256, 131072, true,  false, 5e5,   1e-5},
-    Preset{"llama-3.2-3b",   28,    3072,  24,   8,   8192,  128256, 131072, true,  false, 5e5,   1e-5},
-    Preset{"mistral-7b",     32,    4096,  32,   8,   14336, 32000,  32768,  false, false, 1e4,   1e-5},
-    Preset{"qwen2.5-0.5b",   24,    896,   14,   2,   4864,  151936, 32768,  true,  true,  1e6,   1e-6},
-    Preset{"qwen2.5-1.5b",   28,    1536,  12,   2,   8960,  151936, 32768,  true,  true,  1e6,   1e-6},
-    Preset{"qwen2.5-3b",     36,    2048,  16,   2,   11008, 151936, 32768,  true,  true,  1e6,   1e-6},
-    Preset{"qwen2.5-7b",     28,    3584,  28,   4,   18944, 152064, 32768,  false, true,  1e6,   1e-6},
-    Preset{"qwen2.5-72b",    80,    8192,  64,   8,   29568, 152064, 32768,  false, true,  1e6,   1e-6},
-    Preset{"tinyllama-1.1b", 22,    2048,  32,   4,   5632,  32000,  2048,   false, false, 1e4,   1e-5},
-    Preset{"smollm2-135m",   30,    576,   9,    3,   1536,  49152,  8192,   true,  false, 1e5,   1e-5},
+    //     name              arch         layers hidden heads kv  hd   ffn    vocab   ctx     tied   qkv_bias theta eps
+    Preset{"llama-2-7b",     "llama",     32,    4096,  32,   32, 0,   11008, 32000,  4096,   false, false,   1e4,  1e-5},
+    Preset{"llama-2-13b",    "llama",     40,    5120,  40,   40, 0,   13824, 32000,  4096,   false, false,   1e4,  1e-5},
+    Preset{"llama-2-70b",    "llama",     80,    8192,  64,   8,  0,   28672, 32000,  4096,   false, false,   1e4,  1e-5},
+    Preset{"llama-3-8b",     "llama",     32,    4096,  32,   8,  0,   14336, 128256, 8192,   false, false,   5e5,  1e-5},
+    Preset{"llama-3-70b",    "llama",     80,    8192,  64,   8,  0,   28672, 128256, 8192,   false, false,   5e5,  1e-5},
+    Preset{"llama-3.1-8b",   "llama",     32,    4096,  32,   8,  0,   14336, 128256, 131072, false, false,   5e5,  1e-5},
+    Preset{"llama-3.1-70b",  "llama",     80,    8192,  64,   8,  0,   28672, 128256, 131072, false, false,   5e5,  1e-5},
+    Preset{"llama-3.2-1b",   "llama",     16,    2048,  32,   8,  0,   8192,  128256, 131072, true,  false,   5e5,  1e-5},
+    Preset{"llama-3.2-3b",   "llama",     28,    3072,  24,   8,  0,   8192,  128256, 131072, true,  false,   5e5,  1e-5},
+    Preset{"mistral-7b",     "mistral",   32,    4096,  32,   8,  0,   14336, 32000,  32768,  false, false,   1e4,  1e-5},
+    Preset{"qwen2.5-0.5b",   "qwen2",     24,    896,   14,   2,  0,   4864,  151936, 32768,  true,  true,    1e6,  1e-6},
+    Preset{"qwen2.5-1.5b",   "qwen2",     28,    1536,  12,   2,  0,   8960,  151936, 32768,  true,  true,    1e6,  1e-6},
+    Preset{"qwen2.5-3b",     "qwen2",     36,    2048,  16,   2,  0,   11008, 151936, 32768,  true,  true,    1e6,  1e-6},
+    Preset{"qwen2.5-7b",     "qwen2",     28,    3584,  28,   4,  0,   18944, 152064, 32768,  false, true,    1e6,  1e-6},
+    Preset{"qwen2.5-72b",    "qwen2",     80,    8192,  64,   8,  0,   29568, 152064, 32768,  false, true,    1e6,  1e-6},
+    Preset{"qwen3-8b",       "qwen3",     36,    4096,  32,   8,  128, 12288, 151936, 40960,  false, false,   1e6,  1e-6},
+    Preset{"phi-3-mini",     "phi3",      32,    3072,  32,   32, 0,   8192,  32064,  4096,   false, false,   1e4,  1e-5},
+    Preset{"tinyllama-1.1b", "llama",     22,    2048,  32,   4,  0,   5632,  32000,  2048,   false, false,   1e4,  1e-5},
+    Preset{"smollm2-135m",   "llama",     30,    576,   9,    3,  0,   1536,  49152,  8192,   true,  false,   1e5,  1e-5},
+    // Mixture of experts                                                                                                 experts, top-k, expert_ffn
+    Preset{"mixtral-8x7b",   "mixtral",   32,    4096,  32,   8,  0,   14336, 32000,  32768,  false, false,   1e6,  1e-5, {8,   2, 14336}},
+    Preset{"qwen3-30b-a3b",  "qwen3_moe", 48,    2048,  32,   4,  128, 6144,  151936, 40960,  false, false,   1e6,  1e-6, {128, 8, 768}},
+    // Gemma 3: 5 of every 6 layers slide                                                                                     window, pattern
+    Preset{"gemma-3-27b",    "gemma3",    62,    5376,  32,   16, 128, 21504, 262208, 131072, true,  false,   1e6,  1e-6, {}, 1024, 6},
+    Preset{"gemma-3-270m",   "gemma3",    18,    640,   4,    1,  256, 2048,  262144, 32768,  true,  false,   1e6,  1e-6, {}, 512,  6},
 };
 // clang-format on
 
@@ -60,12 +81,12 @@ Expected<ModelSpec> spec_from_preset(std::string_view name) {
         ModelSpec m;
         m.name = p.name;
         m.source = "preset";
-        m.arch = key.starts_with("qwen") ? "qwen2" : "llama";
+        m.arch = p.arch;
         m.n_layers = p.n_layers;
         m.hidden = p.hidden;
         m.n_heads = p.n_heads;
         m.n_kv_heads = p.n_kv_heads;
-        m.head_dim = p.hidden / p.n_heads;
+        m.head_dim = p.head_dim > 0 ? p.head_dim : p.hidden / p.n_heads;
         m.ffn = p.ffn;
         m.vocab = p.vocab;
         m.max_ctx = p.max_ctx;
@@ -73,6 +94,16 @@ Expected<ModelSpec> spec_from_preset(std::string_view name) {
         m.qkv_bias = p.qkv_bias;
         m.rope_theta = p.rope_theta;
         m.rms_eps = p.rms_eps;
+        set_family_norms(m);
+        m.n_experts = p.moe.experts;
+        m.n_experts_used = p.moe.used;
+        m.expert_ffn = p.moe.expert_ffn;
+        m.n_shared_experts = p.moe.shared;
+        m.shared_expert_ffn = p.moe.shared_ffn;
+        if (p.window > 0) {
+            m.sliding_window = p.window;
+            m.n_sliding_layers = p.n_layers - p.n_layers / p.pattern;
+        }
         m.native_bits = 16.0;  // all published as bf16/fp16 checkpoints
         return m;
     }

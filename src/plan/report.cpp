@@ -50,6 +50,8 @@ nlohmann::json plan_to_json(const PlanReport& r) {
                   {"source", m.source},
                   {"arch", m.arch},
                   {"params", p.params},
+                  {"params_total", p.params},
+                  {"params_active", p.params_active},
                   {"n_layers", m.n_layers},
                   {"hidden_size", m.hidden},
                   {"n_heads", m.n_heads},
@@ -58,7 +60,15 @@ nlohmann::json plan_to_json(const PlanReport& r) {
                   {"intermediate_size", m.ffn},
                   {"vocab_size", m.vocab},
                   {"max_context", m.max_ctx},
-                  {"tied_embeddings", m.tied_embeddings}};
+                  {"tied_embeddings", m.tied_embeddings},
+                  {"n_experts", m.n_experts},
+                  {"n_experts_used", m.n_experts_used},
+                  {"expert_intermediate_size", m.expert_ffn},
+                  {"n_shared_experts", m.n_shared_experts},
+                  {"shared_expert_intermediate_size", m.shared_expert_ffn},
+                  {"n_moe_layers", m.moe_layers()},
+                  {"sliding_window", m.sliding_window},
+                  {"n_sliding_layers", m.n_sliding_layers}};
     j["device"] = {{"name", d.name},
                    {"count", p.tp},
                    {"memory_gb", d.memory_gb},
@@ -80,10 +90,13 @@ nlohmann::json plan_to_json(const PlanReport& r) {
                      {"max_batched_tokens", r.options.max_batched_tokens}};
     j["memory"] = {{"weights_bytes", p.weights_bytes_total},
                    {"weights_bytes_per_device", p.weights_bytes},
+                   {"expert_bytes", p.expert_bytes_total},
                    {"kv_bytes_per_token", p.kv_bytes_per_token},
                    {"kv_bytes_per_token_mha", p.kv_bytes_per_token_mha},
                    {"kv_bytes_per_sequence", p.kv_bytes_per_sequence},
                    {"kv_bytes_per_sequence_mha", p.kv_bytes_per_sequence_mha},
+                   {"kv_bytes_per_sequence_no_window", p.kv_bytes_per_sequence_no_window},
+                   {"kv_rule", kKvRule},
                    {"kv_bytes_total", p.kv_bytes_total},
                    {"kv_bytes_total_mha", p.kv_bytes_total_mha},
                    {"kv_bytes_per_device", p.kv_bytes},
@@ -106,6 +119,10 @@ nlohmann::json plan_to_json(const PlanReport& r) {
                         {"bandwidth_gbs", f.bandwidth_gbs},
                         {"machine_balance", f.machine_balance},
                         {"decode_bytes_per_step", f.decode_bytes_per_step},
+                        {"decode_weight_bytes_per_step", f.decode_weight_bytes_per_step},
+                        {"decode_kv_bytes_per_step", f.decode_kv_bytes_per_step},
+                        {"experts_touched_per_layer", f.experts_touched_per_layer},
+                        {"routing_rule", kRoutingRule},
                         {"decode_flops_per_step", f.decode_flops_per_step},
                         {"arithmetic_intensity", f.arithmetic_intensity},
                         {"bound", f.decode_bound},
@@ -138,9 +155,19 @@ std::string plan_to_text(const PlanReport& r) {
         o += fmt::format("  {:<24}{:>11}   {}\n", label, value, note);
     };
 
-    o += fmt::format("model   {} ({}, {} params: {} layers, hidden {}, {} heads / {} KV heads)\n",
-                     m.name, m.source, human_count(static_cast<double>(p.params)), m.n_layers,
-                     m.hidden, m.n_heads, m.n_kv_heads);
+    const std::string params = human_count(static_cast<double>(p.params));
+    const std::string moe =
+        m.is_moe()
+            ? fmt::format(
+                  ", {} experts top-{}{}", m.n_experts, m.n_experts_used,
+                  m.n_shared_experts > 0 ? fmt::format(" + {} shared", m.n_shared_experts) : "")
+            : "";
+    o += fmt::format(
+        "model   {} ({}, {} params{}: {} layers, hidden {}, {} heads / {} KV heads{})\n", m.name,
+        m.source, params,
+        m.is_moe() ? fmt::format(", {} active", human_count(static_cast<double>(p.params_active)))
+                   : "",
+        m.n_layers, m.hidden, m.n_heads, m.n_kv_heads, moe);
     const std::string mem = d.measured ? human_bytes(static_cast<double>(d.memory_bytes))
                                        : fmt::format("{:g} GiB", d.memory_gb);
     o += fmt::format("device  {} x {}: {} each, {:.1f} GB/s, {:.3g} TFLOP/s {} dense{}\n", p.tp,
@@ -153,7 +180,8 @@ std::string plan_to_text(const PlanReport& r) {
     const std::string per_dev = p.tp > 1 ? " (per device)" : "";
     o += fmt::format("memory{}\n", per_dev);
     line("weights", human_bytes(p.weights_bytes),
-         fmt::format("{} params x {:.2f} bits{}", human_count(static_cast<double>(p.params)),
+         fmt::format("{} params{} x {:.2f} bits{}", params,
+                     m.is_moe() ? fmt::format(" (all {} experts)", m.n_experts) : "",
                      p.weights.bits, p.tp > 1 ? fmt::format(" / tp {}", p.tp) : ""));
     const std::string gqa_note =
         fmt::format("without GQA ({} KV heads instead of {})", m.n_heads, m.n_kv_heads);
@@ -163,6 +191,11 @@ std::string plan_to_text(const PlanReport& r) {
                     m.head_dim, p.kv.bits / 8, human_bytes(p.kv_bytes_per_token_mha), gqa_note));
     line("KV cache per sequence", human_bytes(p.kv_bytes_per_sequence),
          fmt::format("{} tokens; {} without GQA", p.ctx, human_bytes(p.kv_bytes_per_sequence_mha)));
+    if (m.n_sliding_layers > 0)
+        line("", "",
+             fmt::format("{} of {} layers slide over {} tokens; {} if every layer kept all",
+                         m.n_sliding_layers, m.n_layers, m.sliding_window,
+                         human_bytes(p.kv_bytes_per_sequence_no_window)));
     line("KV cache total", human_bytes(p.kv_bytes),
          fmt::format("{}; {} without GQA",
                      p.kv_pool_fixed ? std::string("fixed pool (--kv-cache-memory)")
@@ -195,6 +228,14 @@ std::string plan_to_text(const PlanReport& r) {
                      f.decode_step_ms);
     o += fmt::format("          {:.1f} tok/s per sequence, {:.1f} tok/s aggregate at batch {}\n",
                      f.decode_tokens_per_s_per_sequence, f.decode_tokens_per_s, p.batch);
+    if (m.is_moe())
+        o += fmt::format(
+            "          experts: batch {} touches ~{:.1f} of {} per layer (uniform routing), so a "
+            "step reads {} of weights{}; batch 1 reads {}, all experts {}\n",
+            p.batch, f.experts_touched_per_layer, m.n_experts,
+            human_bytes(f.decode_weight_bytes_per_step), p.tp > 1 ? " per device" : "",
+            human_bytes(decode_weight_bytes(p, 1) / p.tp),
+            human_bytes(static_cast<double>(p.weights_bytes)));
     std::string crossover =
         f.crossover_batch > 0
             ? fmt::format("turns compute-bound from batch ~{:.0f}", std::ceil(f.crossover_batch))
@@ -203,8 +244,8 @@ std::string plan_to_text(const PlanReport& r) {
         "          intensity {:.1f} FLOP/B vs machine balance {:.1f} FLOP/B -> "
         "{}-bound ({})\n",
         f.arithmetic_intensity, f.machine_balance, f.decode_bound, crossover);
-    o += fmt::format("  prefill (compute-bound, 2 x params FLOP/token): {:.0f} tok/s\n\n",
-                     f.prefill_tokens_per_s);
+    o += fmt::format("  prefill (compute-bound, 2 x {}params FLOP/token): {:.0f} tok/s\n\n",
+                     m.is_moe() ? "active " : "", f.prefill_tokens_per_s);
     o += fmt::format("advice\n  {}\n", r.advice.text);
     return o;
 }

@@ -1,6 +1,7 @@
 #include "plan/roofline.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace ferry::plan {
 
@@ -12,6 +13,20 @@ StepCost decode_step_cost(int64_t params, double weight_bytes, double kv_bytes_p
 
 StepCost prefill_cost(int64_t params, double weight_bytes, int64_t tokens) {
     return {weight_bytes, 2.0 * static_cast<double>(params) * tokens};
+}
+
+double expected_experts_touched(int64_t n_experts, int64_t k, double tokens) {
+    if (n_experts <= 0) return 0;
+    const double e = static_cast<double>(n_experts);
+    return e * (1.0 - std::pow(1.0 - static_cast<double>(k) / e, tokens));
+}
+
+double decode_weight_bytes(const MemoryPlan& p, double batch) {
+    const double all = static_cast<double>(p.weights_bytes_total);
+    if (p.n_experts <= 0 || p.expert_bytes_total == 0) return all;
+    const double experts = static_cast<double>(p.expert_bytes_total);
+    const double touched = expected_experts_touched(p.n_experts, p.n_experts_used, batch);
+    return all - experts + experts * touched / p.n_experts;
 }
 
 double peak_tflops(const Device& d, ComputeClass c) {
@@ -43,12 +58,24 @@ Roofline roofline(const MemoryPlan& p, const Device& d) {
     r.machine_balance = peak_flops / bw;
 
     // Per device: its weight shard, its share of the KV heads, 1/tp of the FLOPs. The TP
-    // all-reduces are left out; over NVLink they cost little next to the weight reads.
-    const double kv_token_dev = p.kv_bytes_per_token * p.kv_share;
-    const double params_dev = static_cast<double>(p.params) / p.tp;
-    const StepCost step =
-        decode_step_cost(static_cast<int64_t>(params_dev), static_cast<double>(p.weights_bytes),
-                         kv_token_dev, p.batch, p.ctx);
+    // all-reduces are left out; over NVLink they cost little next to the weight reads. A
+    // sequence's KV is read whole each step (sliding layers: their window).
+    const double kv_seq_dev = p.kv_bytes_per_sequence * p.kv_share;
+    const double active_dev = static_cast<double>(p.params_active) / p.tp;
+    // Bytes and FLOPs of a step of b sequences (b real, for the crossover search).
+    auto weight_bytes = [&](double b) {
+        return p.n_experts <= 0 ? static_cast<double>(p.weights_bytes)
+                                : decode_weight_bytes(p, b) / p.tp;
+    };
+    auto intensity = [&](double b) {
+        return 2.0 * active_dev * b / (weight_bytes(b) + kv_seq_dev * b);
+    };
+    r.experts_touched_per_layer =
+        expected_experts_touched(p.n_experts, p.n_experts_used, static_cast<double>(p.batch));
+    r.decode_weight_bytes_per_step = weight_bytes(static_cast<double>(p.batch));
+    r.decode_kv_bytes_per_step = kv_seq_dev * p.batch;
+    const StepCost step{r.decode_weight_bytes_per_step + r.decode_kv_bytes_per_step,
+                        2.0 * active_dev * p.batch};
     r.decode_bytes_per_step = step.bytes;
     r.decode_flops_per_step = step.flops;
     r.arithmetic_intensity = step.flops / step.bytes;
@@ -59,12 +86,26 @@ Roofline roofline(const MemoryPlan& p, const Device& d) {
     r.decode_tokens_per_s_per_sequence = 1e3 / r.decode_step_ms;
     r.decode_tokens_per_s = p.batch * r.decode_tokens_per_s_per_sequence;
 
-    // Solve 2 P b / (W + kv_seq b) = balance for b.
-    const double kv_seq_dev = kv_token_dev * p.ctx;
-    const double denom = 2.0 * params_dev - r.machine_balance * kv_seq_dev;
-    if (denom > 0) r.crossover_batch = r.machine_balance * p.weights_bytes / denom;
+    // The batch where intensity reaches the balance. Intensity grows with b (the weight bytes
+    // per sequence fall) towards 2 A / kv_seq, so there is one when that limit exceeds the
+    // balance. Dense: the closed form of 2 A b / (W + kv_seq b) = balance; MoE (W grows with
+    // b): bisection on the same curve.
+    if (2.0 * active_dev > r.machine_balance * kv_seq_dev) {
+        if (p.n_experts <= 0) {
+            r.crossover_batch = r.machine_balance * p.weights_bytes /
+                                (2.0 * active_dev - r.machine_balance * kv_seq_dev);
+        } else {
+            double lo = 0, hi = 1;
+            while (intensity(hi) < r.machine_balance && hi < 1e15) lo = hi, hi *= 2;
+            for (int i = 0; i < 200 && hi - lo > 1e-9 * hi; ++i) {
+                const double mid = (lo + hi) / 2;
+                (intensity(mid) < r.machine_balance ? lo : hi) = mid;
+            }
+            r.crossover_batch = hi;
+        }
+    }
 
-    r.prefill_tokens_per_s = p.tp * peak_flops / (2.0 * static_cast<double>(p.params));
+    r.prefill_tokens_per_s = p.tp * peak_flops / (2.0 * static_cast<double>(p.params_active));
     return r;
 }
 

@@ -12,7 +12,8 @@
 namespace ferry::plan {
 
 // Work of one forward step, in bytes read and FLOPs done. FLOPs count the matmuls only:
-// 2 x params per token (attention's score FLOPs are left out; they matter only at long ctx).
+// 2 x (active) params per token (attention's score FLOPs are left out; they matter only at long
+// ctx).
 struct StepCost {
     double bytes = 0;
     double flops = 0;
@@ -25,6 +26,18 @@ StepCost decode_step_cost(int64_t params, double weight_bytes, double kv_bytes_p
 // Prefilling `tokens` prompt tokens: weights once, 2 x params x tokens FLOPs (KV writes are
 // small next to the weights and left out).
 StepCost prefill_cost(int64_t params, double weight_bytes, int64_t tokens);
+
+// Mixture of experts. Each of `tokens` tokens picks k of a layer's E experts; assuming routing
+// is uniform and independent across tokens (real routers are skewed, which touches fewer), an
+// expert is missed by one token with probability 1 - k/E, so the expected number of distinct
+// experts the batch touches per layer is E (1 - (1 - k/E)^tokens): k at one token, E in the
+// limit. 0 when E is 0 (a dense model).
+double expected_experts_touched(int64_t n_experts, int64_t k, double tokens);
+// Weight bytes one decode step of `batch` sequences reads, whole model: everything but the
+// routed experts once, and of the experts the expected share the batch touches.
+double decode_weight_bytes(const MemoryPlan& plan, double batch);
+inline constexpr const char* kRoutingRule =
+    "uniform routing: a step of B tokens touches E (1 - (1 - k/E)^B) of each layer's E experts";
 
 // Seconds to move `bytes` at `gbs` GB/s (14 GB at 2000 GB/s = 7 ms).
 inline double seconds_to_read(double bytes, double gbs) {
@@ -44,6 +57,8 @@ struct Roofline {
 
     // One decode step on one device (its weight shard and KV share).
     double decode_bytes_per_step = 0;
+    double decode_weight_bytes_per_step = 0, decode_kv_bytes_per_step = 0;  // its two parts
+    double experts_touched_per_layer = 0;  // expected, of n_experts (0 for a dense model)
     double decode_flops_per_step = 0;
     double arithmetic_intensity = 0;  // decode FLOPs / bytes
     std::string decode_bound;         // "bandwidth" or "compute"
@@ -54,7 +69,7 @@ struct Roofline {
     // as the FLOPs and it never does.
     double crossover_batch = -1;
 
-    double prefill_tokens_per_s = 0;  // all tp devices: tp x peak / (2 x params)
+    double prefill_tokens_per_s = 0;  // all tp devices: tp x peak / (2 x active params)
 };
 
 Roofline roofline(const MemoryPlan& plan, const Device& device);

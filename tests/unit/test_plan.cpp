@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "gguf/gguf_writer.h"
 #include "kernels/cpu/machine_probe.h"
 #include "plan/advice.h"
 #include "plan/bottleneck.h"
@@ -71,12 +72,20 @@ TEST(PlanPresets, ParameterCountsMatchOfficialFigures) {
         {"qwen2.5-1.5b", 1543714304.0},
         {"qwen2.5-3b", 3085938688.0},
         {"tinyllama-1.1b", 1100048384.0},
+        // Model cards: Llama 3.1 70B, Qwen3-8B (8.2 B), Phi-3-mini (3.8 B), Gemma 3's text
+        // model (the 27B card's 27.4 B includes the ~0.4 B SigLIP vision tower), Gemma 3 270M
+        // (170 M embedding + 100 M transformer). The MoE presets are checked in PlanMoe.
+        {"llama-3.1-70b", 70.55e9},
+        {"qwen3-8b", 8.19e9},
+        {"phi-3-mini", 3.82e9},
+        {"gemma-3-27b", 27.0e9},
+        {"gemma-3-270m", 268e6},
     };
     for (const auto& [name, count] : official) {
         const double got = static_cast<double>(preset(name).params());
         EXPECT_NEAR(got / count, 1.0, 0.01) << name << " formula gives " << got;
     }
-    EXPECT_EQ(preset_names().size(), std::size(official));
+    EXPECT_EQ(preset_names().size(), std::size(official) + 2);  // + mixtral, qwen3-30b-a3b
 }
 
 TEST(PlanPresets, NamesAreCaseInsensitiveAndUnknownListsKnown) {
@@ -402,6 +411,26 @@ TEST(PlanModelSpec, DefaultGgufModel) {
     EXPECT_EQ(p.ctx, 8192);
 }
 
+TEST(PlanSliding, GemmaGgufMatchesThePreset) {
+    const auto path = std::filesystem::path(ferry::testing::default_model_path()).parent_path() /
+                      "gemma-3-270m-q4_k_m.gguf";
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << "not downloaded: " << path;
+    auto m = spec_from_gguf(path.string());
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    const ModelSpec want = preset("gemma-3-270m");
+    EXPECT_EQ(m->arch, "gemma3");
+    EXPECT_EQ(m->head_dim, 256);
+    EXPECT_TRUE(m->tied_embeddings);
+    EXPECT_EQ(m->sliding_window, want.sliding_window);
+    EXPECT_EQ(m->n_sliding_layers, want.n_sliding_layers);
+    // The file's tensors against the formula: q/k norms and four norms per layer included.
+    EXPECT_EQ(m->params(), want.params());
+    PlanOptions o;
+    o.ctx = 32768;
+    EXPECT_EQ(plan(*m, toy_device(8), o).kv_bytes_per_sequence,
+              plan(want, toy_device(8), o).kv_bytes_per_sequence);
+}
+
 TEST(PlanReport, JsonHasStableKeys) {
     PlanOptions o;
     o.ctx = 8192;
@@ -409,11 +438,15 @@ TEST(PlanReport, JsonHasStableKeys) {
     auto r = make_plan(preset("llama-3-70b"), device("H100-SXM"), o);
     ASSERT_TRUE(r.ok());
     const auto j = plan_to_json(*r);
-    for (const char* k :
-         {"weights_bytes", "kv_bytes_per_token", "kv_bytes_per_token_mha", "kv_bytes_per_sequence",
-          "kv_bytes_total", "activation_bytes", "overhead_bytes", "total_bytes", "capacity_bytes",
-          "fits", "margin_bytes", "max_sequences"})
+    for (const char* k : {"weights_bytes", "kv_bytes_per_token", "kv_bytes_per_token_mha",
+                          "kv_bytes_per_sequence", "kv_bytes_total", "activation_bytes",
+                          "overhead_bytes", "total_bytes", "capacity_bytes", "fits", "margin_bytes",
+                          "max_sequences", "expert_bytes", "kv_bytes_per_sequence_no_window"})
         EXPECT_TRUE(j["memory"].contains(k)) << k;
+    for (const char* k : {"params", "params_total", "params_active", "n_experts", "n_experts_used",
+                          "expert_intermediate_size", "sliding_window"})
+        EXPECT_TRUE(j["model"].contains(k)) << k;
+    EXPECT_EQ(j["model"]["params_active"], j["model"]["params_total"]);  // dense
     for (const char* k :
          {"decode_tokens_per_s_per_sequence", "decode_tokens_per_s", "prefill_tokens_per_s",
           "bound", "machine_balance", "arithmetic_intensity"})
@@ -423,6 +456,433 @@ TEST(PlanReport, JsonHasStableKeys) {
     const std::string text = plan_to_text(*r);
     EXPECT_NE(text.find("without GQA"), std::string::npos);
     EXPECT_NE(text.find("DOES NOT FIT"), std::string::npos);
+}
+
+// --- mixture of experts -----------------------------------------------------------------------
+
+TEST(PlanMoe, MixtralTotalAndActiveParams) {
+    const ModelSpec m = preset("mixtral-8x7b");
+    EXPECT_TRUE(m.is_moe());
+    // Mistral's announcement: 46.7 B total, 12.9 B used per token.
+    EXPECT_NEAR(m.params() / 46.7e9, 1.0, 0.005) << m.params();
+    EXPECT_NEAR(m.active_params() / 12.9e9, 1.0, 0.005) << m.active_params();
+    // By hand: 32 layers x 8 experts x 3 x 4096 x 14336 routed; 2 of the 8 per token.
+    const int64_t routed = int64_t{32} * 8 * 3 * 4096 * 14336;
+    EXPECT_EQ(m.routed_expert_params(), routed);
+    EXPECT_EQ(m.params() - m.active_params(), routed / 8 * 6);
+    // Every expert used: active == total (router and all).
+    ModelSpec all_active = m;
+    all_active.n_experts_used = all_active.n_experts;
+    EXPECT_EQ(all_active.active_params(), m.params());
+    // The router is counted: hidden x experts per layer.
+    ModelSpec no_experts = m;
+    no_experts.n_experts = 0;  // the same shapes as a dense model of one expert's MLP
+    EXPECT_EQ(m.params() - routed - no_experts.params(),
+              int64_t{32} * 4096 * 8 - int64_t{32} * 3 * 4096 * 14336);
+}
+
+TEST(PlanMoe, Qwen3MoeTotalAndActiveParams) {
+    const ModelSpec m = preset("qwen3-30b-a3b");
+    // Model card: 30.5 B total, 29.9 B non-embedding, 3.3 B activated.
+    EXPECT_NEAR(m.params() / 30.5e9, 1.0, 0.01) << m.params();
+    const int64_t embeddings = 2 * int64_t{151936} * 2048;  // untied: table + head
+    EXPECT_NEAR((m.params() - embeddings) / 29.9e9, 1.0, 0.01);
+    // Per layer: attention 18,874,368 + q/k norms 256 + norms 4,096 + router 262,144 + 8 of 128
+    // experts of 3 x 2048 x 768; x 48 layers, plus the embeddings and final norm. 3.353 B, which
+    // the card rounds to 3.3 B (1.6 % below): asserted exactly, and within 2 % of the card.
+    const int64_t per_layer = 18874368 + 256 + 4096 + 262144 + 8 * 3 * 2048 * 768;
+    EXPECT_EQ(m.active_params(), 48 * per_layer + embeddings + 2048);  // + the final norm
+    EXPECT_NEAR(m.active_params() / 3.3e9, 1.0, 0.02) << m.active_params();
+}
+
+TEST(PlanMoe, ExpectedExpertsTouched) {
+    EXPECT_DOUBLE_EQ(expected_experts_touched(8, 2, 1), 2);
+    EXPECT_DOUBLE_EQ(expected_experts_touched(8, 2, 0), 0);
+    EXPECT_DOUBLE_EQ(expected_experts_touched(8, 2, 2), 8 * (1 - 0.75 * 0.75));
+    EXPECT_NEAR(expected_experts_touched(128, 8, 64), 128 * (1 - std::pow(120.0 / 128, 64)), 1e-9);
+    EXPECT_NEAR(expected_experts_touched(8, 2, 1000), 8, 1e-9);
+    EXPECT_EQ(expected_experts_touched(0, 0, 16), 0);  // dense
+}
+
+TEST(PlanMoe, MemoryHoldsEveryExpertButDecodeReadsTheTouchedOnes) {
+    const Device d = toy_device(1000, 2000, 100);
+    for (const char* name : {"mixtral-8x7b", "qwen3-30b-a3b"}) {
+        const ModelSpec m = preset(name);
+        PlanOptions o;
+        o.ctx = 1;  // KV reads out of the way
+        o.weights = "f16";
+        o.batch = 1;
+        const MemoryPlan p1 = plan(m, d, o);
+        EXPECT_EQ(p1.weights_bytes_total, static_cast<uint64_t>(m.params()) * 2) << name;
+        EXPECT_EQ(p1.expert_bytes_total, static_cast<uint64_t>(m.routed_expert_params()) * 2);
+        EXPECT_EQ(p1.params_active, m.active_params());
+        // Batch 1 reads exactly the active weights: dense part + k experts per layer.
+        const Roofline r1 = roofline(p1, d);
+        EXPECT_NEAR(r1.decode_weight_bytes_per_step, 2.0 * m.active_params(), 2.0) << name;
+        EXPECT_DOUBLE_EQ(r1.experts_touched_per_layer, m.n_experts_used);
+        EXPECT_DOUBLE_EQ(r1.decode_flops_per_step, 2.0 * m.active_params());
+        // More tokens touch more experts: monotone in the batch, towards every expert.
+        double last = 0;
+        for (int64_t b : {1, 2, 4, 8, 16, 32, 64}) {
+            o.batch = b;
+            const Roofline r = roofline(plan(m, d, o), d);
+            EXPECT_GT(r.decode_weight_bytes_per_step, last) << name << " batch " << b;
+            EXPECT_LE(r.decode_weight_bytes_per_step, p1.weights_bytes_total) << name;
+            EXPECT_DOUBLE_EQ(r.decode_flops_per_step, 2.0 * m.active_params() * b);
+            last = r.decode_weight_bytes_per_step;
+        }
+        const double touched64 = expected_experts_touched(m.n_experts, m.n_experts_used, 64);
+        const double dense = p1.weights_bytes_total - p1.expert_bytes_total;
+        EXPECT_NEAR(last, dense + p1.expert_bytes_total * touched64 / m.n_experts, 1.0) << name;
+        EXPECT_GT(last, 0.98 * p1.weights_bytes_total) << name;  // ~all experts by batch 64
+        // Prefill computes with the active parameters only.
+        EXPECT_NEAR(r1.prefill_tokens_per_s, 100e12 / (2.0 * m.active_params()), 1e-6);
+        // Decode turns compute-bound later than a dense model of the active size would: at the
+        // crossover the intensity reaches the balance, just below it does not.
+        ASSERT_GT(r1.crossover_batch, 1) << name;
+        o.batch = static_cast<int64_t>(std::ceil(r1.crossover_batch)) + 1;
+        EXPECT_EQ(roofline(plan(m, d, o), d).decode_bound, "compute") << name;
+        o.batch = static_cast<int64_t>(std::floor(r1.crossover_batch)) - 1;
+        if (o.batch >= 1) {
+            EXPECT_EQ(roofline(plan(m, d, o), d).decode_bound, "bandwidth");
+        }
+    }
+}
+
+TEST(PlanMoe, TensorParallelSplitsTheExpertReads) {
+    const Device d = toy_device(1000);
+    PlanOptions o;
+    o.ctx = 1;
+    o.weights = "f16";
+    o.batch = 4;
+    const ModelSpec m = preset("mixtral-8x7b");
+    const Roofline one = roofline(plan(m, d, o), d);
+    o.tp = 2;
+    const Roofline two = roofline(plan(m, d, o), d);
+    EXPECT_NEAR(two.decode_weight_bytes_per_step, one.decode_weight_bytes_per_step / 2, 1.0);
+}
+
+nlohmann::json moe_config(const char* type) {
+    if (std::string(type) == "mixtral")
+        return {{"model_type", "mixtral"},
+                {"hidden_size", 4096},
+                {"num_hidden_layers", 32},
+                {"num_attention_heads", 32},
+                {"num_key_value_heads", 8},
+                {"intermediate_size", 14336},
+                {"vocab_size", 32000},
+                {"max_position_embeddings", 32768},
+                {"num_local_experts", 8},
+                {"num_experts_per_tok", 2},
+                {"rope_theta", 1e6},
+                {"sliding_window", nullptr},
+                {"tie_word_embeddings", false},
+                {"router_aux_loss_coef", 0.02}};
+    return {{"model_type", "qwen3_moe"},
+            {"hidden_size", 2048},
+            {"num_hidden_layers", 48},
+            {"num_attention_heads", 32},
+            {"num_key_value_heads", 4},
+            {"head_dim", 128},
+            {"intermediate_size", 6144},
+            {"moe_intermediate_size", 768},
+            {"num_experts", 128},
+            {"num_experts_per_tok", 8},
+            {"decoder_sparse_step", 1},
+            {"mlp_only_layers", nlohmann::json::array()},
+            {"norm_topk_prob", true},
+            {"vocab_size", 151936},
+            {"max_position_embeddings", 40960},
+            {"tie_word_embeddings", false},
+            {"rope_theta", 1e6},
+            {"rms_norm_eps", 1e-6}};
+}
+
+TEST(PlanMoe, ConfigJsonOfMixtralAndQwen3Moe) {
+    for (const auto& [type, name] :
+         {std::pair{"mixtral", "mixtral-8x7b"}, std::pair{"qwen3_moe", "qwen3-30b-a3b"}}) {
+        auto m = spec_from_hf_config(moe_config(type), type);
+        ASSERT_TRUE(m.ok()) << m.error().message;
+        const ModelSpec want = preset(name);
+        EXPECT_EQ(m->arch, type);
+        EXPECT_EQ(m->n_experts, want.n_experts) << type;
+        EXPECT_EQ(m->n_experts_used, want.n_experts_used) << type;
+        EXPECT_EQ(m->expert_ffn, want.expert_ffn) << type;
+        EXPECT_EQ(m->n_dense_layers, 0) << type;
+        EXPECT_EQ(m->params(), want.params()) << type;
+        EXPECT_EQ(m->active_params(), want.active_params()) << type;
+    }
+    // Qwen's dense layers: mlp_only_layers and decoder_sparse_step keep intermediate_size MLPs.
+    nlohmann::json c = moe_config("qwen3_moe");
+    c["mlp_only_layers"] = {0, 47};
+    auto two_dense = spec_from_hf_config(c, "x");
+    ASSERT_TRUE(two_dense.ok()) << two_dense.error().message;
+    EXPECT_EQ(two_dense->n_dense_layers, 2);
+    const ModelSpec q = preset("qwen3-30b-a3b");
+    const int64_t moe_layer = 2048 * 128 + 128 * 3 * 2048 * 768, dense_layer = 3 * 2048 * 6144;
+    EXPECT_EQ(two_dense->params(), q.params() + 2 * (dense_layer - moe_layer));
+    EXPECT_EQ(two_dense->active_params(),
+              q.active_params() + 2 * (dense_layer - 2048 * 128 - 8 * 3 * 2048 * 768));
+    c["mlp_only_layers"] = nlohmann::json::array();
+    c["decoder_sparse_step"] = 2;  // experts on layers 1, 3, 5, ...
+    EXPECT_EQ(spec_from_hf_config(c, "x")->n_dense_layers, 24);
+}
+
+TEST(PlanMoe, Qwen2MoeSharedExpert) {
+    // Qwen2-57B-A14B: 64 experts of 2560, top 8, one shared expert of 20480 with its gate.
+    const nlohmann::json c = {{"model_type", "qwen2_moe"},
+                              {"hidden_size", 3584},
+                              {"num_hidden_layers", 28},
+                              {"num_attention_heads", 28},
+                              {"num_key_value_heads", 4},
+                              {"intermediate_size", 18944},
+                              {"moe_intermediate_size", 2560},
+                              {"shared_expert_intermediate_size", 20480},
+                              {"num_experts", 64},
+                              {"num_experts_per_tok", 8},
+                              {"vocab_size", 151936},
+                              {"max_position_embeddings", 32768},
+                              {"tie_word_embeddings", false}};
+    auto m = spec_from_hf_config(c, "qwen2-57b-a14b");
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    EXPECT_EQ(m->n_shared_experts, 1);
+    EXPECT_EQ(m->shared_expert_ffn, 20480);
+    EXPECT_TRUE(m->shared_expert_gate);
+    EXPECT_TRUE(m->qkv_bias);
+    // Model card: 57 B total, 14 B activated (safetensors: 57.41 B).
+    EXPECT_NEAR(m->params() / 57.41e9, 1.0, 0.005) << m->params();
+    EXPECT_NEAR(m->active_params() / 14.2e9, 1.0, 0.01) << m->active_params();
+    // The shared expert runs for every token: it is in the active count.
+    const int64_t shared = 28 * (int64_t{3} * 3584 * 20480 + 3584);
+    ModelSpec no_shared = *m;
+    no_shared.n_shared_experts = 0;
+    no_shared.shared_expert_gate = false;
+    EXPECT_EQ(m->active_params() - no_shared.active_params(), shared);
+}
+
+TEST(PlanMoe, RefusesWhatItDoesNotModel) {
+    auto refused = [](nlohmann::json c, const std::string& words) {
+        auto m = spec_from_hf_config(c, "cfg");
+        ASSERT_FALSE(m.ok()) << words;
+        EXPECT_NE(m.error().message.find(words), std::string::npos) << m.error().message;
+    };
+    nlohmann::json c = moe_config("qwen3_moe");
+    c["first_k_dense_replace"] = 1;
+    refused(c, "'first_k_dense_replace' is set; ferry plan does not model that MoE layout");
+    c = moe_config("qwen3_moe");
+    c["moe_layer_freq"] = 2;
+    refused(c, "'moe_layer_freq'");
+    c = moe_config("qwen3_moe");
+    c["model_type"] = "deepseek_v3";
+    refused(c, "model_type 'deepseek_v3' is not one ferry plan models");
+    c = moe_config("mixtral");
+    c["model_type"] = "llama";
+    refused(c, "'num_local_experts' on model_type 'llama'; ferry plan models experts for mixtral");
+    c = moe_config("mixtral");
+    c.erase("num_experts_per_tok");
+    refused(c, "a mixtral config without num_experts_per_tok");
+    c = moe_config("qwen3_moe");
+    c.erase("moe_intermediate_size");
+    refused(c, "a qwen3_moe config without moe_intermediate_size");
+    c = moe_config("qwen3_moe");
+    c["num_experts_per_tok"] = 200;
+    refused(c, "200 experts used per token of 128");
+    c = moe_config("qwen3_moe");
+    c["mlp_only_layers"] = {48};
+    refused(c, "mlp_only_layers entry 48 is not a layer index");
+    // A null or zero key is the config saying "none", not a layout.
+    c = moe_config("qwen3_moe");
+    c["first_k_dense_replace"] = 0;
+    c["n_group"] = nullptr;
+    EXPECT_TRUE(spec_from_hf_config(c, "cfg").ok());
+}
+
+TEST(PlanMoe, GgufExpertTensorsAreCountedExactly) {
+    // A tiny qwen3moe file: 2 layers, hidden 64, 4 experts of 32 (q8_0), top 2; f16 elsewhere.
+    const int64_t h = 64, hd = 16, heads = 4, kv = 2, e = 4, eff = 32, vocab = 96, layers = 2;
+    gguf::Writer w;
+    auto u32 = [&](const char* k, int64_t v) {
+        w.set(std::string("qwen3moe.") + k, gguf::make_u32(static_cast<uint32_t>(v)));
+    };
+    w.set("general.architecture", gguf::make_string("qwen3moe"));
+    u32("block_count", layers);
+    u32("embedding_length", h);
+    u32("attention.head_count", heads);
+    u32("attention.head_count_kv", kv);
+    u32("attention.key_length", hd);
+    u32("feed_forward_length", 128);
+    u32("context_length", 1024);
+    u32("vocab_size", vocab);
+    u32("expert_count", e);
+    u32("expert_used_count", 2);
+    u32("expert_feed_forward_length", eff);
+    auto add = [&](const std::string& name, std::vector<int64_t> shape, DType type) {
+        int64_t n = 1;
+        for (int64_t s : shape) n *= s;
+        const DTypeInfo& info = dtype_info(type);
+        const size_t bytes = static_cast<size_t>(n / info.block_size * info.block_bytes);
+        ASSERT_TRUE(w.add_tensor(name, shape, type, std::vector<uint8_t>(bytes)).ok()) << name;
+    };
+    add("token_embd.weight", {h, vocab}, DType::F16);
+    add("output.weight", {h, vocab}, DType::F16);
+    add("output_norm.weight", {h}, DType::F32);
+    for (int64_t l = 0; l < layers; ++l) {
+        const std::string p = "blk." + std::to_string(l) + ".";
+        add(p + "attn_norm.weight", {h}, DType::F32);
+        add(p + "attn_q.weight", {h, heads * hd}, DType::F16);
+        add(p + "attn_k.weight", {h, kv * hd}, DType::F16);
+        add(p + "attn_v.weight", {h, kv * hd}, DType::F16);
+        add(p + "attn_output.weight", {heads * hd, h}, DType::F16);
+        add(p + "attn_q_norm.weight", {hd}, DType::F32);
+        add(p + "attn_k_norm.weight", {hd}, DType::F32);
+        add(p + "ffn_norm.weight", {h}, DType::F32);
+        add(p + "ffn_gate_inp.weight", {h, e}, DType::F32);
+        add(p + "ffn_gate_exps.weight", {h, eff, e}, DType::Q8_0);
+        add(p + "ffn_up_exps.weight", {h, eff, e}, DType::Q8_0);
+        add(p + "ffn_down_exps.weight", {eff, h, e}, DType::Q8_0);
+    }
+    const auto path = std::filesystem::temp_directory_path() / "ferry_test_plan_moe.gguf";
+    ASSERT_TRUE(w.write(path.string()).ok());
+    auto m = spec_from_gguf(path.string());
+    std::filesystem::remove(path);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    EXPECT_EQ(m->n_experts, e);
+    EXPECT_EQ(m->n_experts_used, 2);
+    EXPECT_EQ(m->expert_ffn, eff);
+    EXPECT_EQ(m->n_dense_layers, 0);
+    const int64_t routed = layers * e * 3 * h * eff;
+    EXPECT_EQ(m->gguf_expert_params, routed);
+    EXPECT_EQ(m->gguf_expert_bytes, static_cast<uint64_t>(routed / 32 * 34));  // q8_0
+    // The tensors agree with the formula (q/k norms and router included).
+    ModelSpec formula = *m;
+    formula.gguf_params = 0;
+    formula.gguf_expert_params = 0;
+    formula.qk_norm = true;
+    EXPECT_EQ(m->params(), param_count_formula(formula));
+    EXPECT_EQ(m->active_params(), formula.active_params());
+    EXPECT_EQ(m->active_params(), m->params() - routed / 2);
+    // The plan reads the file's own expert bytes, not an average over the file.
+    const MemoryPlan p = plan(*m, toy_device(8), PlanOptions{});
+    EXPECT_EQ(p.expert_bytes_total, m->gguf_expert_bytes);
+    EXPECT_NEAR(decode_weight_bytes(p, 1), m->gguf_weight_bytes - m->gguf_expert_bytes / 2.0, 1e-6);
+}
+
+TEST(PlanMoe, GgufPerExpertTensorNamesAndUnknownMoeArchs) {
+    gguf::Writer w;
+    w.set("general.architecture", gguf::make_string("deepseek2"));
+    const std::initializer_list<std::pair<const char*, uint32_t>> keys = {
+        {"block_count", 1},          {"embedding_length", 64}, {"attention.head_count", 4},
+        {"feed_forward_length", 64}, {"vocab_size", 32},       {"expert_count", 4}};
+    for (const auto& [k, v] : keys) w.set(std::string("deepseek2.") + k, gguf::make_u32(v));
+    ASSERT_TRUE(
+        w.add_tensor("token_embd.weight", {64, 32}, DType::F32, std::vector<uint8_t>(64 * 32 * 4))
+            .ok());
+    const auto path = std::filesystem::temp_directory_path() / "ferry_test_plan_ds.gguf";
+    ASSERT_TRUE(w.write(path.string()).ok());
+    auto m = spec_from_gguf(path.string());
+    std::filesystem::remove(path);
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(m.error().message.find("GGUF architecture 'deepseek2' with 4 experts"),
+              std::string::npos)
+        << m.error().message;
+}
+
+// --- sliding-window KV (Gemma 3) ----------------------------------------------------------------
+
+TEST(PlanSliding, GemmaSlidingLayersHoldOnlyTheirWindow) {
+    const ModelSpec g = preset("gemma-3-27b");
+    EXPECT_EQ(g.n_sliding_layers, 52);  // 62 layers, every 6th global: 10 global
+    EXPECT_EQ(g.sliding_window, 1024);
+    const Device d = device("H100-SXM");
+    PlanOptions o;
+    o.ctx = 131072;
+    const MemoryPlan p = plan(g, d, o);
+    // 16 KV heads x 128 dims x 2 (K, V) x 2 B = 8 KiB per layer and token.
+    const uint64_t layer_token = 2 * 16 * 128 * 2;
+    EXPECT_EQ(p.kv_bytes_per_token, 62 * layer_token);
+    EXPECT_EQ(p.kv_bytes_per_sequence, layer_token * (10 * 131072 + 52 * 1024));
+    EXPECT_EQ(p.kv_bytes_per_sequence_no_window, 62 * layer_token * 131072);
+    EXPECT_LT(p.kv_bytes_per_sequence * 5, p.kv_bytes_per_sequence_no_window);  // ~5.8x less
+    // Within the window every layer holds every token.
+    o.ctx = 1000;
+    const MemoryPlan s = plan(g, d, o);
+    EXPECT_EQ(s.kv_bytes_per_sequence, s.kv_bytes_per_token * 1000);
+    // Decode reads a sequence's KV as held, window included.
+    o.ctx = 131072;
+    const Roofline r = roofline(p, d);
+    EXPECT_NEAR(r.decode_kv_bytes_per_step, static_cast<double>(p.kv_bytes_per_sequence), 1.0);
+    // Dense models are unchanged.
+    const MemoryPlan l = plan(preset("llama-3-8b"), d, o);
+    EXPECT_EQ(l.kv_bytes_per_sequence, l.kv_bytes_per_sequence_no_window);
+}
+
+TEST(PlanSliding, GemmaConfigJson) {
+    // google/gemma-3-27b-it: the text model under text_config, most fields left to defaults.
+    const nlohmann::json multimodal = {
+        {"model_type", "gemma3"},
+        {"torch_dtype", "bfloat16"},
+        {"text_config",
+         {{"model_type", "gemma3_text"},
+          {"head_dim", 128},
+          {"hidden_size", 5376},
+          {"intermediate_size", 21504},
+          {"num_attention_heads", 32},
+          {"num_hidden_layers", 62},
+          {"num_key_value_heads", 16},
+          {"query_pre_attn_scalar", 168},
+          {"rope_scaling", {{"factor", 8.0}, {"rope_type", "linear"}}},
+          {"sliding_window", 1024}}},
+        {"vision_config", {{"hidden_size", 1152}, {"num_hidden_layers", 27}}}};
+    auto m = spec_from_hf_config(multimodal, "gemma-3-27b-it");
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    const ModelSpec want = preset("gemma-3-27b");
+    EXPECT_EQ(m->head_dim, 128);
+    EXPECT_TRUE(m->tied_embeddings);
+    EXPECT_EQ(m->vocab, 262208);
+    EXPECT_EQ(m->max_ctx, 131072);
+    EXPECT_EQ(m->n_sliding_layers, 52);
+    EXPECT_EQ(m->params(), want.params());
+    // google/gemma-3-270m: flat, with layer_types.
+    nlohmann::json types = nlohmann::json::array();
+    for (int i = 0; i < 18; ++i)
+        types.push_back((i + 1) % 6 == 0 ? "full_attention" : "sliding_attention");
+    const nlohmann::json small = {{"model_type", "gemma3_text"},
+                                  {"hidden_size", 640},
+                                  {"num_hidden_layers", 18},
+                                  {"num_attention_heads", 4},
+                                  {"num_key_value_heads", 1},
+                                  {"head_dim", 256},
+                                  {"intermediate_size", 2048},
+                                  {"vocab_size", 262144},
+                                  {"max_position_embeddings", 32768},
+                                  {"sliding_window", 512},
+                                  {"layer_types", types}};
+    auto s = spec_from_hf_config(small, "gemma-3-270m");
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    EXPECT_EQ(s->n_sliding_layers, 15);
+    EXPECT_EQ(s->sliding_window, 512);
+    EXPECT_EQ(s->params(), preset("gemma-3-270m").params());
+    EXPECT_FALSE(spec_from_hf_config({{"model_type", "gemma3"}}, "x").ok());  // no text_config
+}
+
+TEST(PlanReport, MoeTextAndJson) {
+    PlanOptions o;
+    o.ctx = 4096;
+    o.batch = 64;
+    auto r = make_plan(preset("mixtral-8x7b"), device("H100-SXM"), o);
+    ASSERT_TRUE(r.ok());
+    const auto j = plan_to_json(*r);
+    EXPECT_EQ(j["model"]["params_total"], j["model"]["params"]);
+    EXPECT_EQ(j["model"]["params_active"], preset("mixtral-8x7b").active_params());
+    EXPECT_EQ(j["model"]["n_experts"], 8);
+    EXPECT_EQ(j["model"]["n_experts_used"], 2);
+    EXPECT_NEAR(j["performance"]["experts_touched_per_layer"].get<double>(), 8, 1e-6);
+    EXPECT_NE(j["performance"]["routing_rule"].get<std::string>().find("uniform"),
+              std::string::npos);
+    const std::string text = plan_to_text(*r);
+    for (const char* words : {"12.88 B active", "8 experts top-2", "(all 8 experts)",
+                              "uniform routing", "2 x active params"})
+        EXPECT_NE(text.find(words), std::string::npos) << words << "\n" << text;
 }
 
 TEST(MachineProbe, MeasuresSomethingQuickly) {
