@@ -50,9 +50,10 @@ void add_plan_command(CLI::App& app) {
     auto args = std::make_shared<PlanArgs>();
     CLI::App* cmd = app.add_subcommand(
         "plan", "Will this model fit this device, how many users, how fast (memory + roofline)");
-    cmd->add_option("-m,--model", args->model,
-                    "GGUF file, HF config.json (or its folder), or preset name; 'default' = the "
-                    "default SmolLM2-135M GGUF")
+    cmd->add_option("-m,--model,model", args->model,
+                    "GGUF file, HF config.json (or its folder), or preset name (dense, "
+                    "mixture-of-experts such as mixtral-8x7b, or Gemma 3); 'default' = the "
+                    "default SmolLM2-135M GGUF; also accepted as the first argument")
         ->capture_default_str();
     cmd->add_option("-d,--device", args->device,
                     "T4, L4, A10, A100-40GB, A100-80GB, H100-SXM, H100-PCIe, H200, RTX-3090, "

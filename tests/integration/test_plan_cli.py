@@ -82,3 +82,38 @@ def test_unknown_device_and_preset_are_clear_errors():
     assert "unknown model preset 'gpt-5'" in r.stderr and "llama-3-8b" in r.stderr
     r = run_ferry("plan", "-m", "llama-2-7b", "-d", "T4", "--weights", "int3", timeout=60)
     assert r.returncode != 0 and "int3" in r.stderr
+
+
+def test_moe_presets_total_active_and_decode_reads():
+    one = plan_json("-m", "mixtral-8x7b", "-d", "H100-SXM", "--ctx", "1", "--weights", "f16")
+    big = plan_json("-m", "mixtral-8x7b", "-d", "H100-SXM", "--ctx", "1", "--weights", "f16",
+                    "--batch", "64")
+    m = one["model"]
+    assert m["params"] == m["params_total"]
+    assert abs(m["params_total"] / 46.7e9 - 1) < 0.005
+    assert abs(m["params_active"] / 12.9e9 - 1) < 0.005
+    assert m["n_experts"] == 8 and m["n_experts_used"] == 2
+    # Memory holds every expert; batch 1 reads the active share, batch 64 nearly all of them.
+    assert one["memory"]["weights_bytes"] == 2 * m["params_total"]
+    w1 = one["performance"]["decode_weight_bytes_per_step"]
+    w64 = big["performance"]["decode_weight_bytes_per_step"]
+    assert abs(w1 - 2 * m["params_active"]) < 16
+    assert w1 < w64 <= one["memory"]["weights_bytes"]
+    assert w64 > 0.98 * one["memory"]["weights_bytes"]
+    r = run_ferry("plan", "-m", "qwen3-30b-a3b", "-d", "H100-SXM", "--ctx", "4096", timeout=60)
+    assert r.returncode == 0, r.stderr
+    for words in ("3.35 B active", "128 experts top-8", "uniform routing"):
+        assert words in r.stdout, words
+
+
+def test_gemma_sliding_kv_and_refused_moe_configs(tmp_path):
+    j = plan_json("-m", "gemma-3-27b", "-d", "H200", "--ctx", "131072")
+    m = j["memory"]
+    assert j["model"]["n_sliding_layers"] == 52 and j["model"]["sliding_window"] == 1024
+    assert m["kv_bytes_per_sequence"] == 8192 * (10 * 131072 + 52 * 1024)
+    assert m["kv_bytes_per_sequence_no_window"] == m["kv_bytes_per_token"] * 131072
+    cfg = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
+           "num_attention_heads": 128, "intermediate_size": 18432, "vocab_size": 129280}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = run_ferry("plan", "-m", tmp_path, "-d", "H100-SXM", timeout=60)
+    assert r.returncode != 0 and "model_type 'deepseek_v3' is not one ferry plan models" in r.stderr
