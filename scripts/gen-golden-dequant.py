@@ -39,6 +39,10 @@ BLOCK_FORMATS = {
     Q.Q8_0: (32, 34, [0]),
     Q.Q4_K: (256, 144, [0, 2]),
     Q.Q6_K: (256, 210, [208]),
+    # Appended, so the cases above draw the same random numbers as before.
+    Q.Q5_0: (32, 22, [0]),
+    Q.Q5_1: (32, 24, [0, 2]),
+    Q.Q5_K: (256, 176, [0, 2]),
 }
 
 F16_SPECIALS = [0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x0400, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00,

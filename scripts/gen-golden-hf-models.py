@@ -70,7 +70,7 @@ QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[
                r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
-NAMES = ["llama", "llama31", "qwen2", "qwen3", "phi3", "mistral"]
+NAMES = ["llama", "llama31", "qwen2", "qwen3", "phi3", "mistral", "gemma3"]
 
 
 def corpus():
@@ -198,6 +198,25 @@ def build(name):
             a["rstrip"] = a["content"] not in ("<unk>", "<s>", "<|endoftext|>")
         model_cls = transformers.Phi3ForCausalLM
         tconf = {"bos_token": None, "eos_token": "<|im_end|>", "add_bos_token": False}
+    elif name == "gemma3":
+        # Gemma 3's differences at once: three sliding layers of window 8 (shorter than the
+        # texts) then a global one, the two rope bases (the global one linearly scaled, as the
+        # 4B+ models are), query_pre_attn_scalar, final logit soft-capping, GeGLU, sandwich
+        # norms, q/k norms, sqrt(hidden) embedding scale; a SentencePiece-style tokenizer.
+        tj = metaspace_tokenizer(600)
+        cfg = transformers.Gemma3TextConfig(
+            vocab_size=len(tj["model"]["vocab"]), hidden_size=64, intermediate_size=128,
+            num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+            query_pre_attn_scalar=32, max_position_embeddings=512, sliding_window=8,
+            layer_types=["sliding_attention"] * 3 + ["full_attention"],
+            rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                             "full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                "rope_theta": 1000000.0}},
+            final_logit_softcapping=4.0, rms_norm_eps=1e-6, initializer_range=0.15,
+            tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+        model_cls = transformers.Gemma3ForCausalLM
+        tconf = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+                 "add_bos_token": True}
     else:
         tj = metaspace_tokenizer(640)
         cfg = transformers.MistralConfig(
@@ -210,7 +229,7 @@ def build(name):
         tconf = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
                  "add_bos_token": True}
     torch.manual_seed({"llama": 1, "qwen2": 2, "mistral": 3, "llama31": 4, "qwen3": 5,
-                       "phi3": 6}[name])
+                       "phi3": 6, "gemma3": 7}[name])
     model = model_cls(cfg)
     # transformers initialises norms to 1 and biases to 0; random ones make a wrong norm or a
     # dropped bias show in the logits.
@@ -294,7 +313,9 @@ def main():
             with tempfile.TemporaryDirectory() as tmp:
                 g = os.path.join(tmp, name + ".gguf")
                 subprocess.run([args.ferry, "quantize", d, g, "--type", "f32", "-q"], check=True)
-                window = json.load(open(os.path.join(d, "config.json"))).get("sliding_window")
+                # llama.cpp applies Gemma 3's window, not the others'.
+                window = None if name == "gemma3" else json.load(
+                    open(os.path.join(d, "config.json"))).get("sliding_window")
                 worst = check_llama_cpp(args.libllama, g, cases, window)
                 if worst is None:
                     print(f"{name}: llama.cpp on ferry's GGUF: tokens identical; logits not "

@@ -80,7 +80,11 @@ class LlamaCpp:
     def last_logits(self, ids):
         """The last position's logits after `ids`, in a fresh context (default parameters: f16
         KV cache, the library's thread count)."""
-        ctx = self.L.llama_init_from_model(self.model, self.L.llama_context_default_params())
+        params = self.L.llama_context_default_params()
+        if len(ids) > 512:  # the default context; n_ctx is the struct's first field in every version
+            n_ctx = (len(ids) + 255) // 256 * 256
+            ctypes.memmove(params.blob, ctypes.byref(ctypes.c_uint32(n_ctx)), 4)
+        ctx = self.L.llama_init_from_model(self.model, params)
         arr = (ctypes.c_int32 * len(ids))(*ids)
         if self.L.llama_decode(ctx, self.L.llama_batch_get_one(arr, len(ids))) != 0:
             raise SystemExit(f"{self.path}: llama_decode failed")

@@ -15,6 +15,12 @@
 namespace ferry::cli {
 namespace {
 
+int sliding_layers(const model::LlamaConfig& c) {
+    int n = 0;
+    for (int l = 0; l < c.n_layer; ++l) n += c.window(l) > 0;
+    return n;
+}
+
 struct InfoOptions {
     std::string model = "default";
     bool json = false;
@@ -66,6 +72,8 @@ void info(const InfoOptions& o) {
         {"rope_style", c.rope_style == kernels::RopeStyle::Normal ? "normal" : "neox"},
         {"rope_scaling", rope_scaling_text(lm)},
         {"sliding_window", c.sliding_window},
+        {"sliding_layers", sliding_layers(c)},
+        {"rope_theta_sliding", c.rope_theta_swa > 0 ? c.rope_theta_swa : c.rope_theta},
         {"rms_eps", c.rms_eps},
         {"weight_bytes_per_token", lm.model->weight_bytes_per_token(*lm.backend)},
         {"kv_bytes_per_token",
@@ -103,7 +111,14 @@ void info(const InfoOptions& o) {
     std::printf("rope            theta %.0f, %s style, %d dims, scaling %s\n", c.rope_theta,
                 c.rope_style == kernels::RopeStyle::Normal ? "normal" : "neox", c.rope_dim,
                 rope_scaling_text(lm).c_str());
-    if (c.sliding_window > 0)
+    if (c.sliding_window > 0 && !c.all_layers_slide())
+        std::printf(
+            "context         %d tokens (trained), sliding window %d on %d of %d layers (the "
+            "others global)%s\n",
+            c.n_ctx_train, c.sliding_window, sliding_layers(c), c.n_layer,
+            c.rope_theta_swa > 0 ? fmt::format(", their rope theta {}", c.rope_theta_swa).c_str()
+                                 : "");
+    else if (c.sliding_window > 0)
         std::printf("context         %d tokens (trained), sliding window %d\n", c.n_ctx_train,
                     c.sliding_window);
     else

@@ -15,6 +15,7 @@
 
 #include "model/hf_weights.h"
 #include "model/rope.h"
+#include "quant/dequantize.h"
 
 namespace ferry::convert {
 namespace {
@@ -196,7 +197,9 @@ Expected<json> read_json(const std::string& path) {
 }  // namespace
 
 std::string gguf_arch(const model::LlamaConfig& c) {
-    return c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "phi3" ? c.arch : "llama";
+    return c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "phi3" || c.arch == "gemma3"
+               ? c.arch
+               : "llama";
 }
 
 Status write_tokenizer(const json& tok, const json& config, int n_vocab, gguf::Writer& w) {
@@ -352,6 +355,35 @@ Status write_metadata(const hf::ModelDir& dir, const model::LlamaConfig& c, gguf
     if (c.sliding_window > 0)
         w.set(p + "attention.sliding_window",
               gguf::make_u32(static_cast<uint32_t>(c.sliding_window)));
+    if (arch == "gemma3") {
+        // llama.cpp reads the pattern as a period (layer l slides unless l % period ==
+        // period - 1) and derives the query scale from the head size.
+        if (c.sliding_window > 0) {
+            int period = 0;
+            for (int p0 = 1; p0 <= c.n_layer + 1 && !period; ++p0) {
+                bool same = true;
+                for (int l = 0; l < c.n_layer; ++l)
+                    same &= (c.window(l) > 0) == ((l + 1) % p0 != 0);
+                if (same) period = p0;
+            }
+            if (!period)
+                return make_error(
+                    "{}: sliding layers that do not repeat with a period have no GGUF "
+                    "spelling",
+                    dir.path());
+            w.set(p + "attention.sliding_window_pattern",
+                  gguf::make_u32(static_cast<uint32_t>(period)));
+            w.set(p + "rope.freq_base_swa", gguf::make_f32(c.rope_theta_swa));
+        }
+        const int q_scalar = c.n_layer == 62 ? c.n_embd / c.n_head : c.head_dim;
+        if (std::fabs(c.attn_scale * std::sqrt(static_cast<float>(q_scalar)) - 1.0f) > 1e-6f)
+            return make_error(
+                "{}: a query_pre_attn_scalar other than {} has no gemma3 GGUF key "
+                "(llama.cpp derives it)",
+                dir.path(), q_scalar);
+        if (c.final_softcap > 0)
+            w.set(p + "final_logit_softcapping", gguf::make_f32(c.final_softcap));
+    }
     // Linear scaling has keys; Llama 3.1's is the rope_freqs.weight tensor (source_tensors).
     const model::RopeScaling& rs = c.rope_scaling;
     if (rs.type == model::RopeScaling::Type::Linear || rs.type == model::RopeScaling::Type::Yarn) {
@@ -403,8 +435,10 @@ Expected<std::vector<SourceTensor>> source_tensors(const hf::ModelDir& dir,
              {"attn_norm.weight", "attn_q.weight", "attn_q.bias", "attn_k.weight", "attn_k.bias",
               "attn_v.weight", "attn_v.bias", "attn_qkv.weight", "attn_q_norm.weight",
               "attn_k_norm.weight", "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
-              "ffn_up.weight", "ffn_down.weight"})
-            names.push_back("blk." + std::to_string(l) + "." + t);
+              "ffn_up.weight", "ffn_down.weight", "post_attention_norm.weight",
+              "post_ffw_norm.weight"})
+            if (c.post_norms || !std::string_view(t).starts_with("post_"))
+                names.push_back("blk." + std::to_string(l) + "." + t);
     names.push_back("output_norm.weight");
     names.push_back("output.weight");
 
@@ -462,6 +496,17 @@ Expected<std::vector<SourceTensor>> source_tensors(const hf::ModelDir& dir,
         s.data = t->data;
         s.n_bytes = t->n_bytes;
         s.n_elements = t->n_elements;
+        if (c.norm_plus_one && g.ends_with("norm.weight")) {
+            // GGUF stores a Gemma norm's 1 + w, as llama.cpp's converter writes it.
+            s.type = DType::F32;
+            s.owned.resize(static_cast<size_t>(t->n_elements) * sizeof(float));
+            auto* f = reinterpret_cast<float*>(s.owned.data());
+            if (Status st = quant::dequantize_row(t->type, t->data, f, t->n_elements); !st)
+                return make_error("{}: tensor '{}': {}", dir.path(), hn, st.error().message);
+            for (int64_t i = 0; i < t->n_elements; ++i) f[i] += 1.0f;
+            s.data = s.owned.data();
+            s.n_bytes = s.owned.size();
+        }
         const bool q = g.ends_with("attn_q.weight") || g.ends_with("attn_q.bias");
         const bool k = g.ends_with("attn_k.weight") || g.ends_with("attn_k.bias");
         if (permute && (q || k)) {

@@ -171,6 +171,12 @@ class Backend {
     virtual void add(const Tensor& x, const Tensor& y) = 0;           // x += y (the residual)
     virtual void add_bias(const Tensor& y, const Tensor& bias) = 0;   // every row += bias
     virtual void silu_mul(const Tensor& gate, const Tensor& up) = 0;  // gate = silu(gate) * up
+    // gate = gelu(gate) * up, GELU's tanh approximation (Gemma's GeGLU; transformers'
+    // gelu_pytorch_tanh).
+    virtual void gelu_mul(const Tensor& gate, const Tensor& up) = 0;
+    virtual void scale(const Tensor& x, float s) = 0;  // x *= s (Gemma's embedding scale)
+    // x = cap * tanh(x / cap), every element (Gemma's logit soft-capping)
+    virtual void softcap(const Tensor& x, float cap) = 0;
     // cos_sin[t] = the rotation of token t's position: inv_freq.size() (cos, sin) pairs, pair i
     // at angle pos * inv_freq[i] (the model's frequencies, its rope scaling applied), both
     // multiplied by `scale` (YaRN's attention factor; 1 otherwise).

@@ -8,8 +8,11 @@ namespace ferry::model {
 namespace {
 
 // GGUF's per-layer names against transformers' (llama, mistral, qwen2 and qwen3 share them).
-// Phi-3 fuses q/k/v and gate/up: GGUF's attn_qkv and ffn_up (twice n_ff rows) hold them.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 16> kLayer = {{
+// Phi-3 fuses q/k/v and gate/up: GGUF's attn_qkv and ffn_up (twice n_ff rows) hold them. Gemma
+// normalises before and after each block: its MLP's input norm is pre_feedforward_layernorm
+// (listed first, so it wins where both exist) and post_attention_layernorm is the attention's
+// output norm.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 19> kLayer = {{
     {"attn_norm.weight", "input_layernorm.weight"},
     {"attn_q.weight", "self_attn.q_proj.weight"},
     {"attn_k.weight", "self_attn.k_proj.weight"},
@@ -20,7 +23,10 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 16> kLayer =
     {"attn_v.bias", "self_attn.v_proj.bias"},
     {"attn_q_norm.weight", "self_attn.q_norm.weight"},
     {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+    {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
     {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+    {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
     {"ffn_gate.weight", "mlp.gate_proj.weight"},
     {"ffn_up.weight", "mlp.up_proj.weight"},
     {"attn_qkv.weight", "self_attn.qkv_proj.weight"},

@@ -41,8 +41,9 @@ class Binder {
             return make_error("{}: tensor '{}' has shape {} but [{}, {}] was expected", f_.path(),
                               name, shape_str(m), rows, cols);
         out = m;
-        if (quantize_it && quantize_to_ && *quantize_to_ != m.dtype()) return quantize(name, out);
-        return Status::Ok();
+        if (!quantize_it) return Status::Ok();
+        if (quantize_to_ && *quantize_to_ != m.dtype()) return quantize(name, out);
+        return widen(name, out);
     }
 
     // A matrix of `cols` inputs whose rows are several matrices one after another (Phi-3's
@@ -57,15 +58,18 @@ class Binder {
         for (const auto& [n, out] : parts) {
             *out = whole.slice(r0, n);
             r0 += n;
-            if (quantize_to_ && *quantize_to_ != out->dtype())
-                if (Status s = quantize(name, *out); !s) return s;
+            Status s = quantize_to_ && *quantize_to_ != out->dtype() ? quantize(name, *out)
+                                                                     : widen(name, *out);
+            if (!s) return s;
         }
         return Status::Ok();
     }
 
     // A vector of n elements as f32 (converted when the file stores another type); optional
     // ones may be absent.
-    Status vector(const std::string& name, int64_t n, Tensor& out, bool optional = false) {
+    // `plus_one`: the file stores w of a norm that scales by 1 + w (transformers' Gemma).
+    Status vector(const std::string& name, int64_t n, Tensor& out, bool optional = false,
+                  bool plus_one = false) {
         auto t = f_.find(name);
         if (!t) return t.error();
         if (!*t) {
@@ -76,13 +80,15 @@ class Binder {
         if (v.ndim() != 1 || v.dim(0) != n)
             return make_error("{}: tensor '{}' has shape {} but [{}] was expected", f_.path(), name,
                               shape_str(v), n);
-        if (v.dtype() == DType::F32) {
+        if (v.dtype() == DType::F32 && !plus_one) {
             out = v;
             return Status::Ok();
         }
         out = owned_tensor(DType::F32, {n});
         if (Status s = quant::dequantize_row(v.dtype(), v.raw(), out.data<float>(), n); !s)
             return make_error("{}: tensor '{}': {}", f_.path(), name, s.error().message);
+        if (plus_one)
+            for (int64_t i = 0; i < n; ++i) out.data<float>()[i] += 1.0f;
         return Status::Ok();
     }
 
@@ -91,6 +97,10 @@ class Binder {
         std::vector<std::string> out;
         for (const auto& [what, n] : fallbacks_)
             out.push_back(fmt::format("{} matrices {}", n, what));
+        for (const auto& [type, n] : widened_)
+            out.push_back(fmt::format(
+                "{} {} matrices computed as q8_0{}", n, type,
+                type == "q5_0" ? " (the same values)" : " (re-rounded to its 8-bit grid)"));
         return out;
     }
 
@@ -118,6 +128,30 @@ class Binder {
         m = q;
         return Status::Ok();
     }
+    // A matrix of a type ferry reads but has no kernels for, in the type it computes with
+    // (quant::compute_type): Q5_0 value for value, the other Q5s through floats.
+    Status widen(const std::string& name, Tensor& m) {
+        const DType to = quant::compute_type(m.dtype());
+        if (to == m.dtype()) return Status::Ok();
+        const int64_t rows = m.dim(0), cols = m.dim(1);
+        Tensor q = owned_tensor(to, {rows, cols});
+        std::vector<float> row(static_cast<size_t>(cols));
+        for (int64_t r = 0; r < rows; ++r) {
+            const auto* src = static_cast<const uint8_t*>(m.raw()) + m.stride(0) * r;
+            auto* dst = static_cast<uint8_t*>(q.raw()) + q.stride(0) * r;
+            if (m.dtype() == DType::Q5_0 && to == DType::Q8_0) {
+                quant::q5_0_to_q8_0(src, dst, cols);
+                continue;
+            }
+            if (Status s = quant::dequantize_row(m.dtype(), src, row.data(), cols); !s)
+                return make_error("{}: tensor '{}': {}", f_.path(), name, s.error().message);
+            if (Status s = quant::quantize_row(to, row.data(), dst, cols); !s)
+                return make_error("{}: tensor '{}': {}", f_.path(), name, s.error().message);
+        }
+        ++widened_[std::string(dtype_name(m.dtype()))];
+        m = q;
+        return Status::Ok();
+    }
     static std::string shape_str(const Tensor& t) {
         std::string s = "[";
         for (int i = 0; i < t.ndim(); ++i) s += (i ? ", " : "") + std::to_string(t.dim(i));
@@ -127,6 +161,7 @@ class Binder {
     const WeightFile& f_;
     std::optional<DType> quantize_to_;
     std::map<std::string, int> fallbacks_;
+    std::map<std::string, int> widened_;
 };
 
 }  // namespace
@@ -153,13 +188,15 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
     // The file's tensors, bound and checked; the matrices go into `sources` in the order
     // they are taken back out below.
     struct Bound {
-        Tensor attn_norm, bq, bk, bv, q_norm, k_norm, ffn_norm;
+        Tensor attn_norm, bq, bk, bv, q_norm, k_norm, ffn_norm, post_attn_norm, post_ffn_norm;
         Tensor m[7];  // q, k, v, output, gate, up, down
     };
     Tensor tok_embd, output, output_norm;
     std::vector<Bound> layers(static_cast<size_t>(c.n_layer));
     if (auto s = b.matrix("token_embd.weight", c.n_embd, c.n_vocab, tok_embd); !s) return s.error();
-    if (auto s = b.vector("output_norm.weight", c.n_embd, output_norm); !s) return s.error();
+    const bool p1 = c.norm_plus_one;
+    if (auto s = b.vector("output_norm.weight", c.n_embd, output_norm, false, p1); !s)
+        return s.error();
     auto has_output = file->find("output.weight");
     if (!has_output) return has_output.error();
     if (*has_output) {
@@ -189,6 +226,9 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
     m->rope_inv_freq_ =
         model::rope_inv_freq(c.rope_dim, c.rope_theta, c.rope_scaling, freq_factors);
     m->rope_scale_ = static_cast<float>(rope_attention_scale(c.rope_scaling));
+    if (c.rope_theta_swa > 0 && c.sliding_window > 0)
+        m->rope_inv_freq_swa_ = model::rope_inv_freq(c.rope_dim, c.rope_theta_swa, {});
+    const bool qk_norms = c.arch == "qwen3" || c.arch == "gemma3";
     for (int i = 0; i < c.n_layer; ++i) {
         Bound& l = layers[static_cast<size_t>(i)];
         const std::string p = "blk." + std::to_string(i) + ".";
@@ -216,15 +256,20 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
             for (Status s : {b.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff, l.m[4]),
                              b.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff, l.m[5])})
                 if (!s) return s.error();
+        if (c.post_norms)
+            for (Status s :
+                 {b.vector(p + "post_attention_norm.weight", c.n_embd, l.post_attn_norm, false, p1),
+                  b.vector(p + "post_ffw_norm.weight", c.n_embd, l.post_ffn_norm, false, p1)})
+                if (!s) return s.error();
         for (Status s : {
-                 b.vector(p + "attn_norm.weight", c.n_embd, l.attn_norm),
+                 b.vector(p + "attn_norm.weight", c.n_embd, l.attn_norm, false, p1),
                  b.matrix(p + "attn_output.weight", c.q_dim(), c.n_embd, l.m[3]),
                  b.vector(p + "attn_q.bias", c.q_dim(), l.bq, true),
                  b.vector(p + "attn_k.bias", c.kv_dim(), l.bk, true),
                  b.vector(p + "attn_v.bias", c.kv_dim(), l.bv, true),
-                 b.vector(p + "attn_q_norm.weight", c.head_dim, l.q_norm, c.arch != "qwen3"),
-                 b.vector(p + "attn_k_norm.weight", c.head_dim, l.k_norm, c.arch != "qwen3"),
-                 b.vector(p + "ffn_norm.weight", c.n_embd, l.ffn_norm),
+                 b.vector(p + "attn_q_norm.weight", c.head_dim, l.q_norm, !qk_norms, p1),
+                 b.vector(p + "attn_k_norm.weight", c.head_dim, l.k_norm, !qk_norms, p1),
+                 b.vector(p + "ffn_norm.weight", c.n_embd, l.ffn_norm, false, p1),
                  b.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd, l.m[6]),
              }) {
             if (!s) return s.error();
@@ -271,6 +316,8 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
         L.bv = vec(l.bv);
         L.q_norm = vec(l.q_norm);
         L.k_norm = vec(l.k_norm);
+        L.post_attn_norm = vec(l.post_attn_norm);
+        L.post_ffn_norm = vec(l.post_ffn_norm);
     }
     m->load_notes_ = b.notes();
     return m;
@@ -291,7 +338,7 @@ int64_t LlamaModel::parameter_count() const {
 namespace {
 
 // The forward pass's working tensors, one backend scratch slot each.
-enum Slot { kX, kXn, kQ, kK, kV, kAttn, kGate, kUp, kOut, kRope, kLast };
+enum Slot { kX, kXn, kQ, kK, kV, kAttn, kGate, kUp, kOut, kRope, kRopeSwa, kLast };
 
 void observe(ActivationObserver* o, kernels::Backend& be, int layer, LinearInput which,
              const Tensor& rows) {
@@ -306,8 +353,8 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
     const LlamaConfig& c = cfg_;
     const int64_t n = batch.n_tokens();
     const int hd = c.head_dim;
-    const kernels::AttentionShape attn_shape{
-        c.n_head, c.n_head_kv, hd, 1.0f / std::sqrt(static_cast<float>(hd)), c.sliding_window};
+    const float attn_scale =
+        c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
     const Tensor x = be.scratch(kX, DType::F32, {n, c.n_embd});
     const Tensor xn = be.scratch(kXn, DType::F32, {n, c.n_embd});
     const Tensor q = be.scratch(kQ, DType::F32, {n, c.q_dim()});
@@ -320,10 +367,20 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
     const Tensor rope = be.scratch(kRope, DType::F32, {n, c.rope_dim});
 
     be.embed(tok_embd_, batch, x);
-    be.rope_angles(batch, rope_inv_freq_, rope_scale_, rope);  // the same in every layer
+    if (c.embed_scale != 1.0f) be.scale(x, c.embed_scale);
+    // The rotation of every position, the same in every layer of a kind.
+    be.rope_angles(batch, rope_inv_freq_, rope_scale_, rope);
+    Tensor rope_swa = rope;
+    if (!rope_inv_freq_swa_.empty()) {
+        rope_swa = be.scratch(kRopeSwa, DType::F32, {n, c.rope_dim});
+        be.rope_angles(batch, rope_inv_freq_swa_, 1.0f, rope_swa);
+    }
 
     for (int li = 0; li < c.n_layer; ++li) {
         const LayerWeights& L = layers_[li];
+        const int window = c.window(li);
+        const kernels::AttentionShape attn_shape{c.n_head, c.n_head_kv, hd, attn_scale, window};
+        const Tensor& layer_rope = window > 0 ? rope_swa : rope;
 
         // Attention block.
         be.rmsnorm(x, L.attn_norm, c.rms_eps, xn);
@@ -339,13 +396,14 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
             be.rmsnorm(qh, L.q_norm, c.rms_eps, qh);
             be.rmsnorm(kh, L.k_norm, c.rms_eps, kh);
         }
-        be.rope(q, c.n_head, hd, c.rope_dim, rope, c.rope_style);
-        be.rope(k, c.n_head_kv, hd, c.rope_dim, rope, c.rope_style);
+        be.rope(q, c.n_head, hd, c.rope_dim, layer_rope, c.rope_style);
+        be.rope(k, c.n_head_kv, hd, c.rope_dim, layer_rope, c.rope_style);
         be.kv_write(kv, li, batch, k, v);
         be.attention(kv, li, batch, attn_shape, q, attn);
         observe(observer, be, li, LinearInput::AttnOut, attn);
         const kernels::MatmulOut o[] = {{&L.wo, out}};
         be.matmul(o, attn);
+        if (!L.post_attn_norm.empty()) be.rmsnorm(out, L.post_attn_norm, c.rms_eps, out);
         be.add(x, out);
 
         // MLP block.
@@ -353,10 +411,14 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
         observe(observer, be, li, LinearInput::Ffn, xn);
         const kernels::MatmulOut gate_up[] = {{&L.w_gate, gate}, {&L.w_up, up}};
         be.matmul(gate_up, xn);
-        be.silu_mul(gate, up);
+        if (c.ffn == LlamaConfig::Ffn::GeGLU)
+            be.gelu_mul(gate, up);
+        else
+            be.silu_mul(gate, up);
         observe(observer, be, li, LinearInput::FfnDown, gate);
         const kernels::MatmulOut down[] = {{&L.w_down, out}};
         be.matmul(down, gate);
+        if (!L.post_ffn_norm.empty()) be.rmsnorm(out, L.post_ffn_norm, c.rms_eps, out);
         be.add(x, out);
     }
 
@@ -368,6 +430,7 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
     be.rmsnorm(last, output_norm_, c.rms_eps, xn.slice(0, rows));
     const kernels::MatmulOut head[] = {{&output_, logits}};
     be.matmul(head, xn.slice(0, rows));
+    if (c.final_softcap > 0) be.softcap(logits, c.final_softcap);
 }
 
 }  // namespace ferry::model

@@ -41,6 +41,7 @@ struct LayerWeights {
     Tensor q_norm, k_norm;  // qwen3: RMSNorm of each head's q and k (head_dim), else empty
     Tensor ffn_norm;
     kernels::Matrix w_gate, w_up, w_down;
+    Tensor post_attn_norm, post_ffn_norm;  // Gemma's norms after each block, else empty
 };
 
 class LlamaModel {
@@ -95,6 +96,7 @@ class LlamaModel {
     Tensor output_norm_;
     std::vector<LayerWeights> layers_;
     std::vector<double> rope_inv_freq_;
+    std::vector<double> rope_inv_freq_swa_;  // the sliding layers' where they have their own
     float rope_scale_ = 1.0f;
 };
 

@@ -1,5 +1,7 @@
 #include "model/llama_config.h"
 
+#include "model/gemma3.h"
+
 #include <array>
 #include <cmath>
 #include <string_view>
@@ -20,7 +22,9 @@ constexpr std::array kArchs = {
     ArchTraits{"qwen2", kernels::RopeStyle::Neox},
     ArchTraits{"qwen3", kernels::RopeStyle::Neox},
     ArchTraits{"phi3", kernels::RopeStyle::Neox},
+    ArchTraits{"gemma3", kernels::RopeStyle::Neox},  // and model/gemma3.cpp's differences
 };
+constexpr const char* kArchList = "llama, mistral, qwen2, qwen3, phi3, gemma3";
 
 }  // namespace
 
@@ -33,9 +37,8 @@ Expected<LlamaConfig> read_llama_config(const gguf::File& file) {
     for (const auto& a : kArchs)
         if (a.arch == c.arch) traits = &a;
     if (!traits)
-        return make_error(
-            "{}: unsupported architecture '{}' (ferry runs llama, mistral, qwen2, qwen3, phi3)",
-            file.path(), c.arch);
+        return make_error("{}: unsupported architecture '{}' (ferry runs {})", file.path(), c.arch,
+                          kArchList);
     c.rope_style = traits->rope;
     c.name = file.get_string("general.name").value_or(c.arch);
 
@@ -110,6 +113,8 @@ Expected<LlamaConfig> read_llama_config(const gguf::File& file) {
     else if (const auto* toks = file.get_array("tokenizer.ggml.tokens"))
         c.n_vocab = static_cast<int>(toks->items.size());
     if (c.n_vocab <= 0) return make_error("{}: vocabulary size unknown", file.path());
+    if (c.arch == "gemma3")
+        if (Status s = read_gemma3(file, c); !s) return s.error();
     return c;
 }
 
@@ -123,12 +128,17 @@ Expected<LlamaConfig> read_llama_config(const nlohmann::json& j, const std::stri
     if (!j.is_object()) return make_error("{}: not a JSON object", where);
     LlamaConfig c;
     c.arch = str_or(j, "model_type", "");
+    if (c.arch == "gemma3")
+        return make_error(
+            "{}: a multimodal Gemma 3 checkpoint (model_type gemma3, weights under "
+            "language_model.*) is not supported yet; its text-only sizes (gemma3_text) are",
+            where);
+    if (c.arch == "gemma3_text") c.arch = "gemma3";
     bool known = false;
     for (const auto& a : kArchs) known |= a.arch == c.arch;
     if (!known)
-        return make_error(
-            "{}: unsupported model_type '{}' (ferry runs llama, mistral, qwen2, qwen3, phi3)",
-            where, c.arch);
+        return make_error("{}: unsupported model_type '{}' (ferry runs {}; gemma3 as gemma3_text)",
+                          where, c.arch, kArchList);
     c.rope_style = kernels::RopeStyle::Neox;
     c.name = str_or(j, "_name_or_path", where);
     auto need = [&](const char* key, int& out) -> Status {
@@ -180,6 +190,10 @@ Expected<LlamaConfig> read_llama_config(const nlohmann::json& j, const std::stri
         auto rs = j.find(key);
         if (rs == j.end() || rs->is_null()) continue;
         if (!rs->is_object()) return make_error("{}: {} is not an object", where, key);
+        // transformers 5's Gemma 3 keys them by layer type; the global layers' are the model's
+        // (gemma3.cpp reads the sliding ones).
+        if (auto full = rs->find("full_attention"); full != rs->end() && full->is_object())
+            rs = full;
         if (auto t = rs->find("rope_theta"); t != rs->end() && t->is_number())
             c.rope_theta = t->get<float>();
         const std::string type = str_or(*rs, "rope_type", str_or(*rs, "type", "default"));
@@ -243,7 +257,15 @@ Expected<LlamaConfig> read_llama_config(const nlohmann::json& j, const std::stri
     const int window = int_or("sliding_window", 0);
     int n_sliding = 0;
     if (auto lt = j.find("layer_types"); lt != j.end() && lt->is_array()) {
-        for (const auto& t : *lt) n_sliding += t == "sliding_attention";
+        if (static_cast<int>(lt->size()) != c.n_layer)
+            return make_error("{}: layer_types has {} entries for {} layers", where, lt->size(),
+                              c.n_layer);
+        for (const auto& t : *lt) {
+            if (t != "sliding_attention" && t != "full_attention")
+                return make_error("{}: layer type {} is not supported", where, t.dump());
+            c.swa_layers.push_back(t == "sliding_attention");
+            n_sliding += t == "sliding_attention";
+        }
     } else if (j.contains("use_sliding_window")) {
         const auto& u = j["use_sliding_window"];
         const int first = int_or("max_window_layers", 0);
@@ -251,14 +273,16 @@ Expected<LlamaConfig> read_llama_config(const nlohmann::json& j, const std::stri
     } else {
         n_sliding = c.n_layer;
     }
-    if (window > 0 && n_sliding > 0) {
-        if (n_sliding != c.n_layer)
-            return make_error(
-                "{}: {} of {} layers use a sliding window of {}; per-layer windows are not "
-                "supported yet",
-                where, n_sliding, c.n_layer, window);
-        if (window < c.n_ctx_train) c.sliding_window = window;
+    if (window > 0 && n_sliding > 0 && window < c.n_ctx_train) {
+        c.sliding_window = window;
+        // Qwen2's max_window_layers: the layers from it on slide.
+        if (c.swa_layers.empty() && n_sliding != c.n_layer)
+            for (int l = 0; l < c.n_layer; ++l) c.swa_layers.push_back(l >= c.n_layer - n_sliding);
     }
+    if (c.swa_layers.size() && c.all_layers_slide()) c.swa_layers.clear();
+    if (c.arch == "gemma3")
+        if (Status s = read_gemma3(j, where, c); !s) return s.error();
+    if (c.sliding_window == 0) c.swa_layers.clear();
     return c;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include "core/status.h"
@@ -31,8 +32,36 @@ struct LlamaConfig {
     kernels::RopeStyle rope_style = kernels::RopeStyle::Normal;
     // A GGUF's Llama 3.1 scaling is its rope_freqs.weight tensor instead (LlamaModel reads it).
     RopeScaling rope_scaling;
-    // > 0: every layer attends to the last sliding_window positions only (Mistral, Phi-3).
+    // > 0: the sliding layers attend to the last sliding_window positions only: every layer
+    // (Mistral, Phi-3) unless swa_layers says which (Gemma 3 interleaves them with global ones).
     int sliding_window = 0;
+    std::vector<bool> swa_layers;  // per layer; empty: all
+    // > 0: sliding layers rotate with this base and without the rope scaling (Gemma 3's local
+    // base); 0: every layer rotates alike.
+    float rope_theta_swa = 0;
+
+    // The few places the families' blocks differ (model/families.cpp reads them).
+    enum class Ffn { SwiGLU, GeGLU };  // silu(gate) * up, or gelu_tanh(gate) * up (Gemma)
+    Ffn ffn = Ffn::SwiGLU;
+    float embed_scale = 1;  // the token embedding times this (Gemma: sqrt(n_embd))
+    // Gemma's sandwich: each block's output normalised again before the residual add
+    // (post_attention_norm, post_ffw_norm).
+    bool post_norms = false;
+    // transformers' Gemma stores RMSNorm weights w and scales by 1 + w; GGUF stores 1 + w.
+    bool norm_plus_one = false;
+    float attn_scale = 0;     // q.k scale; 0: 1 / sqrt(head_dim)
+    float final_softcap = 0;  // > 0: logits = cap * tanh(logits / cap)
+
+    // The window layer `l` attends within (0: the whole context).
+    int window(int l) const {
+        return swa_layers.empty() || swa_layers[static_cast<size_t>(l)] ? sliding_window : 0;
+    }
+    bool all_layers_slide() const {
+        if (sliding_window <= 0) return false;
+        for (bool s : swa_layers)
+            if (!s) return false;
+        return true;
+    }
 
     int q_dim() const { return n_head * head_dim; }
     int kv_dim() const { return n_head_kv * head_dim; }

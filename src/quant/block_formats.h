@@ -19,6 +19,18 @@ struct BlockQ4_1 {
     uint16_t m;  // fp16 minimum
     uint8_t qs[QK / 2];
 };
+// Q5: a fifth bit per element in qh (bit j of the little-endian word for element j).
+struct BlockQ5_0 {
+    uint16_t d;
+    uint8_t qh[4];
+    uint8_t qs[QK / 2];  // low nibbles as Q4_0's
+};
+struct BlockQ5_1 {
+    uint16_t d;
+    uint16_t m;
+    uint8_t qh[4];
+    uint8_t qs[QK / 2];
+};
 struct BlockQ8_0 {
     uint16_t d;
     int8_t qs[QK];
@@ -27,6 +39,13 @@ struct BlockQ4_K {
     uint16_t d;                    // super-block scale for the quantized scales
     uint16_t dmin;                 // super-block scale for the quantized minimums
     uint8_t scales[K_SCALE_SIZE];  // 8 scales and 8 mins, 6 bits each
+    uint8_t qs[QK_K / 2];
+};
+struct BlockQ5_K {
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[K_SCALE_SIZE];  // packed as Q4_K's
+    uint8_t qh[QK_K / 8];          // fifth bits: bit 2s / 2s+1 of qh[l] for sub-blocks 2s, 2s+1
     uint8_t qs[QK_K / 2];
 };
 struct BlockQ6_K {
@@ -39,7 +58,10 @@ struct BlockQ6_K {
 
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ6_K) == 210);
 

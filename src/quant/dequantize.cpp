@@ -68,6 +68,32 @@ void dequant_q4_1(const void* src, float* dst, int64_t n) {
     }
 }
 
+// Element j's five bits: its nibble and bit j of qh.
+template <class Block>
+int q5_value(const Block& b, int j) {
+    uint32_t qh;
+    std::memcpy(&qh, b.qh, 4);
+    const int nib = j < QK / 2 ? b.qs[j] & 0x0F : b.qs[j - QK / 2] >> 4;
+    return nib | static_cast<int>(((qh >> j) & 1u) << 4);
+}
+
+void dequant_q5_0(const void* src, float* dst, int64_t n) {
+    for (int64_t i = 0; i < n / QK; ++i) {
+        const auto b = load_block<BlockQ5_0>(src, i);
+        const float d = fp16_to_fp32(b.d);
+        for (int j = 0; j < QK; ++j) dst[i * QK + j] = static_cast<float>(q5_value(b, j) - 16) * d;
+    }
+}
+
+void dequant_q5_1(const void* src, float* dst, int64_t n) {
+    for (int64_t i = 0; i < n / QK; ++i) {
+        const auto b = load_block<BlockQ5_1>(src, i);
+        const float d = fp16_to_fp32(b.d);
+        const float m = fp16_to_fp32(b.m);
+        for (int j = 0; j < QK; ++j) dst[i * QK + j] = static_cast<float>(q5_value(b, j)) * d + m;
+    }
+}
+
 void dequant_q8_0(const void* src, float* dst, int64_t n) {
     for (int64_t i = 0; i < n / QK; ++i) {
         const auto b = load_block<BlockQ8_0>(src, i);
@@ -87,6 +113,25 @@ void dequant_q4_k(const void* src, float* dst, int64_t n) {
             const float ds = d * sc[s], ms = dmin * m[s];
             for (int l = 0; l < 32; ++l)
                 dst[i * QK_K + 32 * s + l] = ds * static_cast<float>(q[32 * s + l]) - ms;
+        }
+    }
+}
+
+void dequant_q5_k(const void* src, float* dst, int64_t n) {
+    uint8_t sc[8], m[8];
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        const auto b = load_block<BlockQ5_K>(src, i);
+        const float d = fp16_to_fp32(b.d);
+        const float dmin = fp16_to_fp32(b.dmin);
+        q4_k_scale_mins(b.scales, sc, m);
+        for (int s = 0; s < 8; ++s) {
+            const float ds = d * sc[s], ms = dmin * m[s];
+            const uint8_t* ql = b.qs + 32 * (s / 2);
+            for (int l = 0; l < 32; ++l) {
+                const int lo = s % 2 ? ql[l] >> 4 : ql[l] & 0x0F;
+                const int q = lo + ((b.qh[l] >> s) & 1) * 16;
+                dst[i * QK_K + 32 * s + l] = ds * static_cast<float>(q) - ms;
+            }
         }
     }
 }
@@ -261,8 +306,17 @@ Status dequantize_row(DType type, const void* src, float* dst, int64_t n) {
         case DType::Q4_1:
             dequant_q4_1(src, dst, n);
             break;
+        case DType::Q5_0:
+            dequant_q5_0(src, dst, n);
+            break;
+        case DType::Q5_1:
+            dequant_q5_1(src, dst, n);
+            break;
         case DType::Q8_0:
             dequant_q8_0(src, dst, n);
+            break;
+        case DType::Q5_K:
+            dequant_q5_k(src, dst, n);
             break;
         case DType::Q4_K:
             dequant_q4_k(src, dst, n);

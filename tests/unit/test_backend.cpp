@@ -140,6 +140,26 @@ TEST_P(BackendOps, ElementwiseOpsMatchPlainMath) {
             want[i] = double(x[i]) / (1.0 + std::exp(-double(x[i]))) * y[i];
         expect_near(get(tg), want, 1e-5, "silu_mul");
     }
+    // gelu_mul against GELU's tanh form in doubles; scale; softcap
+    {
+        Tensor tg = put(x, n, dim), tu = put(y, n, dim);
+        be->gelu_mul(tg, tu);
+        std::vector<double> want(n * dim);
+        for (int64_t i = 0; i < n * dim; ++i) {
+            const double v = x[i];
+            const double u = std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v);
+            want[i] = 0.5 * v * (1.0 + std::tanh(u)) * y[i];
+        }
+        expect_near(get(tg), want, 1e-5, "gelu_mul");
+        Tensor ts = put(x, n, dim);
+        be->scale(ts, 3.5f);
+        for (int64_t i = 0; i < n * dim; ++i) want[i] = 3.5 * x[i];
+        expect_near(get(ts), want, 1e-6, "scale");
+        Tensor tc = put(x, n, dim);
+        be->softcap(tc, 0.75f);
+        for (int64_t i = 0; i < n * dim; ++i) want[i] = 0.75 * std::tanh(x[i] / 0.75);
+        expect_near(get(tc), want, 1e-6, "softcap");
+    }
     // gather_rows, softmax, argmax
     {
         Tensor tx = put(x, n, dim), out = put(std::vector<float>(3 * dim), 3, dim);

@@ -13,6 +13,7 @@
 
 #include "gguf/gguf_file.h"
 #include "quant/block_formats.h"
+#include "quant/quantize.h"
 #include "test_util.h"
 
 namespace ferry::quant {
@@ -84,7 +85,7 @@ TEST(Dequantize, MatchesGgufPyOnGoldenBlocks) {
         expect_same(read_floats(dir / c["values"].get<std::string>()), got, name);
         ++checked;
     }
-    EXPECT_EQ(checked, 7);  // f16 bf16 q4_0 q4_1 q8_0 q4_k q6_k
+    EXPECT_EQ(checked, 10);  // f16 bf16 q4_0 q4_1 q8_0 q4_k q6_k q5_0 q5_1 q5_k
 }
 
 TEST(Dequantize, MatchesGgufPyOnRealModelRows) {
@@ -110,6 +111,23 @@ TEST(Dequantize, MatchesGgufPyOnRealModelRows) {
     EXPECT_EQ(checked, 2);  // blk.0.attn_q.weight (q4_1), token_embd.weight (q8_0)
 }
 
+// The model computes Q5_0 matrices as Q8_0 (quant::compute_type): the same values, bit for bit,
+// on gguf-py's blocks with their edge-case scales.
+TEST(Dequantize, Q5_0AsQ8_0KeepsEveryValue) {
+    const std::filesystem::path dir = ferry::testing::golden_dir() + "/dequant";
+    const std::vector<uint8_t> raw = read_file(dir / "q5_0.bin");
+    const int64_t n = static_cast<int64_t>(raw.size() / 22 * 32);
+    ASSERT_GT(n, 0);
+    EXPECT_EQ(compute_type(DType::Q5_0), DType::Q8_0);
+    EXPECT_EQ(compute_type(DType::Q4_K), DType::Q4_K);
+    std::vector<uint8_t> q8(row_bytes(DType::Q8_0, n));
+    q5_0_to_q8_0(raw.data(), q8.data(), n);
+    std::vector<float> want(n), got(n);
+    ASSERT_TRUE(dequantize_row(DType::Q5_0, raw.data(), want.data(), n).ok());
+    ASSERT_TRUE(dequantize_row(DType::Q8_0, q8.data(), got.data(), n).ok());
+    expect_same(want, got, "q5_0 as q8_0");
+}
+
 TEST(Dequantize, F32IsACopy) {
     const float src[3] = {1.0f, -0.0f, INFINITY};
     float dst[3];
@@ -118,11 +136,11 @@ TEST(Dequantize, F32IsACopy) {
 }
 
 TEST(Dequantize, RejectsUnsupportedTypesAndRaggedRows) {
-    uint8_t buf[64] = {};
-    float out[64];
-    Status s = dequantize_row(DType::Q5_0, buf, out, 32);
+    uint8_t buf[128] = {};
+    float out[256];
+    Status s = dequantize_row(DType::Q2_K, buf, out, 256);
     ASSERT_FALSE(s.ok());
-    EXPECT_NE(s.error().message.find("q5_0"), std::string::npos) << s.error().message;
+    EXPECT_NE(s.error().message.find("q2_k"), std::string::npos) << s.error().message;
     EXPECT_NE(s.error().message.find("not supported"), std::string::npos);
     s = dequantize_row(DType::Q4_0, buf, out, 33);
     ASSERT_FALSE(s.ok());

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "convert/hf_to_gguf.h"
+#include "engine/engine.h"
 #include "engine/generator.h"
 #include "engine/loaded_model.h"
 #include "gguf/gguf_writer.h"
@@ -128,8 +129,12 @@ TEST_P(HfModels, ConvertedGgufAnswersAsTransformers) {
     // and end-of-generation token came along.
     auto dir = LoadedModel::load(model_dir(GetParam()), false, f32_backend());
     ASSERT_TRUE(dir.ok()) << dir.error().message;
-    for (const auto& c : golden(GetParam())["cases"]) {
-        const auto ids = c["ids"].get<std::vector<int32_t>>();
+    const nlohmann::json g = golden(GetParam());  // alive for the loop (C++20 does not extend it)
+    for (const auto& c : g["cases"]) {
+        auto ids = c["ids"].get<std::vector<int32_t>>();
+        // Without the BOS: after one that renders as nothing, llama.cpp (which the GGUF side
+        // follows) keeps the prefix space of the next token and transformers' Strip drops it.
+        if (!ids.empty() && ids[0] == dir->tokenizer->bos()) ids.erase(ids.begin());
         EXPECT_EQ(lm->tokenizer->decode(ids, false), dir->tokenizer->decode(ids, false));
         EXPECT_EQ(lm->tokenizer->decode(ids, true), dir->tokenizer->decode(ids, true));
     }
@@ -142,7 +147,8 @@ TEST_P(HfModels, ConvertedGgufAnswersAsTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, HfModels,
-                         ::testing::Values("llama", "llama31", "qwen2", "qwen3", "phi3", "mistral"),
+                         ::testing::Values("llama", "llama31", "qwen2", "qwen3", "phi3", "mistral",
+                                           "gemma3"),
                          [](const auto& info) { return info.param; });
 
 // What has no GGUF spelling is refused by name, not written as a file that tokenizes wrong.
@@ -211,3 +217,64 @@ TEST(HfToGguf, PermutesQueryAndKeyRowsForLlamaOnly) {
 }
 
 }  // namespace
+
+// Batching changes nothing on the families whose attention differs by layer: 16 mixed requests
+// at once (chunked prefill, prompts far longer than gemma3's and phi3's windows of 8, shared
+// prefixes for the prefix cache) give each the tokens it gets alone.
+class HfModelsEngine : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HfModelsEngine, ConcurrentGreedyEqualsOneAtATime) {
+    auto lm = LoadedModel::load(model_dir(GetParam()), false, f32_backend());
+    ASSERT_TRUE(lm.ok()) << lm.error().message;
+    const nlohmann::json g = golden(GetParam());
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<ferry::engine::RequestParams> params;
+    for (int i = 0; i < 16; ++i) {
+        const auto& c = g["cases"][static_cast<size_t>(i % 4)];
+        std::string text = c["text"].get<std::string>();
+        for (int r = 0; r < i / 4; ++r) {
+            text += ' ';  // (GCC 12 warns falsely on " " + string here)
+            text += g["cases"][static_cast<size_t>(r)]["text"].get<std::string>();
+        }
+        prompts.push_back(lm->tokenizer->encode(text, true, true));
+        ferry::engine::RequestParams p;
+        p.sampling.temperature = 0;
+        p.max_tokens = 3 + i % 7;
+        params.push_back(p);
+    }
+    auto run = [&](int max_seqs, bool prefix_cache, std::vector<std::vector<int32_t>>& out) {
+        ferry::engine::EngineConfig cfg;
+        cfg.max_model_len = 256;
+        cfg.kv_cache_memory = 8ll << 20;
+        cfg.max_num_seqs = max_seqs;
+        cfg.max_num_batched_tokens = 24;  // prompts of up to ~60 tokens prefill in chunks
+        cfg.prefix_cache = prefix_cache;
+        auto e = ferry::engine::Engine::create(*lm, cfg);
+        ASSERT_TRUE(e.ok()) << e.error().message;
+        out.assign(prompts.size(), {});
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            auto id = (*e)->add_request(prompts[i], params[i],
+                                        [&out, i](const ferry::engine::TokenEvent& ev) {
+                                            if (ev.token >= 0) out[i].push_back(ev.token);
+                                        });
+            ASSERT_TRUE(id.ok()) << id.error().message;
+            if (max_seqs == 1)
+                while ((*e)->has_work()) (*e)->step();
+        }
+        while ((*e)->has_work()) (*e)->step();
+        EXPECT_EQ((*e)->metrics().kv_blocks_used, 0);
+    };
+    std::vector<std::vector<int32_t>> together, alone;
+    run(16, true, together);
+    run(1, false, alone);
+    size_t past_window = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        past_window += prompts[i].size() > 8;
+        EXPECT_EQ(together[i].size(), static_cast<size_t>(params[i].max_tokens)) << i;
+        EXPECT_EQ(together[i], alone[i]) << GetParam() << " request " << i;
+    }
+    EXPECT_GE(past_window, 15u);  // all but "Good morning" alone
+}
+
+INSTANTIATE_TEST_SUITE_P(SlidingWindows, HfModelsEngine, ::testing::Values("gemma3", "phi3"),
+                         [](const auto& info) { return info.param; });

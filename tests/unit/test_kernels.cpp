@@ -369,6 +369,12 @@ TEST(Kernels, ElementwiseOpsMatchReference) {
             for (int64_t i = 0; i < n; ++i)
                 ASSERT_NEAR(a[i], b[i], 1e-5f * (1 + std::fabs(b[i]))) << i;
 
+            a = g, b = g;
+            kernels::cpu::gelu_mul(a.data(), up.data(), n);
+            kernels::cpu::ref::gelu_mul(b.data(), up.data(), n);
+            for (int64_t i = 0; i < n; ++i)
+                ASSERT_NEAR(a[i], b[i], 1e-5f * (1 + std::fabs(b[i]))) << "gelu " << i;
+
             auto s = random_floats(n, rng, 30.0f);
             if (n > 2) s[2] = -std::numeric_limits<float>::infinity();  // a masked score
             a = s, b = s;

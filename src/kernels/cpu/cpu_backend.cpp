@@ -10,6 +10,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/packed_weights.h"
 #include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/reference.h"
 
 namespace ferry::kernels::cpu {
 namespace {
@@ -196,6 +197,24 @@ void CpuBackend::silu_mul(const Tensor& gate, const Tensor& up) {
     float* g = gate.data<float>();
     const float* u = up.data<float>();
     per_row(gate.rows(), [&](int64_t t) { cpu::silu_mul(g + t * dim, u + t * dim, dim); });
+}
+
+void CpuBackend::gelu_mul(const Tensor& gate, const Tensor& up) {
+    const int64_t dim = gate.cols();
+    float* g = gate.data<float>();
+    const float* u = up.data<float>();
+    per_row(gate.rows(), [&](int64_t t) { cpu::gelu_mul(g + t * dim, u + t * dim, dim); });
+}
+
+void CpuBackend::scale(const Tensor& x, float s) {
+    float* a = x.data<float>();
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) a[i] *= s;
+}
+
+void CpuBackend::softcap(const Tensor& x, float cap) {
+    float* a = x.data<float>();
+    const int64_t dim = x.cols();
+    per_row(x.rows(), [&](int64_t t) { cpu::ref::softcap(a + t * dim, dim, cap); });
 }
 
 void CpuBackend::rope_angles(const Batch& b, std::span<const double> inv_freq, float scale,

@@ -39,6 +39,9 @@ class CpuBackend final : public Backend {
     void add(const Tensor& x, const Tensor& y) override;
     void add_bias(const Tensor& y, const Tensor& bias) override;
     void silu_mul(const Tensor& gate, const Tensor& up) override;
+    void gelu_mul(const Tensor& gate, const Tensor& up) override;
+    void scale(const Tensor& x, float s) override;
+    void softcap(const Tensor& x, float cap) override;
     void rope_angles(const Batch& b, std::span<const double> inv_freq, float scale,
                      const Tensor& cos_sin) override;
     void rope(const Tensor& x, int n_heads, int head_dim, int rope_dim, const Tensor& cos_sin,

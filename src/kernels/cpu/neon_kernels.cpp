@@ -538,6 +538,23 @@ void silu_mul(float* gate, const float* up, int64_t n) {
     for (; i < n; ++i) gate[i] = gate[i] / (1.0f + __builtin_expf(-gate[i])) * up[i];
 }
 
+// ref::gelu_mul's x / (1 + exp(-2u)), the exp vectorised as silu_mul's.
+void gelu_mul(float* gate, const float* up, int64_t n) {
+    int64_t i = 0;
+    const vf one = vset1(1.0f), k2 = vset1(-2.0f * 0.7978845608028654f), c = vset1(0.044715f);
+    for (; i + VL <= n; i += VL) {
+        const vf x = vld1q_f32(gate + i);
+        const vf inner = vfmaq_f32(x, vmulq_f32(c, vmulq_f32(x, x)), x);  // x + 0.044715 x^3
+        const vf e = vexp(vmulq_f32(k2, inner));
+        vst1q_f32(gate + i, vmulq_f32(vdivq_f32(x, vaddq_f32(one, e)), vld1q_f32(up + i)));
+    }
+    for (; i < n; ++i) {
+        const float x = gate[i];
+        const float u2 = 2.0f * 0.7978845608028654f * (x + 0.044715f * x * x * x);
+        gate[i] = x / (1.0f + __builtin_expf(-u2)) * up[i];
+    }
+}
+
 // RoPE, bit for bit the reference (products rounded on their own, never fused): vld2 splits
 // adjacent pairs into their first and second elements, and cos_sin into cosines and sines.
 void rope(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin,
@@ -676,6 +693,7 @@ constexpr LevelKernels make_table() {
     t.matmul_rows = matmul_rows;
     t.rmsnorm = rmsnorm;
     t.silu_mul = silu_mul;
+    t.gelu_mul = gelu_mul;
     t.rope = rope;
     t.softmax = softmax;
     t.argmax = argmax;

@@ -213,6 +213,11 @@ void silu_mul(float* gate, const float* up, int64_t n) {
     ref::silu_mul(gate, up, n);
 }
 
+void gelu_mul(float* gate, const float* up, int64_t n) {
+    if (const LevelKernels* lk = table()) return lk->gelu_mul(gate, up, n);
+    ref::gelu_mul(gate, up, n);
+}
+
 void softmax(float* x, int64_t n) {
     if (const LevelKernels* lk = table()) return lk->softmax(x, n);
     ref::softmax(x, n);

@@ -57,6 +57,8 @@ void rope(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_si
 
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float* gate, const float* up, int64_t n);
+// gate[i] = gelu_tanh(gate[i]) * up[i] (ref::gelu_mul's form)
+void gelu_mul(float* gate, const float* up, int64_t n);
 
 void softmax(float* x, int64_t n);
 

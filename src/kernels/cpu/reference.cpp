@@ -266,6 +266,19 @@ void silu_mul(float* gate, const float* up, int64_t n) {
     for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+void gelu_mul(float* gate, const float* up, int64_t n) {
+    constexpr float k = 0.7978845608028654f;  // sqrt(2 / pi)
+    for (int64_t i = 0; i < n; ++i) {
+        const float x = gate[i];
+        const float u2 = 2.0f * k * (x + 0.044715f * x * x * x);
+        gate[i] = x / (1.0f + std::exp(-u2)) * up[i];
+    }
+}
+
+void softcap(float* x, int64_t n, float cap) {
+    for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
 void softmax(float* x, int64_t n) {
     float mx = -std::numeric_limits<float>::infinity();
     for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);

@@ -27,6 +27,11 @@ void rmsnorm(const float* x, const float* weight, float* out, int64_t n, float e
 // levels reproduce it bit for bit.
 void rope(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin, RopeStyle style);
 void silu_mul(float* gate, const float* up, int64_t n);
+// gate[i] = gelu_tanh(gate[i]) * up[i], written as x * sigmoid(2u) = x / (1 + exp(-2u)) with
+// u = sqrt(2/pi) (x + 0.044715 x^3): 0.5 (1 + tanh(u)) is that sigmoid, and the form is the one
+// the SIMD paths compute with their exp.
+void gelu_mul(float* gate, const float* up, int64_t n);
+void softcap(float* x, int64_t n, float cap);  // x = cap * tanh(x / cap)
 void softmax(float* x, int64_t n);
 int64_t argmax(const float* x, int64_t n);
 void attend(const float* q, const float* k, const float* v, size_t stride, int64_t n_kv,

@@ -27,6 +27,7 @@ struct LevelKernels {
                         int64_t r0, int64_t r1);
     void (*rmsnorm)(const float* x, const float* weight, float* out, int64_t n, float eps);
     void (*silu_mul)(float* gate, const float* up, int64_t n);
+    void (*gelu_mul)(float* gate, const float* up, int64_t n);
     // exactly ref::rope's bits
     void (*rope)(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin,
                  RopeStyle style);
