@@ -120,11 +120,21 @@ void copy_tokenizer(const gguf::File& src, int64_t vocab, gguf::Writer& w, bool 
 
 void synth(const SynthOptions& o) {
     plan::ModelSpec m = take(plan::load_model_spec(o.like));
+    // Gemma 3's local/global period, from the whole model's layers (the last of each global).
+    const int64_t swa_period =
+        m.n_sliding_layers > 0 ? m.n_layers / std::max<int64_t>(1, m.n_layers - m.n_sliding_layers)
+                               : 0;
     if (o.layers > 0) m.n_layers = o.layers;
-    if (m.arch != "llama" && m.arch != "qwen2" && m.arch != "mistral")
+    if (m.is_moe())
+        throw ExitError(
+            fmt::format("--like {}: mixture-of-experts models are not synthesized yet", o.like));
+    if (m.arch != "llama" && m.arch != "qwen2" && m.arch != "mistral" && m.arch != "qwen3" &&
+        m.arch != "gemma3")
         throw ExitError(fmt::format(
-            "--like {}: architecture '{}' is not one ferry synthesizes (llama, mistral, qwen2)",
+            "--like {}: architecture '{}' is not one ferry synthesizes (llama, mistral, qwen2, "
+            "qwen3, gemma3)",
             o.like, m.arch));
+    const bool gemma = m.arch == "gemma3", qk_norms = gemma || m.arch == "qwen3";
     const DType target = take(parse_weight_type(o.type, o.group_size));
     const std::string arch = m.arch == "mistral" ? "llama" : m.arch;
     const auto tok_file = take(gguf::File::open(take(resolve_model_path("default"))));
@@ -149,6 +159,10 @@ void synth(const SynthOptions& o) {
     w.set(arch + ".rope.freq_base", gguf::make_f32(static_cast<float>(m.rope_theta)));
     w.set(arch + ".attention.layer_norm_rms_epsilon",
           gguf::make_f32(static_cast<float>(m.rms_eps)));
+    if (gemma && m.sliding_window > 0 && swa_period > 0) {
+        u32("attention.sliding_window", m.sliding_window);
+        u32("attention.sliding_window_pattern", swa_period);
+    }
     set_weight_type_metadata(w, target);
     w.set("ferry.synth.like", gguf::make_string(m.name));
     w.set("ferry.synth.seed", gguf::make_u64(o.seed));
@@ -174,7 +188,15 @@ void synth(const SynthOptions& o) {
             specs.push_back({p + "attn_k.bias", kv_dim, 1});
             specs.push_back({p + "attn_v.bias", kv_dim, 1});
         }
+        if (qk_norms) {
+            specs.push_back({p + "attn_q_norm.weight", m.head_dim, 1, true});
+            specs.push_back({p + "attn_k_norm.weight", m.head_dim, 1, true});
+        }
         specs.push_back({p + "attn_output.weight", q_dim, m.hidden});
+        if (gemma) {
+            specs.push_back({p + "post_attention_norm.weight", m.hidden, 1, true});
+            specs.push_back({p + "post_ffw_norm.weight", m.hidden, 1, true});
+        }
         specs.push_back({p + "ffn_norm.weight", m.hidden, 1, true});
         specs.push_back({p + "ffn_gate.weight", m.hidden, m.ffn});
         specs.push_back({p + "ffn_up.weight", m.hidden, m.ffn});

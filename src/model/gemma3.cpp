@@ -33,7 +33,7 @@ Status read_gemma3(const gguf::File& file, LlamaConfig& c) {
         for (const auto& v : arr->items) c.swa_layers.push_back(v.as_int() != 0);
     } else {
         const int64_t period = file.get_int(pattern_key).value_or(6);
-        if (period < 0 || period > c.n_layer + 1)
+        if (period < 0 || period > (1 << 20))
             return make_error("{}: invalid {} {}", file.path(), pattern_key, period);
         // 0 (llama.cpp): every layer slides.
         c.swa_layers =

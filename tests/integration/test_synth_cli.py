@@ -63,6 +63,24 @@ def test_preset_shapes_read_back_in_gguf_py(tmp_path, like, arch, hidden, heads,
     assert "generated: 4 tokens" in run.stderr
 
 
+def test_gemma3_has_its_norms_window_and_runs(tmp_path):
+    out, _ = synth(tmp_path, "g.gguf", "--like", "gemma-3-270m", "--layers", 2, "--type", "q8_0")
+    rd = gguf.GGUFReader(out)
+    assert field(rd, "general.architecture") == "gemma3"
+    assert field(rd, "gemma3.attention.key_length") == 256
+    assert field(rd, "gemma3.attention.sliding_window") == 512
+    assert field(rd, "gemma3.attention.sliding_window_pattern") == 6  # the real model's period
+    ts = {t.name for t in rd.tensors}
+    for t in ("attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm"):
+        assert f"blk.1.{t}.weight" in ts
+    run = run_ferry("run", "-m", out, "-p", "The capital of France is", "-n", 4,
+                    "--temperature", 0)
+    assert run.returncode == 0, run.stderr
+    assert "generated: 4 tokens" in run.stderr
+    r = run_ferry("synth", tmp_path / "m.gguf", "--like", "mixtral-8x7b")
+    assert r.returncode != 0 and "mixture-of-experts" in r.stderr
+
+
 def test_weights_are_the_stated_distribution_and_norms_are_one(tmp_path):
     out, _ = synth(tmp_path, "f32.gguf", "--like", "smollm2-135m", "--layers", 1, "--type",
                    "f32")
