@@ -137,8 +137,8 @@ Expected<LlamaConfig> read_llama_config(const nlohmann::json& j, const std::stri
     bool known = false;
     for (const auto& a : kArchs) known |= a.arch == c.arch;
     if (!known)
-        return make_error("{}: unsupported model_type '{}' (ferry runs {}; gemma3 as gemma3_text)",
-                          where, c.arch, kArchList);
+        return make_error("{}: unsupported model_type '{}' (ferry runs {}, gemma3_text)", where,
+                          c.arch, kArchList);
     c.rope_style = kernels::RopeStyle::Neox;
     c.name = str_or(j, "_name_or_path", where);
     auto need = [&](const char* key, int& out) -> Status {
