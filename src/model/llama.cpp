@@ -108,31 +108,16 @@ class Binder {
     // `m` rounded to the load's type row by row (through f32), as `ferry quantize` would: a
     // matrix whose rows do not split into the type's blocks takes the same fallback type.
     Status quantize(const std::string& name, Tensor& m) {
-        const int64_t rows = m.dim(0), cols = m.dim(1);
+        const int64_t cols = m.dim(1);
         const DType to = quant::type_for_tensor(*quantize_to_, name, 2, cols);
         // Only the rows' geometry makes a note; w8a8's int8 head is the type's own choice.
         if (quant::fallback_for(*quantize_to_, cols) != *quantize_to_)
             ++fallbacks_[fmt::format("as {} (rows of {} are not whole {}-element blocks)",
                                      dtype_name(to), cols, dtype_info(*quantize_to_).block_size)];
-        if (to == m.dtype()) return Status::Ok();
-        Tensor q = owned_tensor(to, {rows, cols});
-        std::vector<float> row(static_cast<size_t>(cols));
-        for (int64_t r = 0; r < rows; ++r) {
-            const auto* src = static_cast<const uint8_t*>(m.raw()) + m.stride(0) * r;
-            auto* dst = static_cast<uint8_t*>(q.raw()) + q.stride(0) * r;
-            if (Status s = quant::dequantize_row(m.dtype(), src, row.data(), cols); !s)
-                return make_error("{}: tensor '{}': {}", f_.path(), name, s.error().message);
-            if (Status s = quant::quantize_row(to, row.data(), dst, cols); !s)
-                return make_error("{}: tensor '{}': {}", f_.path(), name, s.error().message);
-        }
-        m = q;
-        return Status::Ok();
+        return to == m.dtype() ? Status::Ok() : convert(name, m, to);
     }
-    // A matrix of a type ferry reads but has no kernels for, in the type it computes with
-    // (quant::compute_type): Q5_0 value for value, the other Q5s through floats.
-    Status widen(const std::string& name, Tensor& m) {
-        const DType to = quant::compute_type(m.dtype());
-        if (to == m.dtype()) return Status::Ok();
+    // m as `to`, row by row: Q5_0 to Q8_0 value for value, anything else through floats.
+    Status convert(const std::string& name, Tensor& m, DType to) {
         const int64_t rows = m.dim(0), cols = m.dim(1);
         Tensor q = owned_tensor(to, {rows, cols});
         std::vector<float> row(static_cast<size_t>(cols));
@@ -148,9 +133,16 @@ class Binder {
             if (Status s = quant::quantize_row(to, row.data(), dst, cols); !s)
                 return make_error("{}: tensor '{}': {}", f_.path(), name, s.error().message);
         }
-        ++widened_[std::string(dtype_name(m.dtype()))];
         m = q;
         return Status::Ok();
+    }
+    // A matrix of a type ferry reads but has no kernels for, in the type it computes with
+    // (quant::compute_type): Q5_0 value for value, the other Q5s through floats.
+    Status widen(const std::string& name, Tensor& m) {
+        const DType to = quant::compute_type(m.dtype());
+        if (to == m.dtype()) return Status::Ok();
+        ++widened_[std::string(dtype_name(m.dtype()))];
+        return convert(name, m, to);
     }
     static std::string shape_str(const Tensor& t) {
         std::string s = "[";
