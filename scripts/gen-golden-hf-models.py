@@ -19,6 +19,12 @@ One directory per architecture ferry reads from a directory, each exercising wha
   mistral  head_dim given apart from hidden/heads, sliding_window, linear rope scaling, a
            SentencePiece-style BPE (Metaspace, byte fallback, <0xNN> tokens) as Llama 2 and
            Mistral ship it
+  gemma3   (see build())
+  mixtral  a mixture of 4 experts, 2 per token, weights renormalised over the chosen two;
+           one tensor per expert (block_sparse_moe.experts.E.w1/w2/w3), as the Hub has it
+  qwen3_moe  8 experts of 32, 2 per token, norm_topk_prob, with Qwen3's q/k norms
+  qwen2_moe  4 experts, 2 per token, not renormalised, a shared expert of 96 behind its
+           sigmoid gate, q/k/v biases, an untied lm_head
 
 Each holds config.json, model.safetensors (bf16, so the files stay small; transformers runs
 them upcast to f32, as ferry's --activations f32 reads them), tokenizer.json (trained here by
@@ -70,7 +76,8 @@ QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[
                r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
-NAMES = ["llama", "llama31", "qwen2", "qwen3", "phi3", "mistral", "gemma3"]
+NAMES = ["llama", "llama31", "qwen2", "qwen3", "phi3", "mistral", "gemma3", "mixtral",
+         "qwen3_moe", "qwen2_moe"]
 
 
 def corpus():
@@ -217,6 +224,40 @@ def build(name):
         model_cls = transformers.Gemma3ForCausalLM
         tconf = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
                  "add_bos_token": True}
+    elif name == "mixtral":
+        tj = byte_level_tokenizer(pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False)]), 420)
+        cfg = transformers.MixtralConfig(
+            vocab_size=len(tj["model"]["vocab"]), hidden_size=64, intermediate_size=96,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=256,
+            rope_theta=10000.0, rms_norm_eps=1e-5, initializer_range=0.15, sliding_window=None,
+            tie_word_embeddings=False, bos_token_id=None, eos_token_id=2)
+        model_cls = transformers.MixtralForCausalLM
+        tconf = {"bos_token": None, "eos_token": "<|im_end|>", "add_bos_token": False}
+    elif name in ("qwen3_moe", "qwen2_moe"):
+        tj = byte_level_tokenizer(pre_tokenizers.Sequence([
+            pre_tokenizers.Split(tokenizers.Regex(QWEN2_REGEX), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), 440)
+        common = dict(vocab_size=len(tj["model"]["vocab"]), hidden_size=64,
+                      intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6,
+                      initializer_range=0.15, tie_word_embeddings=True,
+                      use_sliding_window=False, decoder_sparse_step=1, mlp_only_layers=[],
+                      num_experts_per_tok=2, bos_token_id=None, eos_token_id=2)
+        if name == "qwen3_moe":
+            cfg = transformers.Qwen3MoeConfig(**common, num_experts=8, moe_intermediate_size=32,
+                                              norm_topk_prob=True, rope_theta=1000000.0)
+            model_cls = transformers.Qwen3MoeForCausalLM
+        else:
+            # Untied, as Qwen1.5-MoE is (llama.cpp's qwen2moe requires output.weight).
+            common["tie_word_embeddings"] = False
+            cfg = transformers.Qwen2MoeConfig(**common, num_experts=4, moe_intermediate_size=48,
+                                              shared_expert_intermediate_size=96,
+                                              norm_topk_prob=False, rope_theta=1000000.0)
+            model_cls = transformers.Qwen2MoeForCausalLM
+        tconf = {"bos_token": None, "eos_token": "<|im_end|>", "add_bos_token": False}
     else:
         tj = metaspace_tokenizer(640)
         cfg = transformers.MistralConfig(
@@ -229,7 +270,8 @@ def build(name):
         tconf = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
                  "add_bos_token": True}
     torch.manual_seed({"llama": 1, "qwen2": 2, "mistral": 3, "llama31": 4, "qwen3": 5,
-                       "phi3": 6, "gemma3": 7}[name])
+                       "phi3": 6, "gemma3": 7, "mixtral": 8, "qwen3_moe": 9,
+                       "qwen2_moe": 10}[name])
     model = model_cls(cfg)
     # transformers initialises norms to 1 and biases to 0; random ones make a wrong norm or a
     # dropped bias show in the logits.

@@ -107,6 +107,10 @@ calibrate::TensorOverrides calibrated_overrides(const QuantizeOptions& o, DType 
         tokens.resize(static_cast<size_t>(o.calib_tokens));
     if (tokens.size() < 2) throw ExitError(path + ": the calibration text is (nearly) empty");
     const std::string what = o.smoothing() ? "smoothquant" : o.method;
+    if (lm.model->config().is_moe())
+        throw ExitError(what +
+                        " on a mixture of experts is not supported yet (each expert's "
+                        "statistics would come from its own tokens); round to nearest instead");
     if (!o.quiet)
         std::fprintf(stderr, "ferry quantize: %s calibration on %zu tokens of %s\n", what.c_str(),
                      tokens.size(), path.c_str());
@@ -197,7 +201,9 @@ void quantize_file(const QuantizeOptions& o) {
                                .n_bytes = t.n_bytes,
                                .n_elements = t.n_elements,
                                .row_order = {},
-                               .owned = {}});
+                               .owned = {},
+                               .parts = {},
+                               .part_rows = 0});
     }
     set_weight_type_metadata(w, target);
 

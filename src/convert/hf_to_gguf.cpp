@@ -197,9 +197,7 @@ Expected<json> read_json(const std::string& path) {
 }  // namespace
 
 std::string gguf_arch(const model::LlamaConfig& c) {
-    return c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "phi3" || c.arch == "gemma3"
-               ? c.arch
-               : "llama";
+    return c.arch == "llama" || c.arch == "mistral" ? "llama" : c.arch;
 }
 
 Status write_tokenizer(const json& tok, const json& config, int n_vocab, gguf::Writer& w) {
@@ -384,6 +382,24 @@ Status write_metadata(const hf::ModelDir& dir, const model::LlamaConfig& c, gguf
         if (c.final_softcap > 0)
             w.set(p + "final_logit_softcapping", gguf::make_f32(c.final_softcap));
     }
+    if (c.is_moe()) {
+        // llama.cpp's routing: normalised over the chosen experts for Mixtral's llama files and
+        // qwen3moe, not for qwen2moe, whatever a key says; scaled by expert_weights_scale.
+        if (c.expert_norm != (arch != "qwen2moe"))
+            return make_error(
+                "{}: {}routing weights {}normalised over the chosen experts have "
+                "no {} GGUF spelling (llama.cpp {} them)",
+                dir.path(), "", c.expert_norm ? "" : "not ", arch,
+                c.expert_norm ? "does not normalise" : "normalises");
+        w.set(p + "expert_count", gguf::make_u32(static_cast<uint32_t>(c.n_expert)));
+        w.set(p + "expert_used_count", gguf::make_u32(static_cast<uint32_t>(c.n_expert_used)));
+        if (arch != "llama")
+            w.set(p + "expert_feed_forward_length",
+                  gguf::make_u32(static_cast<uint32_t>(c.n_ff_expert)));
+        if (c.n_ff_shared > 0)
+            w.set(p + "expert_shared_feed_forward_length",
+                  gguf::make_u32(static_cast<uint32_t>(c.n_ff_shared)));
+    }
     // Linear scaling has keys; Llama 3.1's is the rope_freqs.weight tensor (source_tensors).
     const model::RopeScaling& rs = c.rope_scaling;
     if (rs.type == model::RopeScaling::Type::Linear || rs.type == model::RopeScaling::Type::Yarn) {
@@ -430,7 +446,7 @@ Status write_metadata(const hf::ModelDir& dir, const model::LlamaConfig& c, gguf
 Expected<std::vector<SourceTensor>> source_tensors(const hf::ModelDir& dir,
                                                    const model::LlamaConfig& c) {
     std::vector<std::string> names = {"token_embd.weight"};
-    for (int l = 0; l < c.n_layer; ++l)
+    for (int l = 0; l < c.n_layer; ++l) {
         for (const char* t :
              {"attn_norm.weight", "attn_q.weight", "attn_q.bias", "attn_k.weight", "attn_k.bias",
               "attn_v.weight", "attn_v.bias", "attn_qkv.weight", "attn_q_norm.weight",
@@ -439,6 +455,13 @@ Expected<std::vector<SourceTensor>> source_tensors(const hf::ModelDir& dir,
               "post_ffw_norm.weight"})
             if (c.post_norms || !std::string_view(t).starts_with("post_"))
                 names.push_back("blk." + std::to_string(l) + "." + t);
+        if (c.is_moe())
+            for (const char* t :
+                 {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight",
+                  "ffn_down_exps.weight", "ffn_gate_inp_shexp.weight", "ffn_gate_shexp.weight",
+                  "ffn_up_shexp.weight", "ffn_down_shexp.weight"})
+                names.push_back("blk." + std::to_string(l) + "." + t);
+    }
     names.push_back("output_norm.weight");
     names.push_back("output.weight");
 
@@ -480,6 +503,38 @@ Expected<std::vector<SourceTensor>> source_tensors(const hf::ModelDir& dir,
         out.push_back(std::move(s));
     }
     for (const std::string& g : names) {
+        if (g.ends_with("_exps.weight")) {
+            // GGUF stacks a layer's experts in one tensor; a directory has one per expert.
+            const std::string base = g.substr(0, g.size() - std::string("_exps.weight").size());
+            SourceTensor s;
+            s.name = g;
+            for (int e = 0; e < c.n_expert; ++e) {
+                const std::string one = base + "." + std::to_string(e) + ".weight";
+                const hf::SafeTensor* t = model::HfWeights::stored(dir, one);
+                if (!t) return make_error("{}: no tensor for {} (expert {})", dir.path(), one, e);
+                used[t->name] = true;
+                if (t->shape.size() != 2 ||
+                    (e > 0 && (t->type != s.type || t->shape[0] != s.part_rows ||
+                               t->shape[1] != s.shape[0])))
+                    return make_error("{}: tensor '{}' has another shape or type than expert 0's",
+                                      dir.path(), t->name);
+                if (t->type != DType::F32 && t->type != DType::F16 && t->type != DType::BF16)
+                    return make_error(
+                        "{}: tensor '{}' is {}; ferry converts F32, F16 and BF16 "
+                        "weights",
+                        dir.path(), t->name, t->dtype);
+                if (e == 0) {
+                    s.shape = {t->shape[1], t->shape[0], c.n_expert};
+                    s.type = t->type;
+                    s.part_rows = t->shape[0];
+                }
+                s.parts.push_back(t->data);
+                s.n_bytes += t->n_bytes;
+                s.n_elements += t->n_elements;
+            }
+            out.push_back(std::move(s));
+            continue;
+        }
         const hf::SafeTensor* t = model::HfWeights::stored(dir, g);
         if (!t) continue;
         const std::string& hn = t->name;

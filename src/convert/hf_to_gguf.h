@@ -18,8 +18,8 @@
 
 namespace ferry::convert {
 
-// The GGUF architecture a directory is written as: "llama" for llama and mistral (llama.cpp's
-// own converter does the same), "qwen2", "qwen3" and "phi3" for those.
+// The GGUF architecture a directory is written as: "llama" for llama, mistral and mixtral
+// (llama.cpp's own converter does the same), the arch's own name for the others.
 std::string gguf_arch(const model::LlamaConfig& c);
 
 // Sets general.*, the architecture's keys, tokenizer.ggml.* and tokenizer.chat_template.

@@ -11,8 +11,11 @@ Status rows_as(const SourceTensor& t, DType out, int64_t r0, int64_t r1, uint8_t
     const int64_t row = t.row();
     const size_t in_row = row_bytes(t.type, row), out_row = row_bytes(out, row);
     auto src = [&](int64_t r) {
-        return t.data + in_row * static_cast<size_t>(
-                                     t.row_order.empty() ? r : t.row_order[static_cast<size_t>(r)]);
+        if (!t.row_order.empty()) r = t.row_order[static_cast<size_t>(r)];
+        if (!t.parts.empty())
+            return t.parts[static_cast<size_t>(r / t.part_rows)] +
+                   in_row * static_cast<size_t>(r % t.part_rows);
+        return t.data + in_row * static_cast<size_t>(r);
     };
     if (out == t.type) {
         for (int64_t r = r0; r < r1; ++r)

@@ -24,6 +24,10 @@ struct SourceTensor {
     // moved, never copied).
     std::vector<int32_t> row_order;
     std::vector<uint8_t> owned;
+    // A tensor stacked from several of the source's (a mixture's experts, one tensor each in
+    // a directory): row r is row r % part_rows of parts[r / part_rows]; empty: data holds it.
+    std::vector<const uint8_t*> parts;
+    int64_t part_rows = 0;
 
     int64_t row() const { return shape.empty() ? 0 : shape[0]; }
     int64_t n_rows() const { return row() ? n_elements / row() : 0; }

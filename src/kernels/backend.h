@@ -194,6 +194,10 @@ class Backend {
     virtual void attention(const KvCacheView& kv, int layer, const Batch& b,
                            const AttentionShape& shape, const Tensor& q, const Tensor& out) = 0;
     virtual void gather_rows(const Tensor& x, std::span<const int32_t> rows, const Tensor& out) = 0;
+    // x[rows[i]] += weights[i] * y[i] for each row i of y, in order (a mixture's experts adding
+    // their tokens' outputs back into the residual); rows and weights on the host.
+    virtual void add_rows_scaled(const Tensor& x, std::span<const int32_t> rows,
+                                 std::span<const float> weights, const Tensor& y) = 0;
     virtual void softmax(const Tensor& x) = 0;                              // every row
     virtual void argmax(const Tensor& x, std::span<int32_t> host_out) = 0;  // every row's
 

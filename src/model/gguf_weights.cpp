@@ -11,11 +11,15 @@ Expected<std::optional<Tensor>> GgufWeights::find(const std::string& name) const
                           file_->path(), name, info.name);
     // GGUF lists the contiguous dimension first: [cols, rows].
     if (t->shape.size() == 1) return std::optional<Tensor>(Tensor(t->data, t->type, {t->shape[0]}));
-    if (t->shape.size() == 2) {
+    if (t->shape.size() == 2 || t->shape.size() == 3) {
         if (t->shape[0] % info.block_size != 0)
             return make_error("{}: tensor '{}' has {} columns, not whole {} blocks of {}",
                               file_->path(), name, t->shape[0], info.name, info.block_size);
-        return std::optional<Tensor>(Tensor(t->data, t->type, {t->shape[1], t->shape[0]}));
+        if (t->shape.size() == 2)
+            return std::optional<Tensor>(Tensor(t->data, t->type, {t->shape[1], t->shape[0]}));
+        // A mixture's stacked experts: {n_expert, rows, cols}.
+        return std::optional<Tensor>(
+            Tensor(t->data, t->type, {t->shape[2], t->shape[1], t->shape[0]}));
     }
     return make_error("{}: tensor '{}' has {} dimensions", file_->path(), name, t->shape.size());
 }

@@ -1,5 +1,6 @@
 #include "model/hf_weights.h"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <string_view>
@@ -12,7 +13,9 @@ namespace {
 // normalises before and after each block: its MLP's input norm is pre_feedforward_layernorm
 // (listed first, so it wins where both exist) and post_attention_layernorm is the attention's
 // output norm.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 19> kLayer = {{
+// Mixtral's experts are block_sparse_moe's (w1 gate, w3 up, w2 down), the Qwens' mlp's; Qwen2-MoE
+// adds a shared expert with its one-row gate.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 26> kLayer = {{
     {"attn_norm.weight", "input_layernorm.weight"},
     {"attn_q.weight", "self_attn.q_proj.weight"},
     {"attn_k.weight", "self_attn.k_proj.weight"},
@@ -32,6 +35,19 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 19> kLayer =
     {"attn_qkv.weight", "self_attn.qkv_proj.weight"},
     {"ffn_up.weight", "mlp.gate_up_proj.weight"},
     {"ffn_down.weight", "mlp.down_proj.weight"},
+    {"ffn_gate_inp.weight", "block_sparse_moe.gate.weight"},
+    {"ffn_gate_inp.weight", "mlp.gate.weight"},
+    {"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"},
+    {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
+    {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
+    {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
+}};
+
+// One expert's matrices, GGUF's (older) per-expert names "ffn_gate.E.weight".
+constexpr std::array<std::array<std::string_view, 3>, 3> kExpert = {{
+    {"ffn_gate", "block_sparse_moe.experts.{}.w1.weight", "mlp.experts.{}.gate_proj.weight"},
+    {"ffn_up", "block_sparse_moe.experts.{}.w3.weight", "mlp.experts.{}.up_proj.weight"},
+    {"ffn_down", "block_sparse_moe.experts.{}.w2.weight", "mlp.experts.{}.down_proj.weight"},
 }};
 
 }  // namespace
@@ -45,6 +61,17 @@ std::vector<std::string> HfWeights::hf_names(const std::string& g) {
     if (dot == std::string::npos) return {};
     const std::string layer = g.substr(4, dot - 4), rest = g.substr(dot + 1);
     std::vector<std::string> out;
+    const std::string prefix = "model.layers." + layer + ".";
+    for (const auto& [what, mixtral, qwen] : kExpert) {
+        if (!rest.starts_with(std::string(what) + ".") || !rest.ends_with(".weight")) continue;
+        const std::string e = rest.substr(what.size() + 1, rest.size() - what.size() - 8);
+        if (e.empty() || !std::all_of(e.begin(), e.end(), ::isdigit)) continue;
+        for (std::string_view f : {mixtral, qwen}) {
+            std::string name(f);
+            name.replace(name.find("{}"), 2, e);
+            out.push_back(prefix + name);
+        }
+    }
     for (const auto& [gg, hf] : kLayer)
         if (rest == gg) out.push_back("model.layers." + layer + "." + std::string(hf));
     return out;
@@ -71,6 +98,9 @@ Expected<std::optional<Tensor>> HfWeights::find(const std::string& name) const {
     if (t->shape.size() == 1) return std::optional<Tensor>(Tensor(t->data, t->type, {t->shape[0]}));
     if (t->shape.size() == 2)
         return std::optional<Tensor>(Tensor(t->data, t->type, {t->shape[0], t->shape[1]}));
+    if (t->shape.size() == 3)
+        return std::optional<Tensor>(
+            Tensor(t->data, t->type, {t->shape[0], t->shape[1], t->shape[2]}));
     return make_error("{}: tensor '{}' has {} dimensions", dir_->path(), hn, t->shape.size());
 }
 

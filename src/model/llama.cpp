@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -10,6 +11,7 @@
 
 #include "core/progress.h"
 #include "model/gguf_weights.h"
+#include "model/moe.h"
 #include "quant/dequantize.h"
 #include "quant/quantize.h"
 
@@ -61,6 +63,48 @@ class Binder {
             Status s = quantize_to_ && *quantize_to_ != out->dtype() ? quantize(name, *out)
                                                                      : widen(name, *out);
             if (!s) return s;
+        }
+        return Status::Ok();
+    }
+
+    // Every expert's matrix of `cols` inputs whose rows are `parts` one after another: from a
+    // stacked {n_expert, rows, cols} tensor (GGUF's *_exps), or from one tensor per expert,
+    // `one(e)` (older GGUFs, Hugging Face checkpoints).
+    Status experts(const std::string& stacked, const std::function<std::string(int)>& one,
+                   int n_expert, int64_t cols,
+                   std::initializer_list<std::pair<int64_t, std::vector<Tensor>*>> parts) {
+        int64_t rows = 0;
+        for (const auto& [n, out] : parts) {
+            rows += n;
+            out->resize(static_cast<size_t>(n_expert));
+        }
+        auto t = f_.find(stacked);
+        if (!t) return t.error();
+        if (*t) {
+            const Tensor& m = **t;
+            if (m.ndim() != 3 || m.dim(0) != n_expert || m.dim(1) != rows || m.dim(2) != cols)
+                return make_error("{}: tensor '{}' has shape {} but [{}, {}, {}] was expected",
+                                  f_.path(), stacked, shape_str(m), n_expert, rows, cols);
+        }
+        for (int e = 0; e < n_expert; ++e) {
+            Tensor whole;
+            std::string name = stacked;
+            if (*t) {
+                const Tensor& m = **t;
+                whole = Tensor(static_cast<std::byte*>(m.raw()) + m.stride(0) * e, m.dtype(),
+                               {rows, cols});
+            } else if (Status s = matrix(name = one(e), cols, rows, whole, false); !s) {
+                return s;
+            }
+            int64_t r0 = 0;
+            for (const auto& [n, out] : parts) {
+                Tensor& o = (*out)[static_cast<size_t>(e)];
+                o = whole.slice(r0, n);
+                r0 += n;
+                Status s =
+                    quantize_to_ && *quantize_to_ != o.dtype() ? quantize(name, o) : widen(name, o);
+                if (!s) return s;
+            }
         }
         return Status::Ok();
     }
@@ -156,6 +200,41 @@ class Binder {
     std::map<std::string, int> widened_;
 };
 
+// A mixture's MLP (model/moe.h): the router, each expert's gate, up and down (stacked as GGUF
+// has them, or one tensor per expert as Hugging Face checkpoints and older GGUFs do), and the
+// shared expert with its gate where the config declares one.
+Status bind_experts(Binder& b, const WeightFile& f, const LlamaConfig& c, const std::string& p,
+                    Tensor& router, std::vector<Tensor>& gate, std::vector<Tensor>& up,
+                    std::vector<Tensor>& down, Tensor (&shared)[4]) {
+    const int E = c.n_expert;
+    const int64_t d = c.n_embd, ff = c.n_ff_expert;
+    if (Status s = b.matrix(p + "ffn_gate_inp.weight", d, E, router); !s) return s;
+    auto one = [&p](const char* what) {
+        return [p, what](int e) { return p + what + "." + std::to_string(e) + ".weight"; };
+    };
+    for (Status s : {b.experts(p + "ffn_gate_exps.weight", one("ffn_gate"), E, d, {{ff, &gate}}),
+                     b.experts(p + "ffn_up_exps.weight", one("ffn_up"), E, d, {{ff, &up}})})
+        if (!s) return s;
+    if (Status s = b.experts(p + "ffn_down_exps.weight", one("ffn_down"), E, ff, {{d, &down}}); !s)
+        return s;
+    if (c.n_ff_shared == 0) return Status::Ok();
+    const int64_t fs = c.n_ff_shared;
+    for (Status s : {b.matrix(p + "ffn_gate_shexp.weight", d, fs, shared[0]),
+                     b.matrix(p + "ffn_up_shexp.weight", d, fs, shared[1]),
+                     b.matrix(p + "ffn_down_shexp.weight", fs, d, shared[2])})
+        if (!s) return s;
+    // The shared expert's gate: one row of n_embd ({n_embd} in GGUF, {1, n_embd} in a
+    // directory), multiplied as a matrix.
+    const std::string g = p + "ffn_gate_inp_shexp.weight";
+    auto t = f.find(g);
+    if (!t) return t.error();
+    if (*t && (*t)->ndim() == 1 && (*t)->dim(0) == d) {
+        shared[3] = Tensor((*t)->raw(), (*t)->dtype(), {1, d});
+        return Status::Ok();
+    }
+    return b.matrix(g, d, 1, shared[3]);
+}
+
 }  // namespace
 
 Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<gguf::File> file,
@@ -177,14 +256,16 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
     const bool progress = opt.progress;
     Binder b(*file, opt.weights);
 
-    // The file's tensors, bound and checked; the matrices go into `sources` in the order
-    // they are taken back out below.
+    // The file's tensors, bound and checked, each matrix with the resident one it becomes.
     struct Bound {
         Tensor attn_norm, bq, bk, bv, q_norm, k_norm, ffn_norm, post_attn_norm, post_ffn_norm;
-        Tensor m[7];  // q, k, v, output, gate, up, down
+        Tensor m[7];                     // q, k, v, output, gate, up, down
+        Tensor router, sh[4];            // a mixture's router; shared gate, up, down and its gate
+        std::vector<Tensor> eg, eu, ed;  // each expert's gate, up, down
     };
     Tensor tok_embd, output, output_norm;
     std::vector<Bound> layers(static_cast<size_t>(c.n_layer));
+    m->layers_.resize(layers.size());
     if (auto s = b.matrix("token_embd.weight", c.n_embd, c.n_vocab, tok_embd); !s) return s.error();
     const bool p1 = c.norm_plus_one;
     if (auto s = b.vector("output_norm.weight", c.n_embd, output_norm, false, p1); !s)
@@ -220,34 +301,42 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
     m->rope_scale_ = static_cast<float>(rope_attention_scale(c.rope_scaling));
     if (c.rope_theta_swa > 0 && c.sliding_window > 0)
         m->rope_inv_freq_swa_ = model::rope_inv_freq(c.rope_dim, c.rope_theta_swa, {});
-    const bool qk_norms = c.arch == "qwen3" || c.arch == "gemma3";
     for (int i = 0; i < c.n_layer; ++i) {
         Bound& l = layers[static_cast<size_t>(i)];
         const std::string p = "blk." + std::to_string(i) + ".";
         // Separate q/k/v and gate/up, or fused where the file has attn_qkv and no ffn_gate.
         auto fused_qkv = file->find(p + "attn_qkv.weight");
         if (!fused_qkv) return fused_qkv.error();
-        auto gate = file->find(p + "ffn_gate.weight");
-        if (!gate) return gate.error();
         Status qkv = *fused_qkv
                          ? b.split_matrix(
                                p + "attn_qkv.weight", c.n_embd,
                                {{c.q_dim(), &l.m[0]}, {c.kv_dim(), &l.m[1]}, {c.kv_dim(), &l.m[2]}})
                          : Status::Ok();
         if (!qkv) return qkv.error();
-        Status gate_up = !*gate ? b.split_matrix(p + "ffn_up.weight", c.n_embd,
-                                                 {{c.n_ff, &l.m[4]}, {c.n_ff, &l.m[5]}})
-                                : Status::Ok();
-        if (!gate_up) return gate_up.error();
         if (!*fused_qkv)
             for (Status s : {b.matrix(p + "attn_q.weight", c.n_embd, c.q_dim(), l.m[0]),
                              b.matrix(p + "attn_k.weight", c.n_embd, c.kv_dim(), l.m[1]),
                              b.matrix(p + "attn_v.weight", c.n_embd, c.kv_dim(), l.m[2])})
                 if (!s) return s.error();
-        if (*gate)
-            for (Status s : {b.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff, l.m[4]),
-                             b.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff, l.m[5])})
-                if (!s) return s.error();
+        if (c.is_moe()) {
+            if (Status s = bind_experts(b, *file, c, p, l.router, l.eg, l.eu, l.ed, l.sh); !s)
+                return s.error();
+        } else {
+            auto gate = file->find(p + "ffn_gate.weight");
+            if (!gate) return gate.error();
+            if (!*gate) {
+                if (Status s = b.split_matrix(p + "ffn_up.weight", c.n_embd,
+                                              {{c.n_ff, &l.m[4]}, {c.n_ff, &l.m[5]}});
+                    !s)
+                    return s.error();
+            } else {
+                for (Status s : {b.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff, l.m[4]),
+                                 b.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff, l.m[5])})
+                    if (!s) return s.error();
+            }
+            if (Status s = b.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd, l.m[6]); !s)
+                return s.error();
+        }
         if (c.post_norms)
             for (Status s :
                  {b.vector(p + "post_attention_norm.weight", c.n_embd, l.post_attn_norm, false, p1),
@@ -259,10 +348,9 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
                  b.vector(p + "attn_q.bias", c.q_dim(), l.bq, true),
                  b.vector(p + "attn_k.bias", c.kv_dim(), l.bk, true),
                  b.vector(p + "attn_v.bias", c.kv_dim(), l.bv, true),
-                 b.vector(p + "attn_q_norm.weight", c.head_dim, l.q_norm, !qk_norms, p1),
-                 b.vector(p + "attn_k_norm.weight", c.head_dim, l.k_norm, !qk_norms, p1),
+                 b.vector(p + "attn_q_norm.weight", c.head_dim, l.q_norm, !c.qk_norms, p1),
+                 b.vector(p + "attn_k_norm.weight", c.head_dim, l.k_norm, !c.qk_norms, p1),
                  b.vector(p + "ffn_norm.weight", c.n_embd, l.ffn_norm, false, p1),
-                 b.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd, l.m[6]),
              }) {
             if (!s) return s.error();
         }
@@ -272,8 +360,26 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
     // every other matrix multiplied.
     std::vector<kernels::MatrixSource> sources = {{tok_embd, kernels::MatrixUse::Rows},
                                                   {output, kernels::MatrixUse::Matmul}};
-    for (const Bound& l : layers)
-        for (const Tensor& t : l.m) sources.push_back({t, kernels::MatrixUse::Matmul});
+    std::vector<kernels::Matrix*> dests = {&m->tok_embd_, &m->output_};
+    for (size_t i = 0; i < layers.size(); ++i) {
+        Bound& l = layers[i];
+        LayerWeights& L = m->layers_[i];
+        auto add = [&](const Tensor& t, kernels::Matrix& dst) {
+            if (t.empty()) return;
+            sources.push_back({t, kernels::MatrixUse::Matmul});
+            dests.push_back(&dst);
+        };
+        kernels::Matrix* dense[] = {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down};
+        for (int j = 0; j < 7; ++j) add(l.m[j], *dense[j]);
+        add(l.router, L.router);
+        kernels::Matrix* shared[] = {&L.sh_gate, &L.sh_up, &L.sh_down, &L.sh_router};
+        for (int j = 0; j < 4; ++j) add(l.sh[j], *shared[j]);
+        for (auto [from, to] : {std::pair{&l.eg, &L.exp_gate}, std::pair{&l.eu, &L.exp_up},
+                                std::pair{&l.ed, &L.exp_down}}) {
+            to->resize(from->size());
+            for (size_t e = 0; e < from->size(); ++e) add((*from)[e], (*to)[e]);
+        }
+    }
     int64_t total = 0;
     for (const auto& src : sources)
         if (src.use == kernels::MatrixUse::Matmul) total += static_cast<int64_t>(src.host.bytes());
@@ -287,17 +393,12 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
     for (const auto& src : sources)
         if (src.use == kernels::MatrixUse::Matmul && !src.host.owning())
             file->release(src.host.raw(), src.host.bytes());
+    for (size_t i = 0; i < res.size(); ++i) *dests[i] = res[i];
 
-    size_t next = 0;
-    m->tok_embd_ = res[next++];
-    m->output_ = res[next++];
     m->output_norm_ = backend.resident_vector(output_norm);
-    m->layers_.resize(layers.size());
     for (size_t i = 0; i < layers.size(); ++i) {
         const Bound& l = layers[i];
         LayerWeights& L = m->layers_[i];
-        for (kernels::Matrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-            *w = res[next++];
         auto vec = [&](const Tensor& t) {
             return t.empty() ? Tensor() : backend.resident_vector(t);
         };
@@ -311,26 +412,67 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
         L.post_attn_norm = vec(l.post_attn_norm);
         L.post_ffn_norm = vec(l.post_ffn_norm);
     }
+    if (c.is_moe()) m->expert_tokens_.assign(static_cast<size_t>(c.n_layer) * c.n_expert, 0);
     m->load_notes_ = b.notes();
     return m;
 }
 
 size_t LlamaModel::weight_bytes_per_token(const kernels::Backend& backend) const {
     size_t total = backend.bytes_read(output_) + tok_embd_.data.row_bytes();
-    for (const auto& l : layers_)
-        for (const kernels::Matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-            total += backend.bytes_read(*w);
+    auto read = [&](const kernels::Matrix& w) {
+        return w.data.empty() ? size_t{0} : backend.bytes_read(w);
+    };
+    for (const auto& l : layers_) {
+        for (const kernels::Matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down,
+                                         &l.router, &l.sh_gate, &l.sh_up, &l.sh_down, &l.sh_router})
+            total += read(*w);
+        // One token reads the experts it is routed to (the same size each).
+        if (!l.exp_gate.empty())
+            total += static_cast<size_t>(cfg_.n_expert_used) *
+                     (read(l.exp_gate[0]) + read(l.exp_up[0]) + read(l.exp_down[0]));
+    }
     return total;
+}
+
+std::vector<int64_t> LlamaModel::expert_tokens() const {
+    return expert_tokens_;
+}
+
+void LlamaModel::reset_expert_tokens() const {
+    std::fill(expert_tokens_.begin(), expert_tokens_.end(), 0);
 }
 
 int64_t LlamaModel::parameter_count() const {
     return file_->parameter_count();
 }
 
+int64_t LlamaModel::active_parameter_count() const {
+    const LlamaConfig& c = cfg_;
+    const int64_t idle = static_cast<int64_t>(c.n_expert - c.n_expert_used) * 3 * c.n_embd *
+                         c.n_ff_expert * c.n_layer;
+    return parameter_count() - (c.is_moe() ? idle : 0);
+}
+
 namespace {
 
 // The forward pass's working tensors, one backend scratch slot each.
-enum Slot { kX, kXn, kQ, kK, kV, kAttn, kGate, kUp, kOut, kRope, kRopeSwa, kLast };
+enum Slot {
+    kX,
+    kXn,
+    kQ,
+    kK,
+    kV,
+    kAttn,
+    kGate,
+    kUp,
+    kOut,
+    kRope,
+    kRopeSwa,
+    kLast,
+    kRouter,
+    kExpIn,
+    kShGate
+};
 
 void observe(ActivationObserver* o, kernels::Backend& be, int layer, LinearInput which,
              const Tensor& rows) {
@@ -401,6 +543,10 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
         // MLP block.
         be.rmsnorm(x, L.ffn_norm, c.rms_eps, xn);
         observe(observer, be, li, LinearInput::Ffn, xn);
+        if (c.is_moe()) {  // each expert's input is its tokens' rows: no FfnDown to observe
+            moe_ffn(be, L, li, xn, x);
+            continue;
+        }
         const kernels::MatmulOut gate_up[] = {{&L.w_gate, gate}, {&L.w_up, up}};
         be.matmul(gate_up, xn);
         if (c.ffn == LlamaConfig::Ffn::GeGLU)
@@ -423,6 +569,58 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
     const kernels::MatmulOut head[] = {{&output_, logits}};
     be.matmul(head, xn.slice(0, rows));
     if (c.final_softcap > 0) be.softcap(logits, c.final_softcap);
+}
+
+void LlamaModel::moe_ffn(kernels::Backend& be, const LayerWeights& L, int layer, const Tensor& xn,
+                         const Tensor& x) const {
+    const LlamaConfig& c = cfg_;
+    const int64_t n = xn.rows();
+    const int64_t E = c.n_expert;
+    const Tensor logits = be.scratch(kRouter, DType::F32, {n, E});
+    const kernels::MatmulOut router[] = {{&L.router, logits}};
+    be.matmul(router, xn);
+    Routing routing;
+    route(c, {be.host_view(logits).data<float>(), static_cast<size_t>(n * E)}, n, routing);
+
+    if (!L.sh_gate.data.empty()) {  // the shared expert: every token, scaled by its own gate
+        const Tensor gate = be.scratch(kGate, DType::F32, {n, c.n_ff_shared});
+        const Tensor up = be.scratch(kUp, DType::F32, {n, c.n_ff_shared});
+        const Tensor g = be.scratch(kShGate, DType::F32, {n, 1});
+        const Tensor out = be.scratch(kOut, DType::F32, {n, c.n_embd});
+        const kernels::MatmulOut gate_up[] = {
+            {&L.sh_gate, gate}, {&L.sh_up, up}, {&L.sh_router, g}};
+        be.matmul(gate_up, xn);
+        const Tensor gh = be.host_view(g);
+        std::vector<float> w(static_cast<size_t>(n));
+        std::vector<int32_t> rows(static_cast<size_t>(n));
+        for (int64_t t = 0; t < n; ++t) {
+            w[static_cast<size_t>(t)] = 1.0f / (1.0f + std::exp(-gh.data<float>()[t]));
+            rows[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+        }
+        be.silu_mul(gate, up);
+        const kernels::MatmulOut down[] = {{&L.sh_down, out}};
+        be.matmul(down, gate);
+        be.add_rows_scaled(x, rows, w, out);
+    }
+    // Each expert's tokens gathered and multiplied together, then added back weighted.
+    for (int64_t e = 0; e < E; ++e) {
+        const auto& tokens = routing.tokens[static_cast<size_t>(e)];
+        if (tokens.empty()) continue;
+        const auto ne = static_cast<int64_t>(tokens.size());
+        const auto ei = static_cast<size_t>(e);
+        const Tensor in = be.scratch(kExpIn, DType::F32, {ne, c.n_embd});
+        const Tensor gate = be.scratch(kGate, DType::F32, {ne, c.n_ff_expert});
+        const Tensor up = be.scratch(kUp, DType::F32, {ne, c.n_ff_expert});
+        const Tensor out = be.scratch(kOut, DType::F32, {ne, c.n_embd});
+        be.gather_rows(xn, tokens, in);
+        const kernels::MatmulOut gate_up[] = {{&L.exp_gate[ei], gate}, {&L.exp_up[ei], up}};
+        be.matmul(gate_up, in);
+        be.silu_mul(gate, up);
+        const kernels::MatmulOut down[] = {{&L.exp_down[ei], out}};
+        be.matmul(down, gate);
+        be.add_rows_scaled(x, tokens, routing.weights[ei], out);
+        expert_tokens_[static_cast<size_t>(layer) * static_cast<size_t>(E) + ei] += ne;
+    }
 }
 
 }  // namespace ferry::model

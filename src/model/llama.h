@@ -42,6 +42,12 @@ struct LayerWeights {
     Tensor ffn_norm;
     kernels::Matrix w_gate, w_up, w_down;
     Tensor post_attn_norm, post_ffn_norm;  // Gemma's norms after each block, else empty
+    // A mixture of experts in place of w_gate / w_up / w_down (model/moe.h): the router
+    // ({n_expert, n_embd}), each expert's SwiGLU, and where declared the shared expert and its
+    // gate ({1, n_embd}).
+    kernels::Matrix router;
+    std::vector<kernels::Matrix> exp_gate, exp_up, exp_down;
+    kernels::Matrix sh_gate, sh_up, sh_down, sh_router;
 };
 
 class LlamaModel {
@@ -70,6 +76,9 @@ class LlamaModel {
     // backend reads, and one embedding row).
     size_t weight_bytes_per_token(const kernels::Backend& backend) const;
     int64_t parameter_count() const;
+    // The parameters one token computes with: all of a dense model's; a mixture's without the
+    // experts it is not routed to (its FLOPs per token are twice this).
+    int64_t active_parameter_count() const;
 
     // Runs a ragged batch over the KV cache `kv` (whose blocks must cover every sequence's
     // positions up to its last token) and writes n_vocab logits for each of the batch's
@@ -85,8 +94,15 @@ class LlamaModel {
     // What the load did other than asked (matrices whose rows forced a fallback type).
     const std::vector<std::string>& load_notes() const { return load_notes_; }
 
+    // A mixture of experts' routing since the last reset: tokens each expert took, indexed
+    // [layer * n_expert + expert] (empty for a dense model), for `bench`.
+    std::vector<int64_t> expert_tokens() const;
+    void reset_expert_tokens() const;
+
   private:
     LlamaModel() = default;
+    void moe_ffn(kernels::Backend& be, const LayerWeights& L, int layer, const Tensor& xn,
+                 const Tensor& x) const;
     std::vector<std::string> load_notes_;
     std::shared_ptr<const WeightFile> file_;
     LlamaConfig cfg_;
@@ -98,6 +114,9 @@ class LlamaModel {
     std::vector<double> rope_inv_freq_;
     std::vector<double> rope_inv_freq_swa_;  // the sliding layers' where they have their own
     float rope_scale_ = 1.0f;
+    // Counted by forward, which runs on one thread at a time (the backend's caller), and read
+    // between steps.
+    mutable std::vector<int64_t> expert_tokens_;
 };
 
 }  // namespace ferry::model

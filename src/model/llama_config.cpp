@@ -1,6 +1,7 @@
 #include "model/llama_config.h"
 
 #include "model/gemma3.h"
+#include "model/moe.h"
 
 #include <array>
 #include <cmath>
@@ -11,20 +12,34 @@ namespace {
 
 // Architectures whose forward pass is the plain Llama block (pre-norm attention with RoPE and
 // a SwiGLU MLP). They differ in rotation style, optional q/k/v biases (qwen2), per-head q/k
-// RMSNorms (qwen3, which requires them) and fused q/k/v and gate/up matrices (phi3).
+// RMSNorms (qwen3, which requires them), fused q/k/v and gate/up matrices (phi3) and a mixture
+// of experts for the MLP (qwen2moe, qwen3moe; a llama file with experts is Mixtral).
 struct ArchTraits {
     std::string_view arch;
     kernels::RopeStyle rope;
+    bool qk_norms = false;
+    bool moe = false;            // its MLP is always a mixture of experts
+    std::string_view hf_type{};  // config.json's model_type, where not the arch's own name
 };
 constexpr std::array kArchs = {
     ArchTraits{"llama", kernels::RopeStyle::Normal},
     ArchTraits{"mistral", kernels::RopeStyle::Normal},
     ArchTraits{"qwen2", kernels::RopeStyle::Neox},
-    ArchTraits{"qwen3", kernels::RopeStyle::Neox},
+    ArchTraits{"qwen3", kernels::RopeStyle::Neox, true},
     ArchTraits{"phi3", kernels::RopeStyle::Neox},
-    ArchTraits{"gemma3", kernels::RopeStyle::Neox},  // and model/gemma3.cpp's differences
+    ArchTraits{"gemma3", kernels::RopeStyle::Neox, true, false, "gemma3_text"},  // model/gemma3
+    ArchTraits{"qwen2moe", kernels::RopeStyle::Neox, false, true, "qwen2_moe"},  // model/moe
+    ArchTraits{"qwen3moe", kernels::RopeStyle::Neox, true, true, "qwen3_moe"},
 };
-constexpr const char* kArchList = "llama, mistral, qwen2, qwen3, phi3, gemma3";
+constexpr const char* kArchList = "llama, mistral, qwen2, qwen3, phi3, gemma3, qwen2moe, qwen3moe";
+constexpr const char* kModelTypeList =
+    "llama, mistral, mixtral, qwen2, qwen3, phi3, gemma3_text, qwen2_moe, qwen3_moe";
+
+const ArchTraits* traits_of(std::string_view arch) {
+    for (const auto& a : kArchs)
+        if (a.arch == arch) return &a;
+    return nullptr;
+}
 
 }  // namespace
 
@@ -33,13 +48,12 @@ Expected<LlamaConfig> read_llama_config(const gguf::File& file) {
     auto arch = file.get_string("general.architecture");
     if (!arch) return make_error("{}: missing general.architecture", file.path());
     c.arch = *arch;
-    const ArchTraits* traits = nullptr;
-    for (const auto& a : kArchs)
-        if (a.arch == c.arch) traits = &a;
+    const ArchTraits* traits = traits_of(c.arch);
     if (!traits)
         return make_error("{}: unsupported architecture '{}' (ferry runs {})", file.path(), c.arch,
                           kArchList);
     c.rope_style = traits->rope;
+    c.qk_norms = traits->qk_norms;
     c.name = file.get_string("general.name").value_or(c.arch);
 
     auto need = [&](std::string_view suffix, int& out) -> Status {
@@ -115,6 +129,9 @@ Expected<LlamaConfig> read_llama_config(const gguf::File& file) {
     if (c.n_vocab <= 0) return make_error("{}: vocabulary size unknown", file.path());
     if (c.arch == "gemma3")
         if (Status s = read_gemma3(file, c); !s) return s.error();
+    if (Status s = read_moe(file, c); !s) return s.error();
+    if (traits->moe && !c.is_moe())
+        return make_error("{}: a {} file without {}expert_count", file.path(), c.arch, p);
     return c;
 }
 
@@ -133,12 +150,16 @@ Expected<LlamaConfig> read_llama_config(const nlohmann::json& j, const std::stri
             "{}: a multimodal Gemma 3 checkpoint (model_type gemma3, weights under "
             "language_model.*) is not supported yet; its text-only sizes (gemma3_text) are",
             where);
-    if (c.arch == "gemma3_text") c.arch = "gemma3";
-    bool known = false;
-    for (const auto& a : kArchs) known |= a.arch == c.arch;
-    if (!known)
-        return make_error("{}: unsupported model_type '{}' (ferry runs {}, gemma3_text)", where,
-                          c.arch, kArchList);
+    // Mixtral is GGUF's llama with experts; the others' model_types name their arch.
+    const ArchTraits* traits = c.arch == "mixtral" ? traits_of("llama") : nullptr;
+    for (const auto& a : kArchs)
+        if (!a.hf_type.empty() ? a.hf_type == c.arch : a.arch == c.arch) traits = &a;
+    if (!traits)
+        return make_error("{}: unsupported model_type '{}' (ferry runs {})", where, c.arch,
+                          kModelTypeList);
+    const bool mixtral = c.arch == "mixtral";
+    c.arch = std::string(traits->arch);
+    c.qk_norms = traits->qk_norms;
     c.rope_style = kernels::RopeStyle::Neox;
     c.name = str_or(j, "_name_or_path", where);
     auto need = [&](const char* key, int& out) -> Status {
@@ -282,6 +303,8 @@ Expected<LlamaConfig> read_llama_config(const nlohmann::json& j, const std::stri
     if (c.swa_layers.size() && c.all_layers_slide()) c.swa_layers.clear();
     if (c.arch == "gemma3")
         if (Status s = read_gemma3(j, where, c); !s) return s.error();
+    if (traits->moe || mixtral)
+        if (Status s = read_moe(j, where, mixtral, c); !s) return s.error();
     if (c.sliding_window == 0) c.swa_layers.clear();
     return c;
 }

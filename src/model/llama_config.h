@@ -51,6 +51,21 @@ struct LlamaConfig {
     bool norm_plus_one = false;
     float attn_scale = 0;     // q.k scale; 0: 1 / sqrt(head_dim)
     float final_softcap = 0;  // > 0: logits = cap * tanh(logits / cap)
+    bool qk_norms = false;    // per-head RMSNorms of q and k before the rotation (Qwen3, Gemma 3)
+
+    // Mixture of experts (model/moe.h; n_expert 0: every layer's MLP is dense): each token's MLP
+    // is the weighted sum of the n_expert_used of n_expert SwiGLU experts (of n_ff_expert) its
+    // router scores highest, weighted by the softmax of the router's logits, renormalised over
+    // the chosen ones where expert_norm (Mixtral, Qwen3-MoE), times expert_scale; plus, where
+    // n_ff_shared > 0, a shared expert every token goes through, scaled by the sigmoid of its
+    // own gate (Qwen2-MoE).
+    int n_expert = 0;
+    int n_expert_used = 0;
+    int n_ff_expert = 0;
+    int n_ff_shared = 0;
+    bool expert_norm = true;
+    float expert_scale = 1;
+    bool is_moe() const { return n_expert > 0; }
 
     // The window layer `l` attends within (0: the whole context).
     int window(int l) const {

@@ -20,7 +20,8 @@ class WeightFile {
     // Where it came from, for messages.
     virtual const std::string& path() const = 0;
     // The tensor GGUF names `name`, as a host view into the file: {rows, cols} for a matrix
-    // (rows = output channels), {n} for a vector. nullopt when the checkpoint has none; an
+    // (rows = output channels), {n} for a vector, {n_expert, rows, cols} for a mixture's stacked
+    // experts. nullopt when the checkpoint has none; an
     // error for one in a type ferry cannot read, or of a rank it cannot be.
     virtual Expected<std::optional<Tensor>> find(const std::string& name) const = 0;
     // The file's pages under [p, p + n) are not needed for now (a resident copy serves them).

@@ -429,7 +429,9 @@ DType fallback_for(DType target, int64_t row) {
 }
 
 DType type_for_tensor(DType target, const std::string& name, size_t n_dims, int64_t row) {
-    if (n_dims == 1) return DType::F32;
+    if (n_dims == 1 || name.ends_with("ffn_gate_inp.weight") ||
+        name.ends_with("ffn_gate_inp_shexp.weight"))
+        return DType::F32;
     if (target == DType::W8A8 && name.rfind("blk.", 0) != 0) return DType::INT8;
     return fallback_for(target, row);
 }

@@ -38,8 +38,10 @@ void q5_0_to_q8_0(const void* src, void* dst, int64_t n);
 DType fallback_for(DType target, int64_t row);
 
 // The type a tensor of a model written for `target` gets: norms and biases (1-D) stay f32, as
-// the model reads them; w8a8's embedding and output head int8 with float activations (W8A16,
-// as SmoothQuant keeps its head in 16 bits); every other matrix fallback_for(target, row).
+// the model reads them, and so do a mixture's routers (as llama.cpp keeps them: tiny, and a
+// rounding there flips which experts run); w8a8's embedding and output head int8 with float
+// activations (W8A16, as SmoothQuant keeps its head in 16 bits); every other matrix
+// fallback_for(target, row).
 DType type_for_tensor(DType target, const std::string& name, size_t n_dims, int64_t row);
 
 }  // namespace ferry::quant

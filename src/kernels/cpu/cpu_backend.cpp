@@ -302,6 +302,19 @@ void CpuBackend::gather_rows(const Tensor& x, std::span<const int32_t> rows, con
         std::memcpy(dst + i * rb, src + static_cast<size_t>(rows[i]) * rb, rb);
 }
 
+void CpuBackend::add_rows_scaled(const Tensor& x, std::span<const int32_t> rows,
+                                 std::span<const float> weights, const Tensor& y) {
+    // A row of n_embd floats per routed token: memory-light next to the experts' products, so
+    // a plain loop (which the compiler vectorises) is both the reference and the fast path.
+    const int64_t dim = x.cols();
+    for (size_t i = 0; i < rows.size(); ++i) {
+        float* dst = x.data<float>() + static_cast<int64_t>(rows[i]) * dim;
+        const float* src = y.data<float>() + static_cast<int64_t>(i) * dim;
+        const float w = weights[i];
+        for (int64_t j = 0; j < dim; ++j) dst[j] += w * src[j];
+    }
+}
+
 void CpuBackend::softmax(const Tensor& x) {
     const int64_t dim = x.cols();
     float* p = x.data<float>();

@@ -51,6 +51,8 @@ class CpuBackend final : public Backend {
     void attention(const KvCacheView& kv, int layer, const Batch& b, const AttentionShape& shape,
                    const Tensor& q, const Tensor& out) override;
     void gather_rows(const Tensor& x, std::span<const int32_t> rows, const Tensor& out) override;
+    void add_rows_scaled(const Tensor& x, std::span<const int32_t> rows,
+                         std::span<const float> weights, const Tensor& y) override;
     void softmax(const Tensor& x) override;
     void argmax(const Tensor& x, std::span<int32_t> host_out) override;
 
