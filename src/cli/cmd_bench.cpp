@@ -14,6 +14,7 @@
 #include "cli/spec_options.h"
 #include "core/progress.h"
 #include "engine/generator.h"
+#include "model/moe.h"
 #include "plan/bottleneck.h"
 #include "plan/roofline.h"
 
@@ -126,6 +127,7 @@ void bench_decode(const DecodeBenchOptions& o) {
         return st;
     };
     for (int r = 0; r <= o.repeats; ++r) {  // run 0 warms caches and is not counted
+        if (r == 1) lm.model->reset_expert_tokens();
         std::vector<int32_t> plain_out, spec_out;
         engine::GenerationStats base{};
         if (speculate) base = once({}, &plain_out);
@@ -176,7 +178,7 @@ void bench_decode(const DecodeBenchOptions& o) {
     };
     // Where each phase sits under the roofline (plan/bottleneck): bytes and FLOPs per token
     // from the model's size, time from the medians above.
-    const int64_t params = lm.model->parameter_count();
+    const int64_t params = lm.model->active_parameter_count();
     // The cache's real bytes (scales included; 256-slot blocks make the padding negligible).
     const double kv_per_token =
         static_cast<double>(gen.kv_store().bytes_per_block()) / gen.kv_store().block_size();
@@ -212,6 +214,9 @@ void bench_decode(const DecodeBenchOptions& o) {
         j["spec_output_identical"] = identical;
     }
     for (const auto& ph : phases) j["bottleneck"][ph.phase] = ph.to_json();
+    const model::ExpertLoad load =
+        model::expert_load(lm.model->config(), lm.model->expert_tokens());
+    if (load.n_expert) j["experts"] = load.to_json();
     for (auto [key, s] :
          {std::pair{"prefill_tokens_per_s", pf}, std::pair{"decode_tokens_per_s", dc},
           std::pair{"ttft_ms", tt}, std::pair{"tpot_ms", tp}})
@@ -231,6 +236,12 @@ void bench_decode(const DecodeBenchOptions& o) {
                 pf.max, tt.median);
     std::printf("decode     %8.1f tok/s  [%.1f .. %.1f]   tpot %.2f ms\n", dc.median, dc.min,
                 dc.max, tp.median);
+    if (load.n_expert)
+        std::printf(
+            "experts    %d of %d per token; tokens per expert over the measured runs: mean %.1f, "
+            "min %lld, max %lld (busiest / mean %.2f; worst layer's %.2f)\n",
+            load.n_used, load.n_expert, load.mean, static_cast<long long>(load.min),
+            static_cast<long long>(load.max), load.imbalance, load.worst_layer_imbalance);
     std::printf("kv cache   %s, %.0f bytes per token\n",
                 quant::kv_dtype_name(gen.kv_store().dtype()), kv_per_token);
     std::printf(

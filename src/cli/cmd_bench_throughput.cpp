@@ -231,7 +231,8 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
     }
     // Every step reads all weights once and does 2 x params FLOPs per token it runs.
     const double bytes = double(m.steps) * double(lm.model->weight_bytes_per_token(*lm.backend));
-    const double flops = 2.0 * double(lm.model->parameter_count()) * double(m.batched_tokens_total);
+    const double flops =
+        2.0 * double(lm.model->active_parameter_count()) * double(m.batched_tokens_total);
     const auto bound =
         plan::analyze_bottleneck({"throughput", bytes, flops, wall, peaks.gbs, peaks.gflops});
     return {

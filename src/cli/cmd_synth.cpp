@@ -125,18 +125,21 @@ void synth(const SynthOptions& o) {
         m.n_sliding_layers > 0 ? m.n_layers / std::max<int64_t>(1, m.n_layers - m.n_sliding_layers)
                                : 0;
     if (o.layers > 0) m.n_layers = o.layers;
-    if (m.is_moe())
-        throw ExitError(
-            fmt::format("--like {}: mixture-of-experts models are not synthesized yet", o.like));
-    if (m.arch != "llama" && m.arch != "qwen2" && m.arch != "mistral" && m.arch != "qwen3" &&
-        m.arch != "gemma3")
+    // config.json's model types as GGUF names them (Mixtral is a llama file with experts).
+    const std::string arch = m.arch == "mistral" || m.arch == "mixtral" ? "llama"
+                             : m.arch == "qwen3_moe"                    ? "qwen3moe"
+                             : m.arch == "qwen2_moe"                    ? "qwen2moe"
+                                                                        : m.arch;
+    if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "gemma3" &&
+        arch != "qwen3moe" && arch != "qwen2moe")
         throw ExitError(fmt::format(
-            "--like {}: architecture '{}' is not one ferry synthesizes (llama, mistral, qwen2, "
-            "qwen3, gemma3)",
+            "--like {}: architecture '{}' is not one ferry synthesizes (llama, mistral, mixtral, "
+            "qwen2, qwen3, gemma3, qwen2_moe, qwen3_moe)",
             o.like, m.arch));
-    const bool gemma = m.arch == "gemma3", qk_norms = gemma || m.arch == "qwen3";
+    if (m.n_shared_experts > 1)
+        throw ExitError(fmt::format("--like {}: more than one shared expert", o.like));
+    const bool gemma = arch == "gemma3", qk_norms = gemma || arch == "qwen3" || arch == "qwen3moe";
     const DType target = take(parse_weight_type(o.type, o.group_size));
-    const std::string arch = m.arch == "mistral" ? "llama" : m.arch;
     const auto tok_file = take(gguf::File::open(take(resolve_model_path("default"))));
 
     gguf::Writer w;
@@ -159,6 +162,12 @@ void synth(const SynthOptions& o) {
     w.set(arch + ".rope.freq_base", gguf::make_f32(static_cast<float>(m.rope_theta)));
     w.set(arch + ".attention.layer_norm_rms_epsilon",
           gguf::make_f32(static_cast<float>(m.rms_eps)));
+    if (m.is_moe()) {
+        u32("expert_count", m.n_experts);
+        u32("expert_used_count", m.n_experts_used);
+        if (arch != "llama") u32("expert_feed_forward_length", m.expert_ffn);
+        if (m.n_shared_experts > 0) u32("expert_shared_feed_forward_length", m.shared_expert_ffn);
+    }
     if (gemma && m.sliding_window > 0 && swa_period > 0) {
         u32("attention.sliding_window", m.sliding_window);
         u32("attention.sliding_window_pattern", swa_period);
@@ -169,11 +178,13 @@ void synth(const SynthOptions& o) {
     w.set("ferry.synth.init", gguf::make_string("0.02 x normalised Irwin-Hall(4); norms 1"));
     copy_tokenizer(*tok_file, m.vocab, w, o.quiet);
 
-    // The tensors as llama.cpp names them; shape in GGUF order: {columns, rows}.
+    // The tensors as llama.cpp names them; shape in GGUF order: {columns, rows[, experts]}.
     struct Spec {
         std::string name;
-        int64_t cols, rows;  // rows = 1: a vector
-        bool ones = false;   // a norm's weights
+        int64_t cols, rows;   // rows = 1: a vector
+        bool ones = false;    // a norm's weights
+        int64_t experts = 0;  // > 0: that many stacked matrices (a mixture's experts)
+        int64_t all_rows() const { return rows * std::max<int64_t>(experts, 1); }
     };
     std::vector<Spec> specs = {{"token_embd.weight", m.hidden, m.vocab}};
     const int64_t q_dim = m.n_heads * m.head_dim, kv_dim = m.n_kv_heads * m.head_dim;
@@ -198,6 +209,21 @@ void synth(const SynthOptions& o) {
             specs.push_back({p + "post_ffw_norm.weight", m.hidden, 1, true});
         }
         specs.push_back({p + "ffn_norm.weight", m.hidden, 1, true});
+        if (m.is_moe()) {
+            const int64_t E = m.n_experts, f = m.expert_ffn;
+            specs.push_back({p + "ffn_gate_inp.weight", m.hidden, E});
+            specs.push_back({p + "ffn_gate_exps.weight", m.hidden, f, false, E});
+            specs.push_back({p + "ffn_up_exps.weight", m.hidden, f, false, E});
+            specs.push_back({p + "ffn_down_exps.weight", f, m.hidden, false, E});
+            if (m.n_shared_experts > 0) {
+                const int64_t fs = m.shared_expert_ffn;
+                specs.push_back({p + "ffn_gate_inp_shexp.weight", m.hidden, 1});
+                specs.push_back({p + "ffn_gate_shexp.weight", m.hidden, fs});
+                specs.push_back({p + "ffn_up_shexp.weight", m.hidden, fs});
+                specs.push_back({p + "ffn_down_shexp.weight", fs, m.hidden});
+            }
+            continue;
+        }
         specs.push_back({p + "ffn_gate.weight", m.hidden, m.ffn});
         specs.push_back({p + "ffn_up.weight", m.hidden, m.ffn});
         specs.push_back({p + "ffn_down.weight", m.ffn, m.hidden});
@@ -206,7 +232,7 @@ void synth(const SynthOptions& o) {
     if (!m.tied_embeddings) specs.push_back({"output.weight", m.hidden, m.vocab});
 
     int64_t total = 0;
-    for (const Spec& s : specs) total += s.cols * s.rows;
+    for (const Spec& s : specs) total += s.cols * s.all_rows();
     // One pool for the rows of every tensor.
     const auto backend =
         take(kernels::make_backend({.threads = resolve_threads(o.threads), .activations = {}}));
@@ -216,19 +242,20 @@ void synth(const SynthOptions& o) {
     std::map<DType, int64_t> by_type;
     for (size_t ti = 0; ti < specs.size(); ++ti) {
         const Spec s = specs[ti];
-        const size_t n_dims = s.rows == 1 ? 1 : 2;
+        const size_t n_dims = s.experts ? 3 : s.rows == 1 ? 1 : 2;
         const DType type = quant::type_for_tensor(target, s.name, n_dims, s.cols);
-        by_type[type] += s.cols * s.rows;
+        by_type[type] += s.cols * s.all_rows();
         std::vector<int64_t> shape = {s.cols};
-        if (n_dims == 2) shape.push_back(s.rows);
+        if (n_dims >= 2) shape.push_back(s.rows);
+        if (n_dims == 3) shape.push_back(s.experts);
         auto produce = [s, ti, type, &pool, &o, bar, done](std::vector<uint8_t>& out) -> Status {
             const size_t rb = row_bytes(type, s.cols);
-            out.resize(rb * static_cast<size_t>(s.rows));
+            const int64_t rows = s.all_rows();
+            out.resize(rb * static_cast<size_t>(rows));
             std::vector<std::string> errors(static_cast<size_t>(pool.size()));
             pool.run([&](int share, int n_shares) {
                 std::vector<float> row(static_cast<size_t>(s.cols));
-                for (int64_t r = s.rows * share / n_shares; r < s.rows * (share + 1) / n_shares;
-                     ++r) {
+                for (int64_t r = rows * share / n_shares; r < rows * (share + 1) / n_shares; ++r) {
                     if (s.ones)
                         std::fill(row.begin(), row.end(), 1.0f);
                     else
@@ -243,7 +270,7 @@ void synth(const SynthOptions& o) {
             });
             for (const auto& e : errors)
                 if (!e.empty()) return make_error("{}", e);
-            *done += s.cols * s.rows;
+            *done += s.cols * rows;
             bar->update(*done);
             return Status::Ok();
         };

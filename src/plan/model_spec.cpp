@@ -215,7 +215,8 @@ Expected<ModelSpec> spec_from_hf_config(const nlohmann::json& top, std::string n
         m.n_experts_used = get("num_experts_per_tok", 0);
         m.expert_ffn = m.ffn;  // Mixtral's intermediate_size is one expert's
     } else if (qwen_moe) {
-        m.n_experts = get("num_experts", 0);
+        // transformers 5 writes Mixtral's name for it (num_local_experts) on qwen3_moe.
+        m.n_experts = get("num_experts", get("num_local_experts", 0));
         m.n_experts_used = get("num_experts_per_tok", 0);
         m.expert_ffn = get("moe_intermediate_size", 0);
         // transformers builds a shared expert (with its sigmoid gate) for Qwen2-MoE only.

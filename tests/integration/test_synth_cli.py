@@ -2,10 +2,13 @@
 gguf-py (llama.cpp's own GGUF reader), then loaded and run by ferry."""
 
 import json
+import os
 
 import pytest
 
 from conftest import run_ferry
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 gguf = pytest.importorskip("gguf")
 np = pytest.importorskip("numpy")
@@ -77,8 +80,39 @@ def test_gemma3_has_its_norms_window_and_runs(tmp_path):
                     "--temperature", 0)
     assert run.returncode == 0, run.stderr
     assert "generated: 4 tokens" in run.stderr
-    r = run_ferry("synth", tmp_path / "m.gguf", "--like", "mixtral-8x7b")
-    assert r.returncode != 0 and "mixture-of-experts" in r.stderr
+
+
+@pytest.mark.parametrize("name, arch", [("mixtral", "llama"), ("qwen3_moe", "qwen3moe"),
+                                        ("qwen2_moe", "qwen2moe")])
+def test_mixture_of_experts_stacks_its_experts_and_bench_counts_their_tokens(tmp_path, name, arch):
+    # The shapes of the random-weight directories the golden tests run, from their config.json.
+    cfg_path = f"{REPO}/tests/golden/hf_models/{name}/config.json"
+    cfg = json.load(open(cfg_path))
+    out, _ = synth(tmp_path, "moe.gguf", "--like", cfg_path, "--type", "q8_0")
+    rd = gguf.GGUFReader(out)
+    n_exp = cfg.get("num_experts") or cfg["num_local_experts"]
+    ff = cfg.get("moe_intermediate_size", cfg["intermediate_size"])
+    assert field(rd, "general.architecture") == arch
+    assert field(rd, f"{arch}.expert_count") == n_exp
+    assert field(rd, f"{arch}.expert_used_count") == 2
+    ts = {t.name: t for t in rd.tensors}
+    assert list(ts["blk.1.ffn_gate_exps.weight"].shape) == [64, ff, n_exp]
+    assert list(ts["blk.1.ffn_down_exps.weight"].shape) == [ff, 64, n_exp]
+    # The router stays f32 (as llama.cpp keeps it); the experts take the asked-for type.
+    assert ts["blk.0.ffn_gate_inp.weight"].tensor_type == gguf.GGMLQuantizationType.F32
+    assert ts["blk.0.ffn_up_exps.weight"].tensor_type == gguf.GGMLQuantizationType.Q8_0
+    assert ("blk.0.ffn_gate_shexp.weight" in ts) == (name == "qwen2_moe")
+    assert "blk.0.ffn_gate.weight" not in ts
+
+    r = run_ferry("bench", "decode", "-m", out, "-p", 16, "-n", 8, "-r", 2, "--json")
+    assert r.returncode == 0, r.stderr
+    ex = json.loads(r.stdout)["experts"]
+    assert ex["n_expert"] == n_exp and ex["n_expert_used"] == 2
+    # Each measured run forwards the 16 prompt tokens and 7 decoded ones; every token takes 2
+    # experts in each of the 2 layers.
+    assert sum(ex["tokens_per_expert"]) == 2 * (16 + 7) * 2 * 2
+    assert len(ex["tokens_per_expert"]) == n_exp
+    assert ex["max"] == max(ex["tokens_per_expert"]) and ex["imbalance"] >= 1
 
 
 def test_weights_are_the_stated_distribution_and_norms_are_one(tmp_path):
