@@ -64,9 +64,18 @@ std::vector<int32_t> bench_prompt(const DecodeBenchOptions& o, const engine::Loa
         } else {
             ids = lm.tokenizer->encode(text, true, false);
         }
+    } else if (lm.model->config().is_moe()) {
+        // A mixture's prefill costs what its tokens' spread over the experts costs: a repeated
+        // sentence would route them to a few. Seeded uniform ids spread them, as llama-bench's
+        // random prompts do.
+        uint64_t x = 0x9e3779b97f4a7c15ull;
+        while (static_cast<int>(ids.size()) < o.prompt_tokens) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            ids.push_back(static_cast<int32_t>((x >> 33) % lm.model->config().n_vocab));
+        }
     } else {
-        // A synthetic prompt of ordinary text tokens: the cost of prefill does not depend on
-        // which tokens they are, only on how many.
+        // A synthetic prompt of ordinary text tokens: the cost of a dense model's prefill does
+        // not depend on which tokens they are, only on how many.
         const auto base = lm.tokenizer->encode(
             "The quick brown fox jumps over the lazy dog while the engine measures itself. ", false,
             false);
