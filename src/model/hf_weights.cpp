@@ -104,6 +104,12 @@ Expected<std::optional<Tensor>> HfWeights::find(const std::string& name) const {
     return make_error("{}: tensor '{}' has {} dimensions", dir_->path(), hn, t->shape.size());
 }
 
+std::string HfWeights::display_name(const std::string& name) const {
+    const hf::SafeTensor* t = stored(*dir_, name);
+    const std::string hf = t ? t->name : hf_name(name);
+    return hf.empty() ? name : hf + "' ('" + name;
+}
+
 int64_t HfWeights::parameter_count() const {
     int64_t n = 0;
     for (const hf::SafeTensor* t : dir_->tensors()) n += t->n_elements;

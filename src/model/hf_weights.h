@@ -20,6 +20,7 @@ class HfWeights final : public WeightFile {
 
     const std::string& path() const override { return dir_->path(); }
     Expected<std::optional<Tensor>> find(const std::string& name) const override;
+    std::string display_name(const std::string& name) const override;
     void release(const void* p, size_t n) const override { dir_->release(p, n); }
     int64_t parameter_count() const override;
     std::map<std::string, TypeTotal> stored_types() const override;

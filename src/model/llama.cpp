@@ -37,11 +37,11 @@ class Binder {
                   bool quantize_it = true) {
         auto t = f_.find(name);
         if (!t) return t.error();
-        if (!*t) return make_error("{}: missing tensor '{}'", f_.path(), name);
+        if (!*t) return make_error("{}: missing tensor '{}'", f_.path(), f_.display_name(name));
         const Tensor& m = **t;
         if (m.ndim() != 2 || m.dim(0) != rows || m.dim(1) != cols)
             return make_error("{}: tensor '{}' has shape {} but [{}, {}] was expected", f_.path(),
-                              name, shape_str(m), rows, cols);
+                              f_.display_name(name), shape_str(m), rows, cols);
         out = m;
         if (!quantize_it) return Status::Ok();
         if (quantize_to_ && *quantize_to_ != m.dtype()) return quantize(name, out);
@@ -84,7 +84,8 @@ class Binder {
             const Tensor& m = **t;
             if (m.ndim() != 3 || m.dim(0) != n_expert || m.dim(1) != rows || m.dim(2) != cols)
                 return make_error("{}: tensor '{}' has shape {} but [{}, {}, {}] was expected",
-                                  f_.path(), stacked, shape_str(m), n_expert, rows, cols);
+                                  f_.path(), f_.display_name(stacked), shape_str(m), n_expert, rows,
+                                  cols);
         }
         for (int e = 0; e < n_expert; ++e) {
             Tensor whole;
@@ -118,12 +119,12 @@ class Binder {
         if (!t) return t.error();
         if (!*t) {
             if (optional) return Status::Ok();
-            return make_error("{}: missing tensor '{}'", f_.path(), name);
+            return make_error("{}: missing tensor '{}'", f_.path(), f_.display_name(name));
         }
         const Tensor& v = **t;
         if (v.ndim() != 1 || v.dim(0) != n)
-            return make_error("{}: tensor '{}' has shape {} but [{}] was expected", f_.path(), name,
-                              shape_str(v), n);
+            return make_error("{}: tensor '{}' has shape {} but [{}] was expected", f_.path(),
+                              f_.display_name(name), shape_str(v), n);
         if (v.dtype() == DType::F32 && !plus_one) {
             out = v;
             return Status::Ok();

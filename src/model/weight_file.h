@@ -24,6 +24,9 @@ class WeightFile {
     // experts. nullopt when the checkpoint has none; an
     // error for one in a type ferry cannot read, or of a rank it cannot be.
     virtual Expected<std::optional<Tensor>> find(const std::string& name) const = 0;
+    // `name` as messages should say it: the checkpoint's own name for the tensor (a directory's
+    // transformers name, with GGUF's after it), else the GGUF name itself.
+    virtual std::string display_name(const std::string& name) const { return name; }
     // The file's pages under [p, p + n) are not needed for now (a resident copy serves them).
     virtual void release(const void* p, size_t n) const = 0;
     // Elements of every tensor in the checkpoint.
