@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "convert/hf_to_gguf.h"
+#include "convert_util.h"
 #include "engine/engine.h"
 #include "engine/generator.h"
 #include "engine/loaded_model.h"
@@ -52,27 +53,8 @@ std::shared_ptr<ferry::kernels::Backend> f32_backend() {
 
 // The directory written out as ferry quantize --type f32 writes it.
 std::string convert_to_gguf(const std::string& arch) {
-    auto dir = ferry::hf::ModelDir::open(model_dir(arch));
-    EXPECT_TRUE(dir.ok()) << dir.error().message;
-    auto cfg = ferry::model::read_llama_config((*dir)->config(), arch + "/config.json");
-    EXPECT_TRUE(cfg.ok()) << cfg.error().message;
-    ferry::gguf::Writer w;
-    const ferry::Status meta = ferry::convert::write_metadata(**dir, *cfg, w);
-    EXPECT_TRUE(meta.ok()) << meta.error().message;
-    auto sources = ferry::convert::source_tensors(**dir, *cfg);
-    EXPECT_TRUE(sources.ok()) << sources.error().message;
-    for (const auto& t : *sources) {
-        const ferry::convert::SourceTensor* s = &t;
-        EXPECT_TRUE(
-            w.add_tensor(t.name, t.shape, ferry::DType::F32, [s](std::vector<uint8_t>& out) {
-                 out.resize(ferry::row_bytes(ferry::DType::F32, s->row()) *
-                            static_cast<size_t>(s->n_rows()));
-                 return ferry::convert::rows_as(*s, ferry::DType::F32, 0, s->n_rows(), out.data());
-             }).ok());
-    }
     const std::string path = (fs::path(::testing::TempDir()) / (arch + "-converted.gguf")).string();
-    const ferry::Status written = w.write(path);
-    EXPECT_TRUE(written.ok()) << written.error().message;
+    ferry::testing::write_f32_gguf(model_dir(arch), path);
     return path;
 }
 

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "convert/hf_to_gguf.h"
+#include "convert_util.h"
 #include "engine/loaded_model.h"
 #include "gguf/gguf_writer.h"
 #include "hf/model_dir.h"
@@ -186,26 +187,10 @@ TEST(MoeCheckpoint, InconsistentExpertCountIsOneClearError) {
         << lm.error().message;
 
     // A GGUF whose expert_count disagrees with its stacked experts.
-    auto src = ferry::hf::ModelDir::open(ferry::testing::golden_dir() + "/hf_models/qwen3_moe");
-    ASSERT_TRUE(src.ok()) << src.error().message;
-    auto cfg = ferry::model::read_llama_config((*src)->config(), "qwen3_moe");
-    ASSERT_TRUE(cfg.ok());
-    ferry::gguf::Writer w;
-    ASSERT_TRUE(ferry::convert::write_metadata(**src, *cfg, w).ok());
-    w.set("qwen3moe.expert_count", ferry::gguf::make_u32(6));
-    auto sources = ferry::convert::source_tensors(**src, *cfg);
-    ASSERT_TRUE(sources.ok()) << sources.error().message;
-    for (const auto& t : *sources) {
-        const ferry::convert::SourceTensor* s = &t;
-        ASSERT_TRUE(
-            w.add_tensor(t.name, t.shape, ferry::DType::F32, [s](std::vector<uint8_t>& out) {
-                 out.resize(ferry::row_bytes(ferry::DType::F32, s->row()) *
-                            static_cast<size_t>(s->n_rows()));
-                 return ferry::convert::rows_as(*s, ferry::DType::F32, 0, s->n_rows(), out.data());
-             }).ok());
-    }
     const std::string path = (fs::path(::testing::TempDir()) / "moe-count.gguf").string();
-    ASSERT_TRUE(w.write(path).ok());
+    ferry::testing::write_f32_gguf(
+        ferry::testing::golden_dir() + "/hf_models/qwen3_moe", path,
+        [](ferry::gguf::Writer& w) { w.set("qwen3moe.expert_count", ferry::gguf::make_u32(6)); });
     auto g = ferry::engine::LoadedModel::load(path, false);
     ASSERT_FALSE(g.ok());
     EXPECT_NE(g.error().message.find("blk.0.ffn_gate_inp.weight"), std::string::npos)
