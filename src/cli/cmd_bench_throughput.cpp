@@ -251,6 +251,7 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
         {"kv_dtype", quant::kv_dtype_name(cfg.kv_dtype)},
         {"kv_bytes_per_token", eng.kv_bytes_per_token()},
         {"preemptions", m.preemptions},
+        {"kv_blocks_dropped", m.kv_blocks_dropped},
         {"prefix_hit_fraction",
          m.prefix_query_tokens ? double(m.prefix_hit_tokens) / double(m.prefix_query_tokens) : 0.0},
         {"mean_batch_size", m.steps ? double(m.batched_seqs_total) / double(m.steps) : 0.0},

@@ -66,7 +66,7 @@ void BlockManager::register_full(BlockTable& t, std::span<const int32_t> tokens,
 }
 
 void BlockManager::trim(BlockTable& t, int64_t n_positions) {
-    const size_t keep = blocks_for(n_positions, block_size());
+    const size_t keep = std::max(blocks_for(n_positions, block_size()), t.n_dropped);
     while (t.blocks.size() > keep) {
         pool_.decref(t.blocks.back());
         t.blocks.pop_back();
@@ -74,15 +74,27 @@ void BlockManager::trim(BlockTable& t, int64_t n_positions) {
     t.hashes.resize(std::min(t.hashes.size(), t.blocks.size()));
 }
 
+int BlockManager::drop_before(BlockTable& t, int64_t first_needed) {
+    // Only registered blocks: one dropped before its hash were taken would be registered later
+    // with whatever another sequence has written there since.
+    const size_t upto =
+        std::min({static_cast<size_t>(std::max<int64_t>(0, first_needed) / block_size()),
+                  t.hashes.size(), t.blocks.size()});
+    int n = 0;
+    for (; t.n_dropped < upto; ++t.n_dropped, ++n) pool_.decref(t.blocks[t.n_dropped]);
+    return n;
+}
+
 void BlockManager::release(BlockTable& t) {
-    for (auto it = t.blocks.rbegin(); it != t.blocks.rend(); ++it) pool_.decref(*it);
+    for (size_t i = t.blocks.size(); i-- > t.n_dropped;) pool_.decref(t.blocks[i]);
     t.blocks.clear();
     t.hashes.clear();
+    t.n_dropped = 0;
 }
 
 void BlockManager::share(const BlockTable& from, BlockTable& to) {
     to = from;
-    for (int32_t b : to.blocks) pool_.incref(b);
+    for (size_t i = to.n_dropped; i < to.blocks.size(); ++i) pool_.incref(to.blocks[i]);
 }
 
 }  // namespace ferry::engine

@@ -14,10 +14,14 @@
 namespace ferry::engine {
 
 // A sequence's blocks in position order, and the chain hashes of its leading full blocks
-// that are registered in the prefix cache.
+// that are registered in the prefix cache. The first n_dropped blocks were given back (out of
+// every layer's sliding window): their entries stay, so positions still index the table, but
+// the sequence no longer holds them and attention never weighs them.
 struct BlockTable {
     std::vector<int32_t> blocks;
     std::vector<uint64_t> hashes;
+    size_t n_dropped = 0;
+    size_t held() const { return blocks.size() - n_dropped; }
 };
 
 // A block to copy before the step that writes into dst runs (copy-on-write).
@@ -49,6 +53,9 @@ class BlockManager {
     void register_full(BlockTable& t, std::span<const int32_t> tokens, int64_t n_computed);
     // Gives back the blocks past those covering n_positions positions.
     void trim(BlockTable& t, int64_t n_positions);
+    // Gives back the leading full, registered blocks wholly before position `first_needed`
+    // (a model whose every layer slides never reads them again); returns how many.
+    int drop_before(BlockTable& t, int64_t first_needed);
     // Gives back every block (the last first, so a prefix's later blocks are evicted before
     // its first ones).
     void release(BlockTable& t);

@@ -56,7 +56,10 @@ Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), c
         context_before_kv_cap_ = max_model_len_;
         max_model_len_ = static_cast<int>(pool_tokens);
     }
-    scheduler_ = std::make_unique<Scheduler>(config_, max_model_len_, n_blocks_);
+    // A model whose every layer slides (Mistral, Phi-3) never reads a position again once it is
+    // out of the window, so its blocks go back to the pool (Gemma's global layers keep them).
+    scheduler_ = std::make_unique<Scheduler>(config_, max_model_len_, n_blocks_,
+                                             c.all_layers_slide() ? c.sliding_window : 0);
     runner_ =
         std::make_unique<ModelRunner>(*model.model, model.backend, n_blocks_, config_.block_size,
                                       kv_format_for(model, config_.kv_dtype));
@@ -461,6 +464,7 @@ void Engine::publish_metrics() {
     metrics_.prefix_query_tokens = scheduler_->prefix_query_tokens();
     metrics_.prefix_hit_tokens = scheduler_->prefix_hit_tokens();
     metrics_.preemptions = scheduler_->preemptions();
+    metrics_.kv_blocks_dropped = scheduler_->dropped_blocks();
 }
 
 EngineMetrics Engine::metrics() const {

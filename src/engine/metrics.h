@@ -35,6 +35,7 @@ struct EngineMetrics {
     uint64_t prompt_tokens_total = 0;
     uint64_t generation_tokens_total = 0;
     uint64_t preemptions = 0;
+    uint64_t kv_blocks_dropped = 0;  // given back out of every layer's sliding window
     uint64_t steps = 0;
     uint64_t batched_tokens_total = 0;         // tokens run over all steps
     uint64_t batched_seqs_total = 0;           // sequences run over all steps

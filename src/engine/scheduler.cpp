@@ -17,9 +17,10 @@ bool runs_before(const Sequence* a, const Sequence* b) {
 
 }  // namespace
 
-Scheduler::Scheduler(const EngineConfig& config, int max_model_len, int64_t n_blocks)
+Scheduler::Scheduler(const EngineConfig& config, int max_model_len, int64_t n_blocks, int kv_window)
     : config_(config),
       max_model_len_(max_model_len),
+      kv_window_(config.kv_layout == EngineConfig::KvLayout::Paged ? kv_window : 0),
       blocks_(n_blocks, config.block_size,
               config.prefix_cache && config.kv_layout == EngineConfig::KvLayout::Paged) {}
 
@@ -203,6 +204,10 @@ SchedulerOutput Scheduler::schedule(Clock::time_point now) {
 void Scheduler::on_computed(Sequence* seq, int num_tokens) {
     seq->num_computed += num_tokens;
     blocks_.register_full(seq->kv, seq->tokens, seq->num_computed);
+    // The next token (position num_computed) attends back to num_computed - window + 1; a
+    // rejected draft only ever rolls back to here.
+    if (kv_window_ > 0)
+        dropped_blocks_ += blocks_.drop_before(seq->kv, seq->num_computed - kv_window_ + 1);
 }
 
 void Scheduler::trim_blocks(Sequence* seq) {
@@ -228,7 +233,7 @@ double Scheduler::kv_waste_fraction() const {
     const int bs = config_.block_size;
     std::unordered_map<int32_t, int> filled;  // per held block, the most slots any holder uses
     for (const Sequence* s : running_)
-        for (size_t j = 0; j < s->kv.blocks.size(); ++j) {
+        for (size_t j = s->kv.n_dropped; j < s->kv.blocks.size(); ++j) {
             const int f = std::clamp(s->num_computed - static_cast<int>(j) * bs, 0, bs);
             int& slot = filled[s->kv.blocks[j]];
             slot = std::max(slot, f);

@@ -19,7 +19,9 @@ namespace ferry::engine {
 
 class Scheduler {
   public:
-    Scheduler(const EngineConfig& config, int max_model_len, int64_t n_blocks);
+    // kv_window > 0: every layer attends to the last kv_window positions only, so a sequence's
+    // blocks wholly before its window are given back as it advances (paged layout only).
+    Scheduler(const EngineConfig& config, int max_model_len, int64_t n_blocks, int kv_window = 0);
 
     void add(Sequence* seq);          // a new request's first sequence: waits
     void add_running(Sequence* seq);  // a forked sibling: already holds its blocks
@@ -43,6 +45,8 @@ class Scheduler {
     uint64_t prefix_query_tokens() const { return prefix_query_tokens_; }
     uint64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
     uint64_t preemptions() const { return preemptions_; }
+    // Blocks given back because they fell out of every layer's window.
+    uint64_t dropped_blocks() const { return dropped_blocks_; }
     // Token slots held by running sequences that hold no token yet, over all held slots.
     double kv_waste_fraction() const;
     int64_t blocks_held() const { return blocks_.pool().num_used(); }
@@ -62,12 +66,14 @@ class Scheduler {
 
     EngineConfig config_;
     int max_model_len_;
+    int kv_window_;
     BlockManager blocks_;
     std::unordered_map<uint64_t, Sequence*> by_id_;
     std::vector<Sequence*> waiting_;  // by (priority, arrival)
     std::vector<Sequence*> running_;
     bool static_batch_open_ = false;  // static batching: the current batch still runs
     uint64_t prefix_query_tokens_ = 0, prefix_hit_tokens_ = 0, preemptions_ = 0;
+    uint64_t dropped_blocks_ = 0;
 };
 
 }  // namespace ferry::engine

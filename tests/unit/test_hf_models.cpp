@@ -268,3 +268,63 @@ INSTANTIATE_TEST_SUITE_P(Dense, HfModelsEngine,
 INSTANTIATE_TEST_SUITE_P(MixturesOfExperts, HfModelsEngine,
                          ::testing::Values("mixtral", "qwen3_moe", "qwen2_moe"),
                          [](const auto& info) { return info.param; });
+
+// A model whose every layer slides gives back the blocks that left the window as it runs:
+// phi3's window of 8 over 4-slot blocks, a ~60-token prompt prefilled in chunks of 16 and 24
+// generated tokens hold a handful of blocks at a time instead of all 21, and every token is
+// the one the Generator (which keeps every block) picks.
+TEST(HfModelsWindow, AllSlidingLayersGiveBackBlocksOutOfTheWindow) {
+    auto lm = LoadedModel::load(model_dir("phi3"), false, f32_backend());
+    ASSERT_TRUE(lm.ok()) << lm.error().message;
+    const nlohmann::json g = golden("phi3");
+    std::string text;
+    for (const auto& c : g["cases"]) text += c["text"].get<std::string>() + " ";
+    const auto prompt = lm->tokenizer->encode(text, true, true);
+    ASSERT_GE(prompt.size(), 50u);
+    const int n_gen = 24;
+
+    std::vector<int32_t> want;
+    Generator gen(*lm->model, lm->backend, 256);
+    ferry::engine::SamplingParams greedy;
+    greedy.temperature = 0;
+    ASSERT_TRUE(gen.generate(
+                       prompt, greedy, n_gen,
+                       [&](int32_t t) {
+                           want.push_back(t);
+                           return true;
+                       },
+                       [](int32_t) { return false; })
+                    .ok());
+
+    for (bool prefix_cache : {true, false}) {
+        ferry::engine::EngineConfig cfg;
+        cfg.max_model_len = 256;
+        cfg.kv_cache_memory = 8ll << 20;
+        cfg.block_size = 4;
+        cfg.max_num_batched_tokens = 16;
+        cfg.prefix_cache = prefix_cache;
+        auto e = ferry::engine::Engine::create(*lm, cfg);
+        ASSERT_TRUE(e.ok()) << e.error().message;
+        ferry::engine::RequestParams p;
+        p.sampling.temperature = 0;
+        p.max_tokens = n_gen;
+        p.ignore_eos = true;
+        std::vector<int32_t> got;
+        ASSERT_TRUE((*e)->add_request(prompt, p,
+                                      [&](const ferry::engine::TokenEvent& ev) {
+                                          if (ev.token >= 0) got.push_back(ev.token);
+                                      })
+                        .ok());
+        int64_t most = 0;
+        while ((*e)->has_work()) {
+            (*e)->step();
+            most = std::max(most, (*e)->metrics().kv_blocks_used);
+        }
+        EXPECT_EQ(got, want) << "prefix cache " << prefix_cache;
+        // The window (8 positions, 2-3 blocks) plus a chunk of 16 (4-5 blocks).
+        EXPECT_LE(most, 8) << "prefix cache " << prefix_cache;
+        const int64_t all = (static_cast<int64_t>(prompt.size()) + n_gen + 3) / 4;
+        EXPECT_GE((*e)->metrics().kv_blocks_dropped, static_cast<uint64_t>(all - 8));
+        EXPECT_EQ((*e)->metrics().kv_blocks_used, 0);
+    }
+}

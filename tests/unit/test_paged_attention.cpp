@@ -210,6 +210,29 @@ TEST(PagedAttention, SlidingWindowAttendsOnlyInsideIt) {
                                 std::string(kernels::cpu::cpu_level_name(l)) + " " +
                                     quant::kv_dtype_name(t) + " start=" + std::to_string(start));
             }
+            // Positions before the window are never read: NaN there (a block given back and
+            // rewritten since) changes nothing, also for two rows with windows apart.
+            if (t != KvDType::F32 && t != KvDType::F16) continue;
+            auto kn = k, vn = v;
+            const int64_t first = std::max<int64_t>(0, start - 5);
+            for (size_t i = 0; i < static_cast<size_t>(first) * stride; ++i)
+                kn[i] = vn[i] = std::nanf("");
+            const Paged pn = make_paged(kn, vn, n_kv, stride, 16, t, hd);
+            std::vector<float> ref2(hd);
+            kernels::cpu::attend_paged_reference(q.data(), p.view(0), n_kv - 3, hd, scale,
+                                                 ref2.data(), first);
+            for (CpuLevel l : simd_levels(true)) {
+                kernels::cpu::set_cpu_level(l);
+                std::vector<float> a(hd), b(hd);
+                const kernels::cpu::AttnRow rows[] = {{q.data(), a.data(), n_kv, start},
+                                                      {q.data(), b.data(), n_kv - 3, first}};
+                kernels::cpu::attend_paged_rows(rows, pn.view(0), hd, scale);
+                const std::string what = std::string(kernels::cpu::cpu_level_name(l)) + " " +
+                                         quant::kv_dtype_name(t) + " poisoned before " +
+                                         std::to_string(first);
+                expect_near_all(a, ref, 2e-5f, what);
+                expect_near_all(b, ref2, 2e-5f, what);
+            }
         }
     }
 }

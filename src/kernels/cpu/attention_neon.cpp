@@ -108,7 +108,8 @@ inline void accumulate(float* acc, const float* w, const float* const* v, int n,
     }
 }
 
-// Walks positions 0, 1, 2, ... of one KV head over the blocks without a division per position.
+// Walks positions p, p + 1, ... of one KV head over the blocks (from block p / block_size, slot
+// p % block_size) without a division per position.
 struct PosCursor {
     const void* const* blocks;
     int block_size;
@@ -163,8 +164,12 @@ void attend_rows(const AttnRow* rows, int nr, const PagedKvView& kv, int hd, flo
     const size_t scale_off = kv.scale_offset;
     const float* cs = kv.k_channel_scale;
     const int hdp = (hd + 15) / 16 * 16;
-    int64_t nmax = 0;
-    for (int r = 0; r < nr; ++r) nmax = rows[r].n_kv > nmax ? rows[r].n_kv : nmax;
+    int64_t nmax = 0, p_begin = rows[0].kv_start;
+    for (int r = 0; r < nr; ++r) {
+        nmax = rows[r].n_kv > nmax ? rows[r].n_kv : nmax;
+        p_begin = rows[r].kv_start < p_begin ? rows[r].kv_start : p_begin;
+    }
+    // Positions before every row's window are never read (attention_x86.inc says why).
     const int64_t sstride = (nmax + 15) / 16 * 16;
     // The layout attend_rows_scratch_floats sizes: scores, queries, accumulators, then 16 key
     // rows (one used here) and 32 value rows.
@@ -180,11 +185,22 @@ void attend_rows(const AttnRow* rows, int nr, const PagedKvView& kv, int hd, flo
         }
 
     // Pass 1: raw scores (times the key's scale).
-    PosCursor kc{kv.k_blocks, kv.block_size,     kv.stride * eb, kv.head_offset * eb,
-                 scale_off,   kv.scales_per_pos, kv.scale_index};
+    // A cursor over the keys' or the values' rows, at the first position read.
+    auto cursor_at_begin = [&](const void* const* blocks) {
+        return PosCursor{blocks,
+                         kv.block_size,
+                         kv.stride * eb,
+                         kv.head_offset * eb,
+                         scale_off,
+                         kv.scales_per_pos,
+                         kv.scale_index,
+                         p_begin / kv.block_size,
+                         static_cast<int>(p_begin % kv.block_size)};
+    };
+    PosCursor kc = cursor_at_begin(kv.k_blocks);
     const int row_bytes = static_cast<int>(hd * eb);
-    Prefetcher kpre{kc, 0, nmax, row_bytes};
-    for (int64_t p = 0; p < nmax; ++p) {
+    Prefetcher kpre{kc, p_begin, nmax, row_bytes};
+    for (int64_t p = p_begin; p < nmax; ++p) {
         if (p % 8 == 0) kpre.upto(p + 8 + kPrefetchAhead);
         float ks = 1.0f;
         const float* k = row_floats(t, eb, kc.next(k_scaled ? &ks : nullptr), hd, kstage);
@@ -196,10 +212,9 @@ void attend_rows(const AttnRow* rows, int nr, const PagedKvView& kv, int hd, flo
         }
     }
 
-    PosCursor vc{kv.v_blocks, kv.block_size,     kv.stride * eb, kv.head_offset * eb,
-                 scale_off,   kv.scales_per_pos, kv.scale_index};
-    Prefetcher vpre{vc, 0, nmax, row_bytes};
-    vpre.upto(kPrefetchAhead);  // while pass 2 computes
+    PosCursor vc = cursor_at_begin(kv.v_blocks);
+    Prefetcher vpre{vc, p_begin, nmax, row_bytes};
+    vpre.upto(p_begin + kPrefetchAhead);  // while pass 2 computes
 
     // Pass 2: unnormalised weights and their sum per row. Lanes past n_kv are set to -inf
     // first, so whole vectors are used and those lanes add exactly 0.
@@ -209,13 +224,14 @@ void attend_rows(const AttnRow* rows, int nr, const PagedKvView& kv, int hd, flo
         const int64_t n = rows[r].n_kv;
         float* s = scores + r * sstride;
         const int64_t nvec = (n + VL - 1) / VL * VL;
+        const int64_t p_vec = p_begin / VL * VL;  // the call's first vector of scores
         for (int64_t p = n; p < nvec; ++p) s[p] = -__builtin_inff();
-        for (int64_t p = 0; p < rows[r].kv_start; ++p) s[p] = -__builtin_inff();  // out of window
+        for (int64_t p = p_vec; p < rows[r].kv_start; ++p) s[p] = -__builtin_inff();  // window
         vf mv = vdupq_n_f32(-__builtin_inff());
-        for (int64_t p = 0; p < nvec; p += VL) mv = vmaxq_f32(mv, vld1q_f32(s + p));
+        for (int64_t p = p_vec; p < nvec; p += VL) mv = vmaxq_f32(mv, vld1q_f32(s + p));
         const vf m = vdupq_n_f32(vmaxvq_f32(mv));
         vf sum = vdupq_n_f32(0.0f);
-        for (int64_t p = 0; p < nvec; p += VL) {
+        for (int64_t p = p_vec; p < nvec; p += VL) {
             const vf e = vexp(vmulq_f32(vsubq_f32(vld1q_f32(s + p), m), vscale));
             vst1q_f32(s + p, e);
             sum = vaddq_f32(sum, e);
@@ -227,7 +243,7 @@ void attend_rows(const AttnRow* rows, int nr, const PagedKvView& kv, int hd, flo
     // Pass 3: weighted sum of values, kValueChunk positions at a time.
     const float* vp[kValueChunk];
     float vsc[kValueChunk], wsc[kValueChunk];
-    for (int64_t p0 = 0; p0 < nmax; p0 += kValueChunk) {
+    for (int64_t p0 = p_begin; p0 < nmax; p0 += kValueChunk) {
         vpre.upto(p0 + kValueChunk + kPrefetchAhead);
         const int np = static_cast<int>(nmax - p0 < kValueChunk ? nmax - p0 : kValueChunk);
         for (int j = 0; j < np; ++j) {

@@ -39,8 +39,8 @@ void attend_paged_reference(const float* q, const PagedKvView& kv, int64_t n_kv,
                             float scale, float* out, int64_t kv_start = 0);
 
 // One query row: it attends to positions [kv_start, n_kv) of the view it is computed with
-// (kv_start > 0: a sliding window). The SIMD paths still read [0, kv_start) and give it no
-// weight, so those positions must be readable.
+// (kv_start > 0: a sliding window). No path reads a position before the smallest kv_start of
+// the rows it computes together, so blocks out of every row's window may be gone.
 struct AttnRow {
     const float* q;  // head_dim floats
     float* out;      // head_dim floats
