@@ -40,6 +40,13 @@ tokenization must equal tokenizers' and the last logits transformers' (max |diff
 kept in golden.json's llama_cpp field). That is the check that ferry's GGUF output is a file
 llama.cpp reads as the model transformers runs.
 
+With --llama-cpp-src (a llama.cpp source tree: its convert_hf_to_gguf.py and gguf-py), each
+directory with a byte-level tokenizer is also converted by llama.cpp's own converter, as bf16
+(the weights' own values), into llama.cpp.gguf beside it: the test reads that file as a user's
+GGUF and checks it against transformers too. Its pre-tokenizer table knows real tokenizers by a
+hash of their output, so the name is given (PRE below); the SentencePiece-style ones and Phi-3
+(which it reads from a tokenizer.model) are not converted.
+
 Needs torch, transformers, tokenizers, safetensors (a venv: pip install torch transformers).
 Re-running with the same versions rewrites identical files (seeded).
 """
@@ -75,6 +82,19 @@ CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\
 QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
                r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
+
+# The pre-tokenizer llama.cpp's converter would detect for each byte-level directory.
+PRE = {"llama": "smollm", "llama31": "smollm", "qwen2": "qwen2", "qwen3": "qwen2",
+       "mixtral": "smollm", "qwen3_moe": "qwen2", "qwen2_moe": "qwen2"}
+LLAMA_CPP_CONVERT = """
+import os, runpy, sys
+src, pre = sys.argv[1], sys.argv[2]
+sys.path[:0] = [os.path.join(src, "gguf-py"), src]
+import conversion.base as base
+base.TextModel.get_vocab_base_pre = lambda self, tokenizer: pre
+sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[3:]
+runpy.run_path(os.path.join(src, "convert_hf_to_gguf.py"), run_name="__main__")
+"""
 
 NAMES = ["llama", "llama31", "qwen2", "qwen3", "phi3", "mistral", "gemma3", "mixtral",
          "qwen3_moe", "qwen2_moe"]
@@ -339,6 +359,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ferry", help="ferry binary: also convert each directory to GGUF")
     ap.add_argument("--libllama", help="llama.cpp's libllama.so: check ferry's GGUF with it")
+    ap.add_argument("--llama-cpp-src", help="llama.cpp's source tree: also write llama.cpp.gguf")
     ap.add_argument("--only", choices=NAMES)
     args = ap.parse_args()
     for name in NAMES:
@@ -367,6 +388,11 @@ def main():
                 else:
                     print(f"{name}: llama.cpp on ferry's GGUF: max |logit diff| {worst:.2e}")
                     golden["llama_cpp"] = {"max_abs_logit_diff": round(worst, 6)}
+        if args.llama_cpp_src and name in PRE:
+            subprocess.run([sys.executable, "-c", LLAMA_CPP_CONVERT, args.llama_cpp_src,
+                            PRE[name], d, "--outfile", os.path.join(d, "llama.cpp.gguf"),
+                            "--outtype", "bf16"], check=True, capture_output=True)
+            golden["llama_cpp_gguf"] = "llama.cpp.gguf, by llama.cpp's convert_hf_to_gguf.py"
         with open(os.path.join(d, "golden.json"), "w", encoding="utf-8") as f:
             json.dump(golden, f, ensure_ascii=False, indent=1)
             f.write("\n")

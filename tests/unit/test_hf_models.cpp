@@ -134,6 +134,23 @@ INSTANTIATE_TEST_SUITE_P(Architectures, HfModels,
                          [](const auto& info) { return info.param; });
 
 // What has no GGUF spelling is refused by name, not written as a file that tokenizes wrong.
+// The GGUF llama.cpp's own converter (convert_hf_to_gguf.py) wrote from the directory, read as
+// a user's file: its names, stacked experts and metadata as llama.cpp writes them. (The
+// generator runs it on the byte-level directories; it wants a tokenizer.model for the others.)
+class HfModelsLlamaCppGguf : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HfModelsLlamaCppGguf, AnswersAsTransformers) {
+    auto lm = LoadedModel::load(model_dir(GetParam()) + "/llama.cpp.gguf", false, f32_backend());
+    ASSERT_TRUE(lm.ok()) << lm.error().message;
+    ASSERT_TRUE(lm->file);
+    expect_transformers(*lm, golden(GetParam()), GetParam() + " llama.cpp's gguf");
+}
+
+INSTANTIATE_TEST_SUITE_P(ByteLevel, HfModelsLlamaCppGguf,
+                         ::testing::Values("llama", "llama31", "qwen2", "qwen3", "mixtral",
+                                           "qwen3_moe", "qwen2_moe"),
+                         [](const auto& info) { return info.param; });
+
 TEST(HfToGguf, RefusesTokenizersGgufCannotCarry) {
     std::ifstream in(model_dir("qwen2") + "/tokenizer.json");
     nlohmann::json tok = nlohmann::json::parse(in);
