@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <thread>
 #include <utility>
@@ -15,6 +16,7 @@
 #include "cli/engine_options.h"
 #include "cli/model_options.h"
 #include "core/progress.h"
+#include "model/moe.h"
 #include "plan/bottleneck.h"
 
 namespace ferry::cli {
@@ -186,6 +188,7 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
     base.sampling = sampling;
     base.ignore_eos = true;
     Progress bar("bench throughput: " + label, static_cast<int64_t>(items.size()), !quiet);
+    lm.model->reset_expert_tokens();
 
     const auto t0 = std::chrono::steady_clock::now();
     auto elapsed = [&] {
@@ -235,7 +238,7 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
         2.0 * double(lm.model->active_parameter_count()) * double(m.batched_tokens_total);
     const auto bound =
         plan::analyze_bottleneck({"throughput", bytes, flops, wall, peaks.gbs, peaks.gflops});
-    return {
+    nlohmann::json row = {
         {"label", label},
         {"bottleneck", bound.to_json()},
         {"requests", finished.size()},
@@ -264,6 +267,11 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
         {"spec_mean_accepted",
          m.spec_steps ? double(m.spec_accepted_tokens) / double(m.spec_steps) : 0.0},
     };
+    // A mixture's router over the whole run: how evenly the batches' tokens spread.
+    const model::ExpertLoad load =
+        model::expert_load(lm.model->config(), lm.model->expert_tokens());
+    if (load.n_expert) row["experts"] = load.to_json();
+    return row;
 }
 
 void print_row(const nlohmann::json& r) {
@@ -325,6 +333,16 @@ void bench_throughput(const ThroughputOptions& o) {
         nlohmann::json j = o.compare ? nlohmann::json{{"runs", rows}} : rows.front();
         j["model"] = lm.path;
         j["num_prompts"] = items.size();
+        // What the prompts came to, after the shared prefix and any cut to the context.
+        int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0, sum = 0;
+        for (const auto& it : items) {
+            const auto n = static_cast<int64_t>(it.prompt.size());
+            lo = std::min(lo, n), hi = std::max(hi, n), sum += n;
+        }
+        j["prompt_len"] = {{"min", lo},
+                           {"mean", static_cast<double>(sum) / static_cast<double>(items.size())},
+                           {"max", hi}};
+        j["shared_prefix_len"] = o.dataset.empty() ? o.shared_prefix_len : 0;
         j["threads"] = o.model.resolved_threads();
         j["sampling"] = {{"temperature", o.temperature}, {"top_k", o.top_k}, {"top_p", o.top_p}};
         std::printf("%s\n", j.dump(2).c_str());
@@ -364,7 +382,9 @@ void add_bench_throughput_command(CLI::App& bench) {
     cmd->add_option("--num-prompts", o->num_prompts, "requests in the workload")
         ->capture_default_str()
         ->check(CLI::Range(1, 1000000));
-    cmd->add_option("--input-len", o->input_len, "prompt tokens: N or LO-HI (uniform)")
+    cmd->add_option("--input-len", o->input_len,
+                    "each prompt's own tokens after --shared-prefix-len (as vLLM's random "
+                    "dataset counts them): N or LO-HI (uniform)")
         ->capture_default_str();
     cmd->add_option("--output-len", o->output_len, "generated tokens: N or LO-HI (uniform)")
         ->capture_default_str();
@@ -374,7 +394,8 @@ void add_bench_throughput_command(CLI::App& bench) {
                     "max_tokens also name the length; without one it is drawn from "
                     "--output-len)");
     cmd->add_option("--shared-prefix-len", o->shared_prefix_len,
-                    "every prompt starts with the same L tokens")
+                    "every prompt starts with the same L tokens, then its --input-len own "
+                    "(a prompt is L + input-len long)")
         ->check(CLI::Range(0, 1 << 20));
     cmd->add_option("--request-rate", o->request_rate, "Poisson arrivals per second, or inf")
         ->capture_default_str();

@@ -46,6 +46,16 @@ def test_bench_throughput_json_keys(model_path):
     assert j["requests"] == 6
     assert j["output_tokens_per_s"] < j["total_tokens_per_s"]
     assert 0 <= j["kv_waste_fraction"] < 1 and j["peak_kv_blocks"] >= 1
+    assert 8 <= j["prompt_len"]["min"] <= j["prompt_len"]["mean"] <= j["prompt_len"]["max"] <= 40
+
+
+def test_bench_throughput_input_len_counts_after_the_shared_prefix(model_path):
+    r = run_ferry("bench", "throughput", "--num-prompts", "3", "--input-len", "12",
+                  "--shared-prefix-len", "20", "--output-len", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["shared_prefix_len"] == 20
+    assert j["prompt_len"] == {"min": 32, "mean": 32.0, "max": 32}
 
 
 def test_bench_throughput_dataset(tmp_path, model_path):

@@ -114,6 +114,14 @@ def test_mixture_of_experts_stacks_its_experts_and_bench_counts_their_tokens(tmp
     assert len(ex["tokens_per_expert"]) == n_exp
     assert ex["max"] == max(ex["tokens_per_expert"]) and ex["imbalance"] >= 1
 
+    # Through the serving engine: 4 requests of 10 prompt tokens and 4 generated forward 13
+    # tokens each (the last one generated is never run).
+    r = run_ferry("bench", "throughput", "-m", out, "--num-prompts", 4, "--input-len", 10,
+                  "--output-len", 4, "--json")
+    assert r.returncode == 0, r.stderr
+    ex = json.loads(r.stdout)["experts"]
+    assert sum(ex["tokens_per_expert"]) == 2 * 4 * 13 * 2
+
 
 def test_weights_are_the_stated_distribution_and_norms_are_one(tmp_path):
     out, _ = synth(tmp_path, "f32.gguf", "--like", "smollm2-135m", "--layers", 1, "--type",
