@@ -94,6 +94,13 @@ void info(const InfoOptions& o) {
         j["generation_defaults"]["repetition_penalty"] = *g.repetition_penalty;
     for (const auto& [name, e] : types)
         j["tensor_types"][name] = {{"tensors", e.tensors}, {"bytes", e.bytes}};
+    if (c.is_moe())
+        j["experts"] = {{"n_expert", c.n_expert},
+                        {"n_expert_used", c.n_expert_used},
+                        {"expert_ffn", c.n_ff_expert},
+                        {"shared_expert_ffn", c.n_ff_shared},
+                        {"weights_renormalised", c.expert_norm},
+                        {"active_parameters", lm.model->active_parameter_count()}};
     if (o.json) {
         std::printf("%s\n", j.dump(2).c_str());
         return;
@@ -103,9 +110,20 @@ void info(const InfoOptions& o) {
     std::printf("name            %s (%s, %s)\n", c.name.c_str(), c.arch.c_str(), format.c_str());
     std::printf("%s       %.1f MiB\n", lm.file ? "file size" : "weights  ",
                 mib(double(lm.file ? lm.file->file_size() : weight_bytes)));
-    std::printf("parameters      %.1f M\n", lm.model->parameter_count() / 1e6);
+    std::printf("parameters      %.1f M", lm.model->parameter_count() / 1e6);
+    if (c.is_moe())
+        std::printf(" (%.1f M active per token)", lm.model->active_parameter_count() / 1e6);
+    std::printf("\n");
     std::printf("layers          %d   embedding %d   ffn %d   vocab %d\n", c.n_layer, c.n_embd,
-                c.n_ff, c.n_vocab);
+                c.is_moe() ? c.n_ff_expert : c.n_ff, c.n_vocab);
+    if (c.is_moe())
+        std::printf("experts         %d of %d per token, ffn %d each, weights %s%s\n",
+                    c.n_expert_used, c.n_expert, c.n_ff_expert,
+                    c.expert_norm ? "renormalised over the chosen" : "the softmax over all",
+                    c.n_ff_shared > 0 ? fmt::format("; a shared expert of {} behind a sigmoid gate",
+                                                    c.n_ff_shared)
+                                            .c_str()
+                                      : "");
     std::printf("attention       %d heads, %d KV heads (GQA %d:1), head dim %d\n", c.n_head,
                 c.n_head_kv, c.n_head / c.n_head_kv, c.head_dim);
     std::printf("rope            theta %.0f, %s style, %d dims, scaling %s\n", c.rope_theta,

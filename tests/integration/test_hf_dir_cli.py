@@ -334,3 +334,33 @@ def test_fused_checkpoints_refuse_calibrated_quantization(tmp_path):
                   ["--type", "w8a8", "--smooth-alpha", "0.5"]):
         r = run_ferry("quantize", f16, str(tmp_path / "x.gguf"), *extra, "-q")
         assert r.returncode != 0 and "fuses them" in r.stderr, (extra, r.stderr)
+
+
+def test_mixture_of_experts_info_quantize_and_calibration(tmp_path):
+    """A mixture converts and re-rounds its stacked experts like any matrix, keeps its routers
+    in f32, says what it is in `info`, and refuses calibrated methods instead of calibrating
+    each expert on tokens that are not its own."""
+    d = os.path.join(os.path.dirname(os.path.dirname(__file__)), "golden", "hf_models",
+                     "qwen2_moe")
+    r = run_ferry("info", "-m", d, "--json")
+    assert r.returncode == 0, r.stderr
+    ex = json.loads(r.stdout)["experts"]
+    assert {k: ex[k] for k in ("n_expert", "n_expert_used", "expert_ffn", "shared_expert_ffn",
+                               "weights_renormalised")} == {
+        "n_expert": 4, "n_expert_used": 2, "expert_ffn": 48, "shared_expert_ffn": 96,
+        "weights_renormalised": False}
+    assert 0 < ex["active_parameters"] < json.loads(r.stdout)["parameters"]
+    f16 = str(tmp_path / "moe-f16.gguf")
+    assert run_ferry("quantize", d, f16, "--type", "f16", "-q").returncode == 0
+    q8 = str(tmp_path / "moe-q8.gguf")
+    r = run_ferry("quantize", f16, q8, "--type", "q8_0", "-q")
+    assert r.returncode == 0, r.stderr
+    ts = {t.name: t.tensor_type.name for t in GGUFReader(q8).tensors}
+    assert ts["blk.0.ffn_gate_inp.weight"] == "F32" and ts["blk.0.ffn_gate_inp_shexp.weight"] == "F32"
+    assert ts["blk.0.ffn_up_exps.weight"] == "Q8_0"
+    r = run_ferry("run", "-m", q8, "-p", "The lighthouse", "-n", 4, "--temperature", 0)
+    assert r.returncode == 0 and "generated: 4 tokens" in r.stderr, r.stderr
+    for extra in (["--type", "int4", "--method", "gptq"], ["--type", "w8a8", "--smooth-alpha",
+                                                           "0.5"]):
+        r = run_ferry("quantize", f16, str(tmp_path / "x.gguf"), *extra, "-q")
+        assert r.returncode != 0 and "mixture of experts" in r.stderr, (extra, r.stderr)
