@@ -67,17 +67,12 @@ class Binder {
         return Status::Ok();
     }
 
-    // Every expert's matrix of `cols` inputs whose rows are `parts` one after another: from a
-    // stacked {n_expert, rows, cols} tensor (GGUF's *_exps), or from one tensor per expert,
-    // `one(e)` (older GGUFs, Hugging Face checkpoints).
+    // Every expert's matrix of `rows` x `cols`: from a stacked {n_expert, rows, cols} tensor
+    // (GGUF's *_exps), or from one tensor per expert, `one(e)` (older GGUFs, Hugging Face
+    // checkpoints).
     Status experts(const std::string& stacked, const std::function<std::string(int)>& one,
-                   int n_expert, int64_t cols,
-                   std::initializer_list<std::pair<int64_t, std::vector<Tensor>*>> parts) {
-        int64_t rows = 0;
-        for (const auto& [n, out] : parts) {
-            rows += n;
-            out->resize(static_cast<size_t>(n_expert));
-        }
+                   int n_expert, int64_t cols, int64_t rows, std::vector<Tensor>& out) {
+        out.resize(static_cast<size_t>(n_expert));
         auto t = f_.find(stacked);
         if (!t) return t.error();
         if (*t) {
@@ -88,24 +83,18 @@ class Binder {
                                   cols);
         }
         for (int e = 0; e < n_expert; ++e) {
-            Tensor whole;
+            Tensor& o = out[static_cast<size_t>(e)];
             std::string name = stacked;
             if (*t) {
                 const Tensor& m = **t;
-                whole = Tensor(static_cast<std::byte*>(m.raw()) + m.stride(0) * e, m.dtype(),
-                               {rows, cols});
-            } else if (Status s = matrix(name = one(e), cols, rows, whole, false); !s) {
+                o = Tensor(static_cast<std::byte*>(m.raw()) + m.stride(0) * e, m.dtype(),
+                           {rows, cols});
+            } else if (Status s = matrix(name = one(e), cols, rows, o, false); !s) {
                 return s;
             }
-            int64_t r0 = 0;
-            for (const auto& [n, out] : parts) {
-                Tensor& o = (*out)[static_cast<size_t>(e)];
-                o = whole.slice(r0, n);
-                r0 += n;
-                Status s =
-                    quantize_to_ && *quantize_to_ != o.dtype() ? quantize(name, o) : widen(name, o);
-                if (!s) return s;
-            }
+            Status s =
+                quantize_to_ && *quantize_to_ != o.dtype() ? quantize(name, o) : widen(name, o);
+            if (!s) return s;
         }
         return Status::Ok();
     }
@@ -213,10 +202,10 @@ Status bind_experts(Binder& b, const WeightFile& f, const LlamaConfig& c, const 
     auto one = [&p](const char* what) {
         return [p, what](int e) { return p + what + "." + std::to_string(e) + ".weight"; };
     };
-    for (Status s : {b.experts(p + "ffn_gate_exps.weight", one("ffn_gate"), E, d, {{ff, &gate}}),
-                     b.experts(p + "ffn_up_exps.weight", one("ffn_up"), E, d, {{ff, &up}})})
+    for (Status s : {b.experts(p + "ffn_gate_exps.weight", one("ffn_gate"), E, d, ff, gate),
+                     b.experts(p + "ffn_up_exps.weight", one("ffn_up"), E, d, ff, up)})
         if (!s) return s;
-    if (Status s = b.experts(p + "ffn_down_exps.weight", one("ffn_down"), E, ff, {{d, &down}}); !s)
+    if (Status s = b.experts(p + "ffn_down_exps.weight", one("ffn_down"), E, ff, d, down); !s)
         return s;
     if (c.n_ff_shared == 0) return Status::Ok();
     const int64_t fs = c.n_ff_shared;
