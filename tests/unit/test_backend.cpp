@@ -160,7 +160,7 @@ TEST_P(BackendOps, ElementwiseOpsMatchPlainMath) {
         for (int64_t i = 0; i < n * dim; ++i) want[i] = 0.75 * std::tanh(x[i] / 0.75);
         expect_near(get(tc), want, 1e-6, "softcap");
     }
-    // gather_rows, softmax, argmax
+    // gather_rows, add_rows_scaled (a mixture's experts), softmax, argmax
     {
         Tensor tx = put(x, n, dim), out = put(std::vector<float>(3 * dim), 3, dim);
         const int32_t rows[] = {7, 0, 7};
@@ -168,6 +168,15 @@ TEST_P(BackendOps, ElementwiseOpsMatchPlainMath) {
         const auto g = get(out);
         for (int r = 0; r < 3; ++r)
             for (int64_t i = 0; i < dim; ++i) ASSERT_EQ(g[r * dim + i], x[rows[r] * dim + i]);
+        // Row 7 takes two of the rows, in order; row 0 one; the others none.
+        Tensor acc = put(y, n, dim);
+        const float weight[] = {0.5f, -2.0f, 1.25f};
+        be->add_rows_scaled(acc, rows, weight, out);
+        std::vector<double> want(y.begin(), y.end());
+        for (int r = 0; r < 3; ++r)
+            for (int64_t i = 0; i < dim; ++i)
+                want[rows[r] * dim + i] += double(weight[r]) * g[r * dim + i];
+        expect_near(get(acc), want, 1e-6, "add_rows_scaled");
         std::vector<int32_t> best(n);
         be->argmax(tx, best);
         be->softmax(tx);

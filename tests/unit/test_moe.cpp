@@ -1,7 +1,7 @@
 // Mixtures of experts (model/moe.h): the router's choice and weights, the config keys of
-// Mixtral, Qwen2-MoE and Qwen3-MoE, the backend op that adds experts' outputs back, and
-// inconsistent checkpoints refused with one message. That the whole forward pass equals
-// transformers' is test_hf_models.cpp's (the mixtral, qwen3_moe and qwen2_moe directories).
+// Mixtral, Qwen2-MoE and Qwen3-MoE, and inconsistent checkpoints refused with one message. The
+// backend op that adds the experts' outputs back is test_backend.cpp's; that the whole forward
+// pass equals transformers' is test_hf_models.cpp's (the mixtral, qwen3_moe, qwen2_moe dirs).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,7 +15,6 @@
 #include "engine/loaded_model.h"
 #include "gguf/gguf_writer.h"
 #include "hf/model_dir.h"
-#include "kernels/backend.h"
 #include "model/llama_config.h"
 #include "model/moe.h"
 #include "test_util.h"
@@ -108,28 +107,6 @@ TEST(MoeLoad, SummarisesTokensPerExpert) {
     EXPECT_DOUBLE_EQ(l.imbalance, 1.5);
     EXPECT_DOUBLE_EQ(l.worst_layer_imbalance, 2.0);
     EXPECT_EQ(ferry::model::expert_load(LlamaConfig{}, {}).n_expert, 0);  // dense
-}
-
-TEST(MoeBackend, AddRowsScaledAddsEachRowToItsTokenInOrder) {
-    auto be = ferry::kernels::make_backend({.threads = 2, .activations = {}});
-    ASSERT_TRUE(be.ok()) << be.error().message;
-    const int64_t d = 37;  // not a multiple of any vector width
-    const std::vector<int64_t> xs = {3, d}, ys = {4, d};
-    ferry::Tensor x = (*be)->alloc(ferry::DType::F32, xs), y = (*be)->alloc(ferry::DType::F32, ys);
-    std::vector<float> hx(3 * d), hy(4 * d);
-    for (size_t i = 0; i < hx.size(); ++i) hx[i] = 0.25f * static_cast<float>(i % 11) - 1.0f;
-    for (size_t i = 0; i < hy.size(); ++i) hy[i] = 0.5f * static_cast<float>(i % 7) - 1.5f;
-    (*be)->upload(hx.data(), x);
-    (*be)->upload(hy.data(), y);
-    const std::vector<int32_t> rows = {2, 0, 2, 1};
-    const std::vector<float> w = {0.5f, -1.0f, 2.0f, 0.0f};
-    (*be)->add_rows_scaled(x, rows, w, y);
-    std::vector<float> got(3 * d);
-    (*be)->download(x, got.data());
-    for (size_t i = 0; i < rows.size(); ++i)
-        for (int64_t j = 0; j < d; ++j)
-            hx[static_cast<size_t>(rows[i] * d + j)] += w[i] * hy[i * d + static_cast<size_t>(j)];
-    for (size_t i = 0; i < hx.size(); ++i) EXPECT_NEAR(got[i], hx[i], 1e-6f) << i;  // FMA or not
 }
 
 TEST(MoeConfig, ReadsEachFamilysKeys) {
