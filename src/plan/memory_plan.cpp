@@ -111,6 +111,14 @@ Expected<MemoryPlan> plan_memory(const ModelSpec& m, const Device& d, const Plan
         p.weights_bytes_total = static_cast<uint64_t>(std::llround(p.params * p.weights.bits / 8));
     }
     p.weights_bytes = (p.weights_bytes_total + p.tp - 1) / p.tp;
+    p.vocab = m.vocab;
+    if (!m.tied_embeddings)
+        p.embed_bytes_total =
+            std::min(p.weights_bytes_total,
+                     native && m.gguf_embed_bytes > 0
+                         ? m.gguf_embed_bytes
+                         : static_cast<uint64_t>(std::llround(static_cast<double>(m.vocab) *
+                                                              m.hidden * p.weights.bits / 8)));
     if (m.is_moe()) {
         p.n_experts = m.n_experts;
         p.n_experts_used = m.n_experts_used;

@@ -57,6 +57,10 @@ struct MemoryPlan {
     // decode step reads only the experts its tokens are routed to (roofline.h).
     uint64_t expert_bytes_total = 0;
     int64_t n_experts = 0, n_experts_used = 0;
+    // Of weights_bytes_total, an untied token embedding's (0 when tied: it is the output head,
+    // read whole every step): memory holds it, a decode step reads one row per token.
+    uint64_t embed_bytes_total = 0;
+    int64_t vocab = 0;
 
     // Whole model, so they compare with the seeds' figures; "_mha" = as if n_kv_heads ==
     // n_heads (no grouped-query attention).

@@ -344,6 +344,7 @@ Expected<ModelSpec> spec_from_gguf(const std::string& path) {
     for (const auto& t : f.tensors()) {
         m.gguf_params += t.n_elements;
         m.gguf_weight_bytes += t.n_bytes;
+        if (t.name == "token_embd.weight") m.gguf_embed_bytes = t.n_bytes;
         if (m.n_experts > 0 && is_routed_expert_tensor(t.name)) {
             m.gguf_expert_params += t.n_elements;
             m.gguf_expert_bytes += t.n_bytes;

@@ -59,6 +59,8 @@ struct ModelSpec {
     // per-expert ffn_{gate,up,down}.N).
     int64_t gguf_expert_params = 0;
     uint64_t gguf_expert_bytes = 0;
+    // ... and the token embedding's (token_embd.weight).
+    uint64_t gguf_embed_bytes = 0;
     // The checkpoint's native precision in bits per weight (16 for HF bf16/fp16 checkpoints).
     double native_bits = 16.0;
 

@@ -22,7 +22,10 @@ double expected_experts_touched(int64_t n_experts, int64_t k, double tokens) {
 }
 
 double decode_weight_bytes(const MemoryPlan& p, double batch) {
-    const double all = static_cast<double>(p.weights_bytes_total);
+    // An untied embedding is looked up, a row per token, not streamed.
+    const double embed = static_cast<double>(p.embed_bytes_total);
+    const double rows = p.vocab > 0 ? std::min(1.0, batch / static_cast<double>(p.vocab)) : 1.0;
+    const double all = static_cast<double>(p.weights_bytes_total) - embed + embed * rows;
     if (p.n_experts <= 0 || p.expert_bytes_total == 0) return all;
     const double experts = static_cast<double>(p.expert_bytes_total);
     const double touched = expected_experts_touched(p.n_experts, p.n_experts_used, batch);
@@ -63,10 +66,7 @@ Roofline roofline(const MemoryPlan& p, const Device& d) {
     const double kv_seq_dev = p.kv_bytes_per_sequence * p.kv_share;
     const double active_dev = static_cast<double>(p.params_active) / p.tp;
     // Bytes and FLOPs of a step of b sequences (b real, for the crossover search).
-    auto weight_bytes = [&](double b) {
-        return p.n_experts <= 0 ? static_cast<double>(p.weights_bytes)
-                                : decode_weight_bytes(p, b) / p.tp;
-    };
+    auto weight_bytes = [&](double b) { return decode_weight_bytes(p, b) / p.tp; };
     auto intensity = [&](double b) {
         return 2.0 * active_dev * b / (weight_bytes(b) + kv_seq_dev * b);
     };

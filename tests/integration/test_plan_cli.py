@@ -1,5 +1,6 @@
 """`ferry plan` as a user runs it: presets, the default GGUF, config.json, JSON keys, errors."""
 import json
+import os
 
 from conftest import run_ferry
 
@@ -97,7 +98,8 @@ def test_moe_presets_total_active_and_decode_reads():
     assert one["memory"]["weights_bytes"] == 2 * m["params_total"]
     w1 = one["performance"]["decode_weight_bytes_per_step"]
     w64 = big["performance"]["decode_weight_bytes_per_step"]
-    assert abs(w1 - 2 * m["params_active"]) < 16
+    embed = 2 * 32000 * 4096  # untied: looked up a row per token, not streamed
+    assert abs(w1 - (2 * m["params_active"] - embed + embed / 32000)) < 16
     assert w1 < w64 <= one["memory"]["weights_bytes"]
     assert w64 > 0.98 * one["memory"]["weights_bytes"]
     r = run_ferry("plan", "-m", "qwen3-30b-a3b", "-d", "H100-SXM", "--ctx", "4096", timeout=60)
@@ -117,3 +119,19 @@ def test_gemma_sliding_kv_and_refused_moe_configs(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     r = run_ferry("plan", "-m", tmp_path, "-d", "H100-SXM", timeout=60)
     assert r.returncode != 0 and "model_type 'deepseek_v3' is not one ferry plan models" in r.stderr
+
+
+def test_decode_bytes_are_what_the_engine_reads(tmp_path, model_path):
+    """plan's bytes per decode step at batch 1 are the engine's own count (`info`: every matrix
+    in the layout it reads): an untied embedding is a lookup, a mixture reads its k experts."""
+    golden = os.path.join(os.path.dirname(os.path.dirname(__file__)), "golden", "hf_models")
+    moe = tmp_path / "moe.gguf"
+    r = run_ferry("synth", moe, "--like", os.path.join(golden, "mixtral", "config.json"),
+                  "--type", "q8_0", "-q")
+    assert r.returncode == 0, r.stderr
+    for f in (model_path, str(moe)):  # tied and dense; untied with 4 experts, 2 per token
+        plan = plan_json("-m", f, "-d", "cpu", "--ctx", "1")["performance"]
+        r = run_ferry("info", "-m", f, "--json")
+        assert r.returncode == 0, r.stderr
+        engine = json.loads(r.stdout)["weight_bytes_per_token"]
+        assert abs(plan["decode_weight_bytes_per_step"] / engine - 1) < 0.01, (f, plan, engine)

@@ -141,8 +141,13 @@ TEST(PlanSeeds, FourteenGigabytesAtTwoTerabytesPerSecondIsSevenMs) {
     o.weights = "f16";
     const MemoryPlan p = plan(preset("llama-2-7b"), toy_device(80, 2000), o);
     const Roofline r = roofline(p, toy_device(80, 2000));
-    EXPECT_NEAR(r.decode_step_ms, p.weights_bytes_total / 2e12 * 1e3, 0.01);
-    EXPECT_NEAR(r.decode_step_ms, 6.74, 0.1);
+    // Every weight once, but the untied embedding (32000 x 4096 at f16), of which the step
+    // looks up one row.
+    const double embed = 32000.0 * 4096 * 2;
+    EXPECT_EQ(p.embed_bytes_total, static_cast<uint64_t>(embed));
+    EXPECT_NEAR(r.decode_step_ms, (p.weights_bytes_total - embed + embed / 32000) / 2e12 * 1e3,
+                0.01);
+    EXPECT_NEAR(r.decode_step_ms, 6.61, 0.1);
     EXPECT_EQ(r.decode_bound, "bandwidth");
 }
 
@@ -516,9 +521,14 @@ TEST(PlanMoe, MemoryHoldsEveryExpertButDecodeReadsTheTouchedOnes) {
         EXPECT_EQ(p1.weights_bytes_total, static_cast<uint64_t>(m.params()) * 2) << name;
         EXPECT_EQ(p1.expert_bytes_total, static_cast<uint64_t>(m.routed_expert_params()) * 2);
         EXPECT_EQ(p1.params_active, m.active_params());
-        // Batch 1 reads exactly the active weights: dense part + k experts per layer.
+        // Batch 1 reads exactly the active weights: dense part + k experts per layer, of the
+        // (untied) embedding one row.
         const Roofline r1 = roofline(p1, d);
-        EXPECT_NEAR(r1.decode_weight_bytes_per_step, 2.0 * m.active_params(), 2.0) << name;
+        const double embed = 2.0 * m.vocab * m.hidden;
+        EXPECT_EQ(p1.embed_bytes_total, static_cast<uint64_t>(embed)) << name;
+        EXPECT_NEAR(r1.decode_weight_bytes_per_step,
+                    2.0 * m.active_params() - embed + embed / m.vocab, 2.0)
+            << name;
         EXPECT_DOUBLE_EQ(r1.experts_touched_per_layer, m.n_experts_used);
         EXPECT_DOUBLE_EQ(r1.decode_flops_per_step, 2.0 * m.active_params());
         // More tokens touch more experts: monotone in the batch, towards every expert.
@@ -532,9 +542,10 @@ TEST(PlanMoe, MemoryHoldsEveryExpertButDecodeReadsTheTouchedOnes) {
             last = r.decode_weight_bytes_per_step;
         }
         const double touched64 = expected_experts_touched(m.n_experts, m.n_experts_used, 64);
-        const double dense = p1.weights_bytes_total - p1.expert_bytes_total;
+        const double dense =
+            p1.weights_bytes_total - p1.expert_bytes_total - embed + embed * 64 / m.vocab;
         EXPECT_NEAR(last, dense + p1.expert_bytes_total * touched64 / m.n_experts, 1.0) << name;
-        EXPECT_GT(last, 0.98 * p1.weights_bytes_total) << name;  // ~all experts by batch 64
+        EXPECT_GT(last, 0.98 * (p1.weights_bytes_total - embed)) << name;  // ~all experts by 64
         // Prefill computes with the active parameters only.
         EXPECT_NEAR(r1.prefill_tokens_per_s, 100e12 / (2.0 * m.active_params()), 1e-6);
         // Decode turns compute-bound later than a dense model of the active size would: at the
@@ -764,7 +775,10 @@ TEST(PlanMoe, GgufExpertTensorsAreCountedExactly) {
     // The plan reads the file's own expert bytes, not an average over the file.
     const MemoryPlan p = plan(*m, toy_device(8), PlanOptions{});
     EXPECT_EQ(p.expert_bytes_total, m->gguf_expert_bytes);
-    EXPECT_NEAR(decode_weight_bytes(p, 1), m->gguf_weight_bytes - m->gguf_expert_bytes / 2.0, 1e-6);
+    const double embed = static_cast<double>(m->tied_embeddings ? 0 : m->gguf_embed_bytes);
+    EXPECT_EQ(p.embed_bytes_total, static_cast<uint64_t>(embed));
+    EXPECT_NEAR(decode_weight_bytes(p, 1),
+                m->gguf_weight_bytes - m->gguf_expert_bytes / 2.0 - embed + embed / m->vocab, 1e-6);
 }
 
 TEST(PlanMoe, GgufPerExpertTensorNamesAndUnknownMoeArchs) {
