@@ -51,8 +51,14 @@ Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), c
     // A sequence longer than the whole pool could never finish: admitted, it would be
     // preempted and recomputed forever; waiting, it would hold up the queue behind it. So
     // the pool bounds the context, and a request that asks for more is refused or cut short
-    // like one that asks for more than the model's context.
-    if (const int64_t pool_tokens = n_blocks_ * config_.block_size; pool_tokens < max_model_len_) {
+    // like one that asks for more than the model's context. A model whose every layer slides
+    // holds only its window and a step's chunk (paged: the rest goes back), so any context
+    // fits a pool that holds those.
+    const int64_t pool_tokens = n_blocks_ * config_.block_size;
+    const bool window_only =
+        c.all_layers_slide() && config_.kv_layout == EngineConfig::KvLayout::Paged &&
+        pool_tokens >= c.sliding_window + config_.max_num_batched_tokens + 2 * config_.block_size;
+    if (pool_tokens < max_model_len_ && !window_only) {
         context_before_kv_cap_ = max_model_len_;
         max_model_len_ = static_cast<int>(pool_tokens);
     }

@@ -288,8 +288,9 @@ INSTANTIATE_TEST_SUITE_P(MixturesOfExperts, HfModelsEngine,
 
 // A model whose every layer slides gives back the blocks that left the window as it runs:
 // phi3's window of 8 over 4-slot blocks, a ~60-token prompt prefilled in chunks of 16 and 24
-// generated tokens hold a handful of blocks at a time instead of all 21, and every token is
-// the one the Generator (which keeps every block) picks.
+// generated tokens hold a handful of blocks at a time instead of all 21, every token is the one
+// the Generator (which keeps every block) picks, and a pool smaller than the sequence does not
+// cut the context.
 TEST(HfModelsWindow, AllSlidingLayersGiveBackBlocksOutOfTheWindow) {
     auto lm = LoadedModel::load(model_dir("phi3"), false, f32_backend());
     ASSERT_TRUE(lm.ok()) << lm.error().message;
@@ -313,15 +314,25 @@ TEST(HfModelsWindow, AllSlidingLayersGiveBackBlocksOutOfTheWindow) {
                        [](int32_t) { return false; })
                     .ok());
 
-    for (bool prefix_cache : {true, false}) {
+    // With and without the prefix cache, and in a pool of 12 blocks: 48 slots, fewer than the
+    // sequence's 84 tokens but more than its window and a chunk, so the context is not cut.
+    for (int run = 0; run < 3; ++run) {
+        const bool prefix_cache = run != 1;
         ferry::engine::EngineConfig cfg;
         cfg.max_model_len = 256;
         cfg.kv_cache_memory = 8ll << 20;
         cfg.block_size = 4;
         cfg.max_num_batched_tokens = 16;
         cfg.prefix_cache = prefix_cache;
+        if (run == 2) {
+            auto probe = ferry::engine::Engine::create(*lm, cfg);
+            ASSERT_TRUE(probe.ok()) << probe.error().message;
+            cfg.kv_cache_memory = 12 * static_cast<int64_t>((*probe)->kv_bytes_per_block());
+        }
         auto e = ferry::engine::Engine::create(*lm, cfg);
         ASSERT_TRUE(e.ok()) << e.error().message;
+        if (run == 2) EXPECT_EQ((*e)->metrics().kv_blocks_total, 12);
+        EXPECT_EQ((*e)->context_before_kv_cap(), 0) << "run " << run;
         ferry::engine::RequestParams p;
         p.sampling.temperature = 0;
         p.max_tokens = n_gen;
@@ -337,9 +348,9 @@ TEST(HfModelsWindow, AllSlidingLayersGiveBackBlocksOutOfTheWindow) {
             (*e)->step();
             most = std::max(most, (*e)->metrics().kv_blocks_used);
         }
-        EXPECT_EQ(got, want) << "prefix cache " << prefix_cache;
+        EXPECT_EQ(got, want) << "run " << run;
         // The window (8 positions, 2-3 blocks) plus a chunk of 16 (4-5 blocks).
-        EXPECT_LE(most, 8) << "prefix cache " << prefix_cache;
+        EXPECT_LE(most, 8) << "run " << run;
         const int64_t all = (static_cast<int64_t>(prompt.size()) + n_gen + 3) / 4;
         EXPECT_GE((*e)->metrics().kv_blocks_dropped, static_cast<uint64_t>(all - 8));
         EXPECT_EQ((*e)->metrics().kv_blocks_used, 0);
