@@ -10,8 +10,9 @@ alternately, two rounds (A B A B), so drifting load hits both alike. Printed: pr
 tokens/s of each, the median of the rounds, and ferry / llama.cpp. llama-bench is not built here:
 pass a binary built from llama.cpp's sources.
 
-The models: Qwen2.5-0.5B and Llama-3.2-1B whole; Qwen3-30B-A3B (128 experts, 8 per token) and
-Mixtral-8x7B (8 experts, 2 per token) cut to a few layers at their real expert shapes, so a
+The models: Qwen2.5-0.5B and Llama-3.2-1B whole; Qwen3-30B-A3B (128 experts, 8 per token),
+Mixtral-8x7B (8 experts, 2 per token) and Qwen1.5-MoE-A2.7B (60 experts, 4 per token, and a
+shared expert behind its gate) cut to a few layers at their real expert shapes, so a
 mixture's decode step reads what the real one's does per layer. A mixture's prefill depends on
 how its tokens spread over the experts: both tools prefill seeded random token ids.
 """
@@ -27,6 +28,7 @@ MODELS = [  # name, preset, layers (0: all)
     ("llama-3.2-1b", "llama-3.2-1b", 0),
     ("qwen3-30b-a3b-8l", "qwen3-30b-a3b", 8),
     ("mixtral-8x7b-2l", "mixtral-8x7b", 2),
+    ("qwen1.5-moe-a2.7b-4l", "qwen1.5-moe-a2.7b", 4),
 ]
 
 

@@ -30,8 +30,8 @@ struct Preset {
 // Sources: the config.json of each model on huggingface.co (meta-llama/Llama-2-*-hf,
 // meta-llama/Meta-Llama-3-*, meta-llama/Llama-3.1-8B / 70B, meta-llama/Llama-3.2-1B/3B,
 // mistralai/Mistral-7B-v0.1, mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen2.5-*-Instruct,
-// Qwen/Qwen3-8B, Qwen/Qwen3-30B-A3B, google/gemma-3-27b-it (its text_config, with
-// Gemma3TextConfig's defaults for what it leaves out), google/gemma-3-270m,
+// Qwen/Qwen3-8B, Qwen/Qwen3-30B-A3B, Qwen/Qwen1.5-MoE-A2.7B, google/gemma-3-27b-it (its
+// text_config, with Gemma3TextConfig's defaults for what it leaves out), google/gemma-3-270m,
 // microsoft/Phi-3-mini-4k-instruct, TinyLlama/TinyLlama-1.1B-Chat-v1.0,
 // HuggingFaceTB/SmolLM2-135M-Instruct). Llama 3.1 / 3.2 also declare llama3 rope scaling,
 // which the shapes here do not need. head_dim 0 = hidden / heads.
@@ -60,6 +60,8 @@ constexpr std::array kPresets = {
     // Mixture of experts                                                                                                 experts, top-k, expert_ffn
     Preset{"mixtral-8x7b",   "mixtral",   32,    4096,  32,   8,  0,   14336, 32000,  32768,  false, false,   1e6,  1e-5, {8,   2, 14336}},
     Preset{"qwen3-30b-a3b",  "qwen3_moe", 48,    2048,  32,   4,  128, 6144,  151936, 40960,  false, false,   1e6,  1e-6, {128, 8, 768}},
+    // ... with a shared expert (behind its sigmoid gate) beside 60 routed ones         experts, top-k, expert_ffn, shared, shared_ffn
+    Preset{"qwen1.5-moe-a2.7b", "qwen2_moe", 24, 2048,  16,   16, 0,   5632,  151936, 8192,   false, true,    1e6,  1e-6, {60,  4, 1408, 1, 5632}},
     // Gemma 3: 5 of every 6 layers slide                                                                                     window, pattern
     Preset{"gemma-3-27b",    "gemma3",    62,    5376,  32,   16, 128, 21504, 262208, 131072, true,  false,   1e6,  1e-6, {}, 1024, 6},
     Preset{"gemma-3-270m",   "gemma3",    18,    640,   4,    1,  256, 2048,  262144, 32768,  true,  false,   1e6,  1e-6, {}, 512,  6},
@@ -100,6 +102,7 @@ Expected<ModelSpec> spec_from_preset(std::string_view name) {
         m.expert_ffn = p.moe.expert_ffn;
         m.n_shared_experts = p.moe.shared;
         m.shared_expert_ffn = p.moe.shared_ffn;
+        m.shared_expert_gate = p.moe.shared > 0 && m.arch == "qwen2_moe";
         if (p.window > 0) {
             m.sliding_window = p.window;
             m.n_sliding_layers = p.n_layers - p.n_layers / p.pattern;

@@ -85,7 +85,8 @@ TEST(PlanPresets, ParameterCountsMatchOfficialFigures) {
         const double got = static_cast<double>(preset(name).params());
         EXPECT_NEAR(got / count, 1.0, 0.01) << name << " formula gives " << got;
     }
-    EXPECT_EQ(preset_names().size(), std::size(official) + 2);  // + mixtral, qwen3-30b-a3b
+    // + mixtral, qwen3-30b-a3b, qwen1.5-moe-a2.7b (their own tests)
+    EXPECT_EQ(preset_names().size(), std::size(official) + 3);
 }
 
 TEST(PlanPresets, NamesAreCaseInsensitiveAndUnknownListsKnown) {
@@ -484,6 +485,16 @@ TEST(PlanMoe, MixtralTotalAndActiveParams) {
     no_experts.n_experts = 0;  // the same shapes as a dense model of one expert's MLP
     EXPECT_EQ(m.params() - routed - no_experts.params(),
               int64_t{32} * 4096 * 8 - int64_t{32} * 3 * 4096 * 14336);
+}
+
+TEST(PlanMoe, Qwen2MoeSharedExpertTotalAndActiveParams) {
+    const ModelSpec m = preset("qwen1.5-moe-a2.7b");
+    // Model card: 14.3 B total, 2.7 B activated (4 of 60 routed experts of 1408, and the shared
+    // expert of 5632 with its one-row gate, every token).
+    EXPECT_TRUE(m.shared_expert_gate);
+    EXPECT_NEAR(m.params() / 14.3e9, 1.0, 0.01) << m.params();
+    EXPECT_NEAR(m.active_params() / 2.7e9, 1.0, 0.01) << m.active_params();
+    EXPECT_EQ(m.params() - m.active_params(), int64_t{24} * (60 - 4) * 3 * 2048 * 1408);
 }
 
 TEST(PlanMoe, Qwen3MoeTotalAndActiveParams) {
