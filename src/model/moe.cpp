@@ -34,6 +34,8 @@ Status read_moe(const gguf::File& file, LlamaConfig& c) {
         return v < 0 || v > (1 << 30) ? -1 : static_cast<int>(v);
     };
     c.n_expert = static_cast<int>(std::clamp<int64_t>(*n, -1, 1 << 20));
+    if (!file.get_int(p + "expert_used_count"))
+        return make_error("{}: {} experts but no {}expert_used_count", file.path(), *n, p);
     c.n_expert_used = num("expert_used_count", 0);
     c.n_ff_expert = num("expert_feed_forward_length", c.n_ff);
     c.n_ff_shared = num("expert_shared_feed_forward_length", 0);

@@ -172,4 +172,23 @@ TEST(MoeCheckpoint, InconsistentExpertCountIsOneClearError) {
     ASSERT_FALSE(g.ok());
     EXPECT_NE(g.error().message.find("blk.0.ffn_gate_inp.weight"), std::string::npos)
         << g.error().message;
+
+    // ... and ones that declare experts without saying how many each token takes, or none.
+    for (bool drop : {true, false}) {
+        const std::string p2 = (fs::path(::testing::TempDir()) / "moe-used.gguf").string();
+        ferry::testing::write_f32_gguf(ferry::testing::golden_dir() + "/hf_models/qwen3_moe", p2,
+                                       [drop](ferry::gguf::Writer& w) {
+                                           if (drop)
+                                               w.remove("qwen3moe.expert_used_count");
+                                           else
+                                               w.set("qwen3moe.expert_used_count",
+                                                     ferry::gguf::make_u32(0));
+                                       });
+        auto u = ferry::engine::LoadedModel::load(p2, false);
+        ASSERT_FALSE(u.ok());
+        EXPECT_NE(
+            u.error().message.find(drop ? "no qwen3moe.expert_used_count" : "0 experts used of 8"),
+            std::string::npos)
+            << u.error().message;
+    }
 }
