@@ -250,8 +250,22 @@ Expected<ModelSpec> spec_from_hf_config(const nlohmann::json& top, std::string n
         return make_error("{}: a {} config without moe_intermediate_size", m.name, type);
 
     // Gemma 3's sliding layers: layer_types where given, else every sliding_window_pattern-th
-    // layer is global and the others slide. (Mistral's and Phi-3's windows on every layer are
-    // not counted here: engines, ferry's included, keep those layers' whole KV.)
+    // layer is global and the others slide. Elsewhere a window is on every layer (Mistral v0.1,
+    // Phi-3), or with Qwen2's use_sliding_window on the layers from max_window_layers on; ferry
+    // gives blocks out of the window back where every layer slides.
+    if (!gemma) {
+        const int64_t w = get("sliding_window", 0);  // null: none
+        bool on = true;
+        int64_t first = 0;
+        if (auto u = c.find("use_sliding_window"); u != c.end()) {
+            on = u->is_boolean() && u->get<bool>();
+            first = std::clamp<int64_t>(get("max_window_layers", 0), 0, m.n_layers);
+        }
+        if (on && w > 0 && w < m.max_ctx) {
+            m.sliding_window = w;
+            m.n_sliding_layers = m.n_layers - first;
+        }
+    }
     if (gemma) {
         m.sliding_window = get("sliding_window", 4096);
         if (auto lt = c.find("layer_types"); lt != c.end() && lt->is_array()) {
@@ -332,11 +346,11 @@ Expected<ModelSpec> spec_from_gguf(const std::string& path) {
             m.n_dense_layers += f.tensor(fmt::format("blk.{}.ffn_gate_inp.weight", l)) == nullptr;
     }
     // Gemma 3: every sixth layer is global, the others slide (llama.cpp's fixed pattern).
-    if (m.arch == "gemma3")
-        if (auto w = key("attention.sliding_window"); w && *w > 0 && *w < m.max_ctx) {
-            m.sliding_window = *w;
-            m.n_sliding_layers = m.n_layers - m.n_layers / 6;
-        }
+    // (Any other architecture's window is on every layer, as ferry runs it.)
+    if (auto w = key("attention.sliding_window"); w && *w > 0 && *w < m.max_ctx) {
+        m.sliding_window = *w;
+        m.n_sliding_layers = m.arch == "gemma3" ? m.n_layers - m.n_layers / 6 : m.n_layers;
+    }
 
     // The real weights: every tensor's elements and bytes, and the type that holds most bytes
     // (norms stay f32 in every quantized file, so a plain majority would mislead).

@@ -24,7 +24,7 @@ struct Preset {
     bool tied, qkv_bias;
     double rope_theta, rms_eps;
     Moe moe = {};
-    int64_t window = 0, pattern = 0;  // sliding window; every pattern-th layer global
+    int64_t window = 0, pattern = 0;  // sliding window; every pattern-th layer global (0: none)
 };
 
 // Sources: the config.json of each model on huggingface.co (meta-llama/Llama-2-*-hf,
@@ -47,14 +47,14 @@ constexpr std::array kPresets = {
     Preset{"llama-3.1-70b",  "llama",     80,    8192,  64,   8,  0,   28672, 128256, 131072, false, false,   5e5,  1e-5},
     Preset{"llama-3.2-1b",   "llama",     16,    2048,  32,   8,  0,   8192,  128256, 131072, true,  false,   5e5,  1e-5},
     Preset{"llama-3.2-3b",   "llama",     28,    3072,  24,   8,  0,   8192,  128256, 131072, true,  false,   5e5,  1e-5},
-    Preset{"mistral-7b",     "mistral",   32,    4096,  32,   8,  0,   14336, 32000,  32768,  false, false,   1e4,  1e-5},
+    Preset{"mistral-7b",     "mistral",   32,    4096,  32,   8,  0,   14336, 32000,  32768,  false, false,   1e4,  1e-5, {}, 4096},
     Preset{"qwen2.5-0.5b",   "qwen2",     24,    896,   14,   2,  0,   4864,  151936, 32768,  true,  true,    1e6,  1e-6},
     Preset{"qwen2.5-1.5b",   "qwen2",     28,    1536,  12,   2,  0,   8960,  151936, 32768,  true,  true,    1e6,  1e-6},
     Preset{"qwen2.5-3b",     "qwen2",     36,    2048,  16,   2,  0,   11008, 151936, 32768,  true,  true,    1e6,  1e-6},
     Preset{"qwen2.5-7b",     "qwen2",     28,    3584,  28,   4,  0,   18944, 152064, 32768,  false, true,    1e6,  1e-6},
     Preset{"qwen2.5-72b",    "qwen2",     80,    8192,  64,   8,  0,   29568, 152064, 32768,  false, true,    1e6,  1e-6},
     Preset{"qwen3-8b",       "qwen3",     36,    4096,  32,   8,  128, 12288, 151936, 40960,  false, false,   1e6,  1e-6},
-    Preset{"phi-3-mini",     "phi3",      32,    3072,  32,   32, 0,   8192,  32064,  4096,   false, false,   1e4,  1e-5},
+    Preset{"phi-3-mini",     "phi3",      32,    3072,  32,   32, 0,   8192,  32064,  4096,   false, false,   1e4,  1e-5, {}, 2047},
     Preset{"tinyllama-1.1b", "llama",     22,    2048,  32,   4,  0,   5632,  32000,  2048,   false, false,   1e4,  1e-5},
     Preset{"smollm2-135m",   "llama",     30,    576,   9,    3,  0,   1536,  49152,  8192,   true,  false,   1e5,  1e-5},
     // Mixture of experts                                                                                                 experts, top-k, expert_ffn
@@ -105,7 +105,7 @@ Expected<ModelSpec> spec_from_preset(std::string_view name) {
         m.shared_expert_gate = p.moe.shared > 0 && m.arch == "qwen2_moe";
         if (p.window > 0) {
             m.sliding_window = p.window;
-            m.n_sliding_layers = p.n_layers - p.n_layers / p.pattern;
+            m.n_sliding_layers = p.pattern > 0 ? p.n_layers - p.n_layers / p.pattern : p.n_layers;
         }
         m.native_bits = 16.0;  // all published as bf16/fp16 checkpoints
         return m;

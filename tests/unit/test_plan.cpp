@@ -841,6 +841,38 @@ TEST(PlanSliding, GemmaSlidingLayersHoldOnlyTheirWindow) {
     EXPECT_EQ(l.kv_bytes_per_sequence, l.kv_bytes_per_sequence_no_window);
 }
 
+TEST(PlanSliding, WindowsOnEveryLayerHoldOnlyTheWindow) {
+    // Mistral v0.1's 4096 on all 32 layers: a 32k sequence holds 4096 tokens a layer (ferry's
+    // engine gives the rest back).
+    PlanOptions o;
+    o.ctx = 32768;
+    o.kv_dtype = "f16";
+    const ModelSpec mistral = preset("mistral-7b");
+    EXPECT_EQ(mistral.n_sliding_layers, 32);
+    const MemoryPlan p = plan(mistral, toy_device(80), o);
+    EXPECT_EQ(p.kv_bytes_per_sequence, uint64_t{2} * 32 * 8 * 128 * 2 * 4096);
+    EXPECT_EQ(p.kv_bytes_per_sequence_no_window, p.kv_bytes_per_token * 32768);
+    // config.json: Mistral's window; Qwen2's only with use_sliding_window, from
+    // max_window_layers on; a null window or one past the context is none.
+    nlohmann::json j = {{"model_type", "mistral"},  {"hidden_size", 4096},
+                        {"num_hidden_layers", 32},  {"num_attention_heads", 32},
+                        {"num_key_value_heads", 8}, {"intermediate_size", 14336},
+                        {"vocab_size", 32000},      {"max_position_embeddings", 32768},
+                        {"sliding_window", 4096}};
+    EXPECT_EQ(spec_from_hf_config(j, "m")->n_sliding_layers, 32);
+    j["sliding_window"] = nullptr;
+    EXPECT_EQ(spec_from_hf_config(j, "m")->n_sliding_layers, 0);
+    j["model_type"] = "qwen2";
+    j["sliding_window"] = 4096;
+    j["use_sliding_window"] = false;
+    EXPECT_EQ(spec_from_hf_config(j, "q")->n_sliding_layers, 0);
+    j["use_sliding_window"] = true;
+    j["max_window_layers"] = 28;
+    EXPECT_EQ(spec_from_hf_config(j, "q")->n_sliding_layers, 4);
+    j["sliding_window"] = 32768;
+    EXPECT_EQ(spec_from_hf_config(j, "q")->n_sliding_layers, 0);
+}
+
 TEST(PlanSliding, GemmaConfigJson) {
     // google/gemma-3-27b-it: the text model under text_config, most fields left to defaults.
     const nlohmann::json multimodal = {
