@@ -28,6 +28,7 @@
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
 #include "kernels/backend.h"
+#include "model/llama_config.h"
 #include "plan/model_spec.h"
 #include "quant/quantize.h"
 
@@ -126,10 +127,8 @@ void synth(const SynthOptions& o) {
                                : 0;
     if (o.layers > 0) m.n_layers = o.layers;
     // config.json's model types as GGUF names them (Mixtral is a llama file with experts).
-    const std::string arch = m.arch == "mistral" || m.arch == "mixtral" ? "llama"
-                             : m.arch == "qwen3_moe"                    ? "qwen3moe"
-                             : m.arch == "qwen2_moe"                    ? "qwen2moe"
-                                                                        : m.arch;
+    const auto type = model::arch_of_model_type(m.arch);
+    const std::string arch = type ? type->gguf_arch : std::string();
     if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "gemma3" &&
         arch != "qwen3moe" && arch != "qwen2moe")
         throw ExitError(fmt::format(
@@ -138,7 +137,7 @@ void synth(const SynthOptions& o) {
             o.like, m.arch));
     if (m.n_shared_experts > 1)
         throw ExitError(fmt::format("--like {}: more than one shared expert", o.like));
-    const bool gemma = arch == "gemma3", qk_norms = gemma || arch == "qwen3" || arch == "qwen3moe";
+    const bool gemma = arch == "gemma3", qk_norms = type->qk_norms;
     const DType target = take(parse_weight_type(o.type, o.group_size));
     const auto tok_file = take(gguf::File::open(take(resolve_model_path("default"))));
 

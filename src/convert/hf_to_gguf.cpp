@@ -184,6 +184,13 @@ gguf::Value number_array(const std::vector<T>& v, gguf::ValueType type, F make) 
     return gguf::make_array(type, std::move(items));
 }
 
+// The types a directory's tensors convert from.
+Status check_float_type(const hf::ModelDir& dir, const hf::SafeTensor& t) {
+    if (t.type == DType::F32 || t.type == DType::F16 || t.type == DType::BF16) return Status::Ok();
+    return make_error("{}: tensor '{}' is {}; ferry converts F32, F16 and BF16 weights", dir.path(),
+                      t.name, t.dtype);
+}
+
 Expected<json> read_json(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) return make_error("{}: cannot be read", path);
@@ -197,7 +204,7 @@ Expected<json> read_json(const std::string& path) {
 }  // namespace
 
 std::string gguf_arch(const model::LlamaConfig& c) {
-    return c.arch == "llama" || c.arch == "mistral" ? "llama" : c.arch;
+    return model::gguf_arch_name(c.arch);
 }
 
 Status write_tokenizer(const json& tok, const json& config, int n_vocab, gguf::Writer& w) {
@@ -518,11 +525,7 @@ Expected<std::vector<SourceTensor>> source_tensors(const hf::ModelDir& dir,
                                t->shape[1] != s.shape[0])))
                     return make_error("{}: tensor '{}' has another shape or type than expert 0's",
                                       dir.path(), t->name);
-                if (t->type != DType::F32 && t->type != DType::F16 && t->type != DType::BF16)
-                    return make_error(
-                        "{}: tensor '{}' is {}; ferry converts F32, F16 and BF16 "
-                        "weights",
-                        dir.path(), t->name, t->dtype);
+                if (Status st = check_float_type(dir, *t); !st) return st.error();
                 if (e == 0) {
                     s.shape = {t->shape[1], t->shape[0], c.n_expert};
                     s.type = t->type;
@@ -539,9 +542,7 @@ Expected<std::vector<SourceTensor>> source_tensors(const hf::ModelDir& dir,
         if (!t) continue;
         const std::string& hn = t->name;
         used[hn] = true;
-        if (t->type != DType::F32 && t->type != DType::F16 && t->type != DType::BF16)
-            return make_error("{}: tensor '{}' is {}; ferry converts F32, F16 and BF16 weights",
-                              dir.path(), hn, t->dtype);
+        if (Status st = check_float_type(dir, *t); !st) return st.error();
         if (t->shape.empty() || t->shape.size() > 2)
             return make_error("{}: tensor '{}' has {} dimensions", dir.path(), hn, t->shape.size());
         SourceTensor s;

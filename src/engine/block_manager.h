@@ -21,7 +21,6 @@ struct BlockTable {
     std::vector<int32_t> blocks;
     std::vector<uint64_t> hashes;
     size_t n_dropped = 0;
-    size_t held() const { return blocks.size() - n_dropped; }
 };
 
 // A block to copy before the step that writes into dst runs (copy-on-write).

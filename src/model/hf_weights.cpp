@@ -73,7 +73,7 @@ std::vector<std::string> HfWeights::hf_names(const std::string& g) {
         }
     }
     for (const auto& [gg, hf] : kLayer)
-        if (rest == gg) out.push_back("model.layers." + layer + "." + std::string(hf));
+        if (rest == gg) out.push_back(prefix + std::string(hf));
     return out;
 }
 

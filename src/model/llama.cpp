@@ -569,7 +569,7 @@ void LlamaModel::moe_ffn(kernels::Backend& be, const LayerWeights& L, int layer,
     const Tensor logits = be.scratch(kRouter, DType::F32, {n, E});
     const kernels::MatmulOut router[] = {{&L.router, logits}};
     be.matmul(router, xn);
-    Routing routing;
+    Routing& routing = routing_;
     route(c, {be.host_view(logits).data<float>(), static_cast<size_t>(n * E)}, n, routing);
 
     if (!L.sh_gate.data.empty()) {  // the shared expert: every token, scaled by its own gate
@@ -581,16 +581,16 @@ void LlamaModel::moe_ffn(kernels::Backend& be, const LayerWeights& L, int layer,
             {&L.sh_gate, gate}, {&L.sh_up, up}, {&L.sh_router, g}};
         be.matmul(gate_up, xn);
         const Tensor gh = be.host_view(g);
-        std::vector<float> w(static_cast<size_t>(n));
-        std::vector<int32_t> rows(static_cast<size_t>(n));
+        shared_gate_.resize(static_cast<size_t>(n));
+        shared_rows_.resize(static_cast<size_t>(n));
         for (int64_t t = 0; t < n; ++t) {
-            w[static_cast<size_t>(t)] = 1.0f / (1.0f + std::exp(-gh.data<float>()[t]));
-            rows[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+            shared_gate_[static_cast<size_t>(t)] = 1.0f / (1.0f + std::exp(-gh.data<float>()[t]));
+            shared_rows_[static_cast<size_t>(t)] = static_cast<int32_t>(t);
         }
         be.silu_mul(gate, up);
         const kernels::MatmulOut down[] = {{&L.sh_down, out}};
         be.matmul(down, gate);
-        be.add_rows_scaled(x, rows, w, out);
+        be.add_rows_scaled(x, shared_rows_, shared_gate_, out);
     }
     // Each expert's tokens gathered and multiplied together, then added back weighted.
     for (int64_t e = 0; e < E; ++e) {

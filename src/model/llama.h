@@ -16,6 +16,7 @@
 #include "gguf/gguf_file.h"
 #include "kernels/backend.h"
 #include "model/llama_config.h"
+#include "model/moe.h"
 #include "model/weight_file.h"
 
 namespace ferry::model {
@@ -117,6 +118,12 @@ class LlamaModel {
     // Counted by forward, which runs on one thread at a time (the backend's caller), and read
     // between steps.
     mutable std::vector<int64_t> expert_tokens_;
+    // A mixture's host-side state of one step (the router's choice, the shared expert's
+    // gates), kept so a decode step reuses what the last one allocated; written by forward on
+    // that same one thread.
+    mutable Routing routing_;
+    mutable std::vector<float> shared_gate_;
+    mutable std::vector<int32_t> shared_rows_;
 };
 
 }  // namespace ferry::model

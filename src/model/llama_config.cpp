@@ -41,7 +41,27 @@ const ArchTraits* traits_of(std::string_view arch) {
     return nullptr;
 }
 
+// A config.json model_type's arch: Mixtral is GGUF's llama with experts; the others'
+// model_types name their arch.
+const ArchTraits* traits_of_model_type(std::string_view type) {
+    if (type == "mixtral") return traits_of("llama");
+    for (const auto& a : kArchs)
+        if (!a.hf_type.empty() ? a.hf_type == type : a.arch == type) return &a;
+    return nullptr;
+}
+
 }  // namespace
+
+std::string gguf_arch_name(std::string_view arch) {
+    return arch == "mistral" ? "llama" : std::string(arch);
+}
+
+std::optional<ModelTypeArch> arch_of_model_type(std::string_view name) {
+    const ArchTraits* t = traits_of_model_type(name);
+    if (!t) t = traits_of(name);
+    if (!t) return std::nullopt;
+    return ModelTypeArch{gguf_arch_name(t->arch), t->qk_norms};
+}
 
 Expected<LlamaConfig> read_llama_config(const gguf::File& file) {
     LlamaConfig c;
@@ -150,10 +170,7 @@ Expected<LlamaConfig> read_llama_config(const nlohmann::json& j, const std::stri
             "{}: a multimodal Gemma 3 checkpoint (model_type gemma3, weights under "
             "language_model.*) is not supported yet; its text-only sizes (gemma3_text) are",
             where);
-    // Mixtral is GGUF's llama with experts; the others' model_types name their arch.
-    const ArchTraits* traits = c.arch == "mixtral" ? traits_of("llama") : nullptr;
-    for (const auto& a : kArchs)
-        if (!a.hf_type.empty() ? a.hf_type == c.arch : a.arch == c.arch) traits = &a;
+    const ArchTraits* traits = traits_of_model_type(c.arch);
     if (!traits)
         return make_error("{}: unsupported model_type '{}' (ferry runs {})", where, c.arch,
                           kModelTypeList);

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -85,6 +87,18 @@ struct LlamaConfig {
         return 2ull * n_layer * kv_dim() * elem_bytes;
     }
 };
+
+// The GGUF general.architecture an arch is written as: "llama" for mistral (as llama.cpp's
+// converter writes it), the arch's own name otherwise.
+std::string gguf_arch_name(std::string_view arch);
+// A config.json model_type (or a GGUF architecture) as ferry runs it: the GGUF architecture it
+// is written as (Mistral and Mixtral are llama files) and whether that architecture has
+// per-head q/k norms; nullopt for one ferry does not run.
+struct ModelTypeArch {
+    std::string gguf_arch;
+    bool qk_norms = false;
+};
+std::optional<ModelTypeArch> arch_of_model_type(std::string_view name);
 
 // Fails with a message naming the missing key or the unsupported architecture.
 Expected<LlamaConfig> read_llama_config(const gguf::File& file);

@@ -83,10 +83,14 @@ Status read_moe(const nlohmann::json& j, const std::string& where, bool mixtral,
 
 void route(const LlamaConfig& c, std::span<const float> logits, int64_t n_tokens, Routing& out) {
     const int E = c.n_expert, k = c.n_expert_used;
-    out.tokens.assign(static_cast<size_t>(E), {});
-    out.weights.assign(static_cast<size_t>(E), {});
-    std::vector<int> order(static_cast<size_t>(E));
-    std::vector<float> p(static_cast<size_t>(E));
+    out.tokens.resize(static_cast<size_t>(E));
+    out.weights.resize(static_cast<size_t>(E));
+    for (auto& v : out.tokens) v.clear();
+    for (auto& v : out.weights) v.clear();
+    std::vector<int>& order = out.order;
+    std::vector<float>& p = out.prob;
+    order.resize(static_cast<size_t>(E));
+    p.resize(static_cast<size_t>(E));
     for (int64_t t = 0; t < n_tokens; ++t) {
         const float* l = logits.data() + t * E;
         const float mx = *std::max_element(l, l + E);

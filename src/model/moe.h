@@ -32,6 +32,9 @@ Status read_moe(const nlohmann::json& j, const std::string& where, bool mixtral,
 struct Routing {
     std::vector<std::vector<int32_t>> tokens;
     std::vector<std::vector<float>> weights;
+    // route()'s working space, kept with its result so a step reuses what the last allocated.
+    std::vector<int> order;
+    std::vector<float> prob;
 };
 // From the router's logits ({n_tokens, n_expert} row-major, on the host): each token's
 // n_expert_used highest-scoring experts (the lower index first on a tie, as torch.topk), weighted

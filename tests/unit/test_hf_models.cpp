@@ -331,7 +331,9 @@ TEST(HfModelsWindow, AllSlidingLayersGiveBackBlocksOutOfTheWindow) {
         }
         auto e = ferry::engine::Engine::create(*lm, cfg);
         ASSERT_TRUE(e.ok()) << e.error().message;
-        if (run == 2) EXPECT_EQ((*e)->metrics().kv_blocks_total, 12);
+        if (run == 2) {
+            EXPECT_EQ((*e)->metrics().kv_blocks_total, 12);
+        }
         EXPECT_EQ((*e)->context_before_kv_cap(), 0) << "run " << run;
         ferry::engine::RequestParams p;
         p.sampling.temperature = 0;
