@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <random>
 #include <thread>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "core/progress.h"
 #include "model/moe.h"
 #include "plan/bottleneck.h"
+#include "server/structured_output.h"
 
 namespace ferry::cli {
 namespace {
@@ -55,6 +57,7 @@ struct ThroughputOptions {
     int top_k = 0;
     float top_p = 1;
     bool compare = false;
+    bool vs_unconstrained = false;
     bool json = false;
 };
 
@@ -62,7 +65,25 @@ struct Item {
     std::vector<int32_t> prompt;
     int output_len;
     double arrival_s;
+    // A dataset line's response_format (or guided_json, grammar, ...), compiled.
+    std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
+
+// What compiling the workload's distinct constraints cost (each is compiled once).
+struct CompileCost {
+    int grammars = 0;
+    double total_s = 0, max_s = 0;
+};
+CompileCost g_compile;
+
+// The distinct grammars a workload uses, for their mask statistics.
+std::vector<const grammar::CompiledGrammar*> grammars_of(const std::vector<Item>& items) {
+    std::vector<const grammar::CompiledGrammar*> out;
+    for (const auto& it : items)
+        if (it.grammar && std::find(out.begin(), out.end(), it.grammar.get()) == out.end())
+            out.push_back(it.grammar.get());
+    return out;
+}
 
 std::vector<Item> make_workload(const ThroughputOptions& o, const engine::LoadedModel& lm,
                                 int max_len) {
@@ -70,6 +91,7 @@ std::vector<Item> make_workload(const ThroughputOptions& o, const engine::Loaded
     std::vector<Item> items;
     const auto& tok = *lm.tokenizer;
     if (!o.dataset.empty()) {
+        std::optional<engine::ConstraintCompiler> compiler;
         // A line without a length of its own draws one from --output-len.
         const Range out = parse_range(o.output_len, "--output-len");
         std::ifstream in = open_or_exit(o.dataset);
@@ -114,7 +136,26 @@ std::vector<Item> make_workload(const ThroughputOptions& o, const engine::Loaded
                 throw bad(e.what());
             }
             if (ids.empty()) throw bad("the prompt is empty");
-            items.push_back({std::move(ids), output_len, 0});
+            // A structured-output field, in any dialect the server takes.
+            std::string cerr, cparam;
+            auto cf = server::parse_constraint(nlohmann::ordered_json::parse(line), cerr, cparam);
+            if (!cerr.empty()) throw bad(cerr);
+            std::shared_ptr<const grammar::CompiledGrammar> g;
+            if (cf) {
+                if (!compiler) compiler.emplace(engine::grammar_vocabulary(tok));
+                const auto before = compiler->stats();
+                auto c = compiler->compile(cf->constraint);
+                const auto after = compiler->stats();
+                if (after.compiled > before.compiled) {
+                    const double s = after.compile_s - before.compile_s;
+                    ++g_compile.grammars;
+                    g_compile.total_s += s;
+                    g_compile.max_s = std::max(g_compile.max_s, s);
+                }
+                if (!c) throw bad(fmt::format("'{}': {}", cf->param, c.error().message));
+                g = *c;
+            }
+            items.push_back({std::move(ids), output_len, 0, std::move(g)});
         }
         if (items.empty()) throw ExitError(o.dataset + ": no prompts in the file");
         if (static_cast<int>(items.size()) < o.num_prompts)
@@ -132,7 +173,7 @@ std::vector<Item> make_workload(const ThroughputOptions& o, const engine::Loaded
         for (auto& t : prefix) t = id(rng);
         for (int i = 0; i < o.num_prompts; ++i) {
             const int len = std::uniform_int_distribution<int>(in.lo, in.hi)(rng);
-            Item it{prefix, std::uniform_int_distribution<int>(out.lo, out.hi)(rng), 0};
+            Item it{prefix, std::uniform_int_distribution<int>(out.lo, out.hi)(rng), 0, nullptr};
             while (static_cast<int>(it.prompt.size()) < o.shared_prefix_len + len)
                 it.prompt.push_back(id(rng));
             items.push_back(std::move(it));
@@ -179,7 +220,9 @@ struct Peaks {
 
 nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineConfig& cfg,
                             const std::vector<Item>& items, const std::string& label, bool quiet,
-                            const Peaks& peaks, const engine::SamplingParams& sampling) {
+                            const Peaks& peaks, const engine::SamplingParams& sampling,
+                            std::vector<int>* out_lens = nullptr) {
+    if (out_lens) out_lens->assign(items.size(), 0);
     const std::unique_ptr<engine::Engine> engine_ptr = take(engine::Engine::create(lm, cfg));
     engine::Engine& eng = *engine_ptr;
     static bool noted = false;  // once, also under --json (stderr) and --compare
@@ -189,6 +232,12 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
     base.ignore_eos = true;
     Progress bar("bench throughput: " + label, static_cast<int64_t>(items.size()), !quiet);
     lm.model->reset_expert_tokens();
+    const auto grammars = grammars_of(items);
+    grammar::CompiledGrammar::Stats g0;
+    for (const auto* g : grammars) {
+        const auto s = g->stats();
+        g0.computed += s.computed, g0.hits += s.hits, g0.compute_s += s.compute_s;
+    }
 
     const auto t0 = std::chrono::steady_clock::now();
     auto elapsed = [&] {
@@ -204,7 +253,13 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
             p.max_tokens = items[next].output_len;
             p.sampling.seed = sampling.seed + next;  // each run of --compare draws the same
             p.sampling.has_seed = true;
-            auto id = eng.add_request(items[next].prompt, p, nullptr);
+            p.grammar = items[next].grammar;
+            engine::TokenCallback cb;
+            if (out_lens)
+                cb = [out_lens, i = next](const engine::TokenEvent& ev) {
+                    if (ev.finished) (*out_lens)[i] = ev.completion_tokens;
+                };
+            auto id = eng.add_request(items[next].prompt, p, std::move(cb));
             if (!id) throw ExitError("request refused: " + id.error().message);
             ++next;
         }
@@ -271,6 +326,21 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
     const model::ExpertLoad load =
         model::expert_load(lm.model->config(), lm.model->expert_tokens());
     if (load.n_expert) row["experts"] = load.to_json();
+    if (!grammars.empty()) {
+        // Masks computed during this run (the rest came from the per-state cache) and what
+        // computing them cost, beside the forward passes.
+        grammar::CompiledGrammar::Stats g1;
+        for (const auto* g : grammars) {
+            const auto s = g->stats();
+            g1.computed += s.computed, g1.hits += s.hits, g1.compute_s += s.compute_s;
+        }
+        int64_t constrained = 0;
+        for (const auto& it : items) constrained += it.grammar != nullptr;
+        row["grammar"] = {{"constrained_requests", constrained},
+                          {"masks_computed", g1.computed - g0.computed},
+                          {"mask_cache_hits", g1.hits - g0.hits},
+                          {"mask_compute_s", g1.compute_s - g0.compute_s}};
+    }
     return row;
 }
 
@@ -304,9 +374,29 @@ void bench_throughput(const ThroughputOptions& o) {
     sampling.seed = o.seed;
 
     std::vector<nlohmann::json> rows;
+    const bool constrained = !grammars_of(items).empty();
+    if (o.vs_unconstrained && !constrained)
+        throw ExitError("--vs-unconstrained needs a --dataset whose lines constrain the output");
     if (!o.compare) {
-        rows.push_back(run_workload(lm, cfg, items, "as configured", o.json, peaks, sampling));
-    } else {
+        std::vector<int> lens;
+        rows.push_back(run_workload(lm, cfg, items, "as configured", o.json, peaks, sampling,
+                                    o.vs_unconstrained ? &lens : nullptr));
+        if (o.vs_unconstrained) {
+            // The same prompts, free, each generating as many tokens as its constrained run
+            // did (a grammar ends a reply early), so both runs see the same batches. The
+            // machine drifts over tens of seconds, so the runs go constrained, free, free,
+            // constrained, and the ratio is of the sums (an ABBA design cancels a linear drift).
+            auto free_items = items;
+            for (size_t i = 0; i < free_items.size(); ++i) {
+                free_items[i].grammar.reset();
+                free_items[i].output_len = std::max(1, lens[i]);
+            }
+            rows.push_back(
+                run_workload(lm, cfg, free_items, "unconstrained", o.json, peaks, sampling));
+            rows.push_back(
+                run_workload(lm, cfg, free_items, "unconstrained", o.json, peaks, sampling));
+            rows.push_back(run_workload(lm, cfg, items, "as configured", o.json, peaks, sampling));
+        }    } else {
         using C = engine::EngineConfig;
         auto with = [&](auto change) {
             C c = cfg;
@@ -328,9 +418,29 @@ void bench_throughput(const ThroughputOptions& o) {
             rows.push_back(run_workload(lm,
                                         with([](C& c) { c.spec.method = engine::SpecMethod::Off; }),
                                         items, "speculation off", o.json, peaks, sampling));
+        if (constrained) {
+            // The cost of constraining: the same prompts, free.
+            auto free_items = items;
+            for (auto& it : free_items) it.grammar.reset();
+            rows.push_back(
+                run_workload(lm, cfg, free_items, "unconstrained", o.json, peaks, sampling));
+        }
+    }
+    if (o.vs_unconstrained && !o.compare) {
+        auto tpot = [&](size_t i) { return rows[i]["tpot_ms"]["mean"].get<double>(); };
+        const double a = tpot(0) + tpot(3), b = tpot(1) + tpot(2);
+        const double ratio = b > 0 ? a / b : 0.0;
+        if (!o.json)
+            std::printf("TPOT constrained / unconstrained: %.3f (%.2f ms / %.2f ms, mean of two "
+                        "runs each)\n",
+                        ratio, a / 2, b / 2);
+        rows[0]["tpot_ratio_vs_unconstrained"] = ratio;
     }
     if (o.json) {
-        nlohmann::json j = o.compare ? nlohmann::json{{"runs", rows}} : rows.front();
+        const bool many = o.compare || o.vs_unconstrained;
+        nlohmann::json j = many ? nlohmann::json{{"runs", rows}} : rows.front();
+        if (o.vs_unconstrained && !o.compare)
+            j["tpot_ratio_vs_unconstrained"] = rows[0]["tpot_ratio_vs_unconstrained"];
         j["model"] = lm.path;
         j["num_prompts"] = items.size();
         // What the prompts came to, after the shared prefix and any cut to the context.
@@ -344,6 +454,10 @@ void bench_throughput(const ThroughputOptions& o) {
                            {"max", hi}};
         j["shared_prefix_len"] = o.dataset.empty() ? o.shared_prefix_len : 0;
         j["threads"] = o.model.resolved_threads();
+        if (g_compile.grammars)
+            j["grammar_compile_ms"] = {{"grammars", g_compile.grammars},
+                                       {"mean", 1e3 * g_compile.total_s / g_compile.grammars},
+                                       {"max", 1e3 * g_compile.max_s}};
         j["sampling"] = {{"temperature", o.temperature}, {"top_k", o.top_k}, {"top_p", o.top_p}};
         std::printf("%s\n", j.dump(2).c_str());
         return;
@@ -392,7 +506,8 @@ void add_bench_throughput_command(CLI::App& bench) {
                     "JSONL of {\"prompt\": text | \"messages\": [{role, content}], "
                     "\"output_len\": N} instead of synthetic prompts (output_tokens or "
                     "max_tokens also name the length; without one it is drawn from "
-                    "--output-len)");
+                    "--output-len; response_format, guided_json, guided_regex, guided_choice, "
+                    "grammar or json_schema constrain that request's output as the server's)");
     cmd->add_option("--shared-prefix-len", o->shared_prefix_len,
                     "every prompt starts with the same L tokens, then its --input-len own "
                     "(a prompt is L + input-len long)")
@@ -412,6 +527,9 @@ void add_bench_throughput_command(CLI::App& bench) {
         ->check(kFinite & CLI::Range(0.0, 1.0));
     cmd->add_flag("--compare", o->compare,
                   "run the workload under static batching, contiguous KV and prefix cache off too");
+    cmd->add_flag("--vs-unconstrained", o->vs_unconstrained,
+                  "with a --dataset that constrains outputs: run it again unconstrained, and "
+                  "report the TPOT ratio (the cost of the grammar masks)");
     cmd->add_flag("--json", o->json, "print JSON with stable keys");
     cmd->callback([o] { bench_throughput(*o); });
 }

@@ -10,6 +10,7 @@
 #include "cli/engine_options.h"
 #include "cli/model_options.h"
 #include "core/paths.h"
+#include "engine/constraint.h"
 #include "engine/engine.h"
 #include "quant/kv_format.h"
 #include "server/auth.h"
@@ -22,7 +23,8 @@ namespace {
 // The real Service: the serving engine plus the model's tokenizer and chat template.
 class EngineService : public server::Service {
   public:
-    EngineService(engine::Engine& e, const engine::LoadedModel& lm) : e_(e), lm_(lm) {}
+    EngineService(engine::Engine& e, const engine::LoadedModel& lm)
+        : e_(e), lm_(lm), constraints_(engine::grammar_vocabulary(*lm.tokenizer)) {}
 
     Expected<engine::RequestId> add_request(std::vector<int32_t> prompt,
                                             engine::RequestParams params,
@@ -43,12 +45,19 @@ class EngineService : public server::Service {
     std::string token_piece(int32_t id) const override {
         return lm_.tokenizer->token_to_piece(id, true);
     }
-    Expected<std::string> apply_chat(
-        const std::vector<tokenizer::ChatMessage>& msgs) const override {
+    Expected<std::string> apply_chat(const std::vector<tokenizer::ChatMessage>& msgs,
+                                     const nlohmann::ordered_json& tools) const override {
         if (!lm_.chat_template)
             return make_error("this model's chat template cannot be used ({}); use /v1/completions",
                               lm_.chat_template_error);
-        return lm_.chat_template->apply(msgs, true);
+        return lm_.chat_template->apply(msgs, true, tools);
+    }
+    std::string chat_template_source() const override {
+        return lm_.chat_template ? lm_.chat_template->source() : std::string();
+    }
+    Expected<std::shared_ptr<const grammar::CompiledGrammar>> compile_constraint(
+        const engine::Constraint& c) const override {
+        return constraints_.compile(c);
     }
     engine::SamplingParams default_sampling() const override {
         engine::SamplingParams s = Service::default_sampling();
@@ -59,6 +68,7 @@ class EngineService : public server::Service {
   private:
     engine::Engine& e_;
     const engine::LoadedModel& lm_;
+    mutable engine::ConstraintCompiler constraints_;
 };
 
 struct ServeOptions {

@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include "engine/constraint.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -188,6 +190,9 @@ void Engine::drain_inbox() {
         seq->prompt_len = static_cast<int>(r.prompt.size());
         SamplingParams sp = r.params.sampling;
         seq->sampler = std::make_unique<Sampler>(sp);
+        if (r.params.grammar && r.params.grammar_trigger.empty())
+            seq->matcher = std::make_unique<grammar::Matcher>(r.params.grammar);
+        seq->awaiting_trigger = r.params.grammar && !r.params.grammar_trigger.empty();
         seq->text = std::make_unique<StopText>(*model_.tokenizer, r.params.stop);
         seq->spec = r.params.spec.value_or(config_.spec.method);
         seq->spec_k = config_.spec.k;
@@ -260,8 +265,19 @@ bool Engine::step() {
     // A draw reads only its own sequence's logits, history and generator, so a batch's draws
     // run over the pool (64 greedy picks over 49152 logits held the other core idle); tokens
     // are then emitted in batch order on this thread, as streams and stops expect.
+    // A constrained sequence draws from its grammar's allowed tokens; the mask is computed
+    // here, beside the other draws, and shared by every sequence in the same grammar state.
     auto draw = [&](int64_t i) {
         Pick& p = picks[i];
+        if (p.seq->matcher) {
+            thread_local std::vector<float> masked;
+            if (!mask_logits(*p.seq->matcher->mask(), p.logits, n_vocab, masked)) {
+                p.token = -1;  // nothing can follow: the output ends here
+                return;
+            }
+            p.token = p.seq->sampler->sample(masked, p.seq->tokens);
+            return;
+        }
         p.token = p.seq->sampler->sample({p.logits, size_t(n_vocab)}, p.seq->tokens);
     };
     if (picks.size() >= 4) {
@@ -269,8 +285,13 @@ bool Engine::step() {
     } else {
         for (size_t i = 0; i < picks.size(); ++i) draw(static_cast<int64_t>(i));
     }
-    for (const Pick& p : picks)
-        if (p.seq->status != SeqStatus::Finished) emit(*p.seq, p.token, p.logits);
+    for (const Pick& p : picks) {
+        if (p.seq->status == SeqStatus::Finished) continue;
+        if (p.token < 0)
+            finish(*p.seq, FinishReason::Stop, nullptr);
+        else
+            emit(*p.seq, p.token, p.logits);
+    }
     {
         std::lock_guard lock(metrics_mu_);
         ++metrics_.steps;
@@ -295,6 +316,9 @@ void Engine::fork(Request& req, Sequence& parent, std::vector<Sequence*>& out) {
         SamplingParams sp = req.params.sampling;
         sp.seed += static_cast<uint64_t>(i);  // distinct but reproducible samples
         child->sampler = std::make_unique<Sampler>(sp);
+        if (parent.matcher) child->matcher = std::make_unique<grammar::Matcher>(*parent.matcher);
+        child->awaiting_trigger = parent.awaiting_trigger;
+        child->trigger_window = parent.trigger_window;
         child->text = std::make_unique<StopText>(*model_.tokenizer, req.params.stop);
         child->spec = parent.spec;
         child->spec_k = parent.spec_k;
@@ -319,6 +343,8 @@ void Engine::propose_drafts() {
     if (sc.disable_batch > 0 && decoding > sc.disable_batch) return;
     for (Sequence* s : scheduler_->running()) {
         if (s->spec == SpecMethod::Off || s->num_uncomputed() != 1 || s->request->aborted) continue;
+        // A lazy constraint could start in the middle of a draft, past tokens it forbids.
+        if (s->awaiting_trigger) continue;
         const RequestParams& p = s->request->params;
         // Never draft past what may still be emitted or past the context.
         const int64_t room =
@@ -331,14 +357,39 @@ void Engine::propose_drafts() {
     }
     if (!ngram_jobs.empty()) ngram_->propose(ngram_jobs);
     if (!draft_jobs.empty() && draft_) draft_->propose(draft_jobs);
+    // A constrained sequence verifies only the part of its draft its grammar allows: a token
+    // the grammar forbids could never be accepted, and neither could anything after it.
+    for (Sequence* s : scheduler_->running()) {
+        if (!s->matcher || s->draft.tokens.empty()) continue;
+        grammar::Matcher m = *s->matcher;
+        size_t keep = 0;
+        while (keep < s->draft.tokens.size() && m.accept(s->draft.tokens[keep])) ++keep;
+        s->draft.tokens.resize(keep);
+        if (s->draft.q.size() > keep) s->draft.q.resize(keep);
+    }
 }
 
 void Engine::verify_and_emit(Sequence& seq, const float* logits) {
     const int n_vocab = runner_->n_vocab();
     const int proposed = static_cast<int>(seq.draft.tokens.size());
     std::vector<int32_t> history = seq.tokens;
-    const std::vector<int32_t> toks =
-        verify_draft(*seq.sampler, logits, n_vocab, seq.draft, history);
+    // Constrained: each position is verified against the grammar's mask in the state the draft
+    // tokens before it lead to, so the kept tokens follow the constrained distribution exactly.
+    std::vector<float> masked;
+    const float* rows = logits;
+    if (seq.matcher) {
+        masked.resize(static_cast<size_t>(proposed + 1) * n_vocab);
+        grammar::Matcher m = *seq.matcher;
+        std::vector<float> row;
+        for (int i = 0; i <= proposed; ++i) {
+            if (!mask_logits(*m.mask(), logits + static_cast<size_t>(i) * n_vocab, n_vocab, row))
+                std::fill(row.begin(), row.end(), 0.0f);  // unreachable: drafts are pre-checked
+            std::copy(row.begin(), row.end(), masked.begin() + static_cast<size_t>(i) * n_vocab);
+            if (i < proposed) m.accept(seq.draft.tokens[i]);
+        }
+        rows = masked.data();
+    }
+    const std::vector<int32_t> toks = verify_draft(*seq.sampler, rows, n_vocab, seq.draft, history);
     const int accepted = static_cast<int>(toks.size()) - 1;
     seq.draft.clear();
     {
@@ -393,8 +444,18 @@ void Engine::emit(Sequence& seq, int32_t tok, const float* logits) {
     const bool stop_id =
         std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end();
     if (!eog && !stop_id) ev.text = seq.text->push(tok);
+    // A grammar that is complete and allows nothing more ends the output without waiting a step
+    // for the end token.
+    bool grammar_done = false;
+    if (seq.awaiting_trigger && !eog && !stop_id)
+        start_grammar_at_trigger(seq, tok);
+    else if (seq.matcher) {
+        seq.matcher->accept(tok);
+        grammar_done =
+            seq.matcher->ended() || (seq.matcher->complete() && !seq.matcher->can_continue());
+    }
     FinishReason reason = FinishReason::None;
-    if (eog || stop_id || seq.text->stopped())
+    if (eog || stop_id || seq.text->stopped() || grammar_done)
         reason = FinishReason::Stop;
     else if (seq.output_len() >= p.max_tokens ||
              static_cast<int64_t>(seq.tokens.size()) >= max_model_len_)
@@ -407,6 +468,26 @@ void Engine::emit(Sequence& seq, int32_t tok, const float* logits) {
         ev.cached_tokens = r.cached_tokens;
         if (r.on_token) r.on_token(ev);
     }
+}
+
+// A lazy constraint starts where its trigger appears in the output: the grammar (which begins
+// with the trigger) consumes the output from the trigger's first byte. Output the grammar
+// rejects from there on was already drawn unconstrained; the sequence then stays free.
+void Engine::start_grammar_at_trigger(Sequence& seq, int32_t tok) {
+    const RequestParams& p = seq.request->params;
+    const auto& pieces = p.grammar->vocab().pieces;
+    if (tok >= 0 && tok < static_cast<int32_t>(pieces.size())) seq.trigger_window += pieces[tok];
+    const std::string& trigger = p.grammar_trigger;
+    const size_t at = seq.trigger_window.find(trigger);
+    if (at == std::string::npos) {
+        if (seq.trigger_window.size() > trigger.size())
+            seq.trigger_window.erase(0, seq.trigger_window.size() - trigger.size());
+        return;
+    }
+    seq.awaiting_trigger = false;
+    auto m = std::make_unique<grammar::Matcher>(p.grammar);
+    if (m->accept_text(seq.trigger_window.substr(at))) seq.matcher = std::move(m);
+    seq.trigger_window.clear();
 }
 
 // Ends one sequence: the final event (carrying `last`'s token, if any), its blocks back to the

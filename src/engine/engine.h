@@ -84,6 +84,7 @@ class Engine {
     void propose_drafts();
     void verify_and_emit(Sequence& seq, const float* logits);
     void emit(Sequence& seq, int32_t tok, const float* logits);
+    void start_grammar_at_trigger(Sequence& seq, int32_t tok);
     void finish(Sequence& seq, FinishReason reason, TokenEvent* last);
     void abort_now(RequestId id);
     void retire_finished();

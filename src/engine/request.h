@@ -4,12 +4,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/sampler.h"
 #include "engine/speculation.h"
+#include "grammar/matcher.h"
 
 namespace ferry::engine {
 
@@ -25,6 +27,12 @@ struct RequestParams {
     int priority = 0;       // lower value runs first (vLLM's convention); ties are FCFS
     int top_logprobs = -1;  // -1: no logprobs; 0..20: the sampled token's plus this many best
     std::optional<SpecMethod> spec;  // speculation for this request; unset: the engine's
+    // Constrained decoding: every token is drawn from those the grammar allows, and the output
+    // ends (finish reason "stop") once the grammar is complete and nothing more may follow.
+    std::shared_ptr<const grammar::CompiledGrammar> grammar;
+    // Set: the output is free until this text appears in it, and from its first byte on
+    // follows `grammar` (tool calling's `auto`: text, or a call that must be well-formed).
+    std::string grammar_trigger;
 };
 
 enum class FinishReason { None, Stop, Length, Abort };

@@ -40,6 +40,10 @@ struct Sequence {
     Draft draft;
 
     std::unique_ptr<Sampler> sampler;
+    std::unique_ptr<grammar::Matcher> matcher;  // set when the request is constrained
+    // A lazy constraint still waiting for its trigger: the output's last bytes, searched for it.
+    bool awaiting_trigger = false;
+    std::string trigger_window;
     std::unique_ptr<StopText> text;
     Clock::time_point last_token_time{};
     std::vector<double> itl_s;

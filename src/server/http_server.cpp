@@ -115,8 +115,9 @@ struct Gen {
     GenRequest req;
     std::vector<engine::RequestId> ids;
     std::vector<Choice> choices;
-    std::vector<size_t> lp_sent;   // logprob entries already streamed, per choice
-    std::vector<size_t> text_len;  // bytes streamed, per choice (completions text_offset)
+    std::vector<size_t> lp_sent;       // logprob entries already streamed, per choice
+    std::vector<size_t> text_len;      // bytes streamed, per choice (completions text_offset)
+    std::vector<size_t> content_sent;  // tool calling: bytes of each choice's text streamed
     int remaining = 0;
     Usage usage;
     std::vector<bool> prompt_counted;
@@ -419,6 +420,7 @@ class Session : public std::enable_shared_from_this<Session> {
         g->choices.resize(np * size_t(n));
         g->lp_sent.assign(g->choices.size(), 0);
         g->text_len.assign(g->choices.size(), 0);
+        g->content_sent.assign(g->choices.size(), 0);
         g->prompt_counted.assign(np, false);
         g->remaining = int(g->choices.size());
         gen_ = g;
@@ -511,7 +513,45 @@ class Session : public std::enable_shared_from_this<Session> {
         if (g->remaining == 0) finish_generation();
     }
 
+    // With tools, content streams until a call may be starting; the calls go out whole when
+    // the choice ends, as one tool_calls delta, then the finish reason "tool_calls".
+    void stream_tool_event(Gen& g, size_t ci, const engine::TokenEvent& ev) {
+        Choice& c = g.choices[ci];
+        const bool first = !c.started;
+        size_t& sent = g.content_sent[ci];
+        auto send_text = [&](const std::string& text, engine::FinishReason fr) {
+            const bool is_first = !c.started;
+            c.started = true;
+            queue_chunk(sse_event(dump(stream_chunk(g.req, g.id, g.created, srv_->model_id(),
+                                                    int(ci), text, is_first, nullptr, fr))));
+        };
+        if (!ev.finished) {
+            const size_t safe = streamable_content(c.text, g.req.tool_format);
+            if (safe > sent || first) {
+                send_text(safe > sent ? c.text.substr(sent, safe - sent) : std::string(),
+                          engine::FinishReason::None);
+                sent = std::max(sent, safe);
+            }
+            return;
+        }
+        ParsedToolOutput p = parse_tool_calls(c.text, g.req.tool_format);
+        if (p.calls.empty()) {
+            send_text(c.text.substr(std::min(sent, c.text.size())), c.finish);
+            return;
+        }
+        const bool is_first = !c.started;
+        c.started = true;
+        queue_chunk(sse_event(dump(tool_calls_chunk(g.req, g.id, g.created, srv_->model_id(),
+                                                    int(ci), p.calls, is_first))));
+        json end = stream_chunk(g.req, g.id, g.created, srv_->model_id(), int(ci), "", false,
+                                nullptr, c.finish);
+        if (c.finish == engine::FinishReason::Stop)
+            end["choices"][0]["finish_reason"] = "tool_calls";
+        queue_chunk(sse_event(dump(end)));
+    }
+
     void stream_event(Gen& g, size_t ci, const engine::TokenEvent& ev) {
+        if (g.req.parses_tool_calls()) return stream_tool_event(g, ci, ev);
         Choice& c = g.choices[ci];
         std::string text = ev.text;
         const bool first = !c.started;

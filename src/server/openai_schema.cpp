@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "server/structured_output.h"
+
 namespace ferry::server {
 
 ApiError bad_request(std::string message, std::string param) {
@@ -157,10 +159,10 @@ bool parse_messages(const json& msgs, std::vector<tokenizer::ChatMessage>& out, 
             return f.fail(fmt::format("'{}.role' must be a string", where), "messages");
         std::string r = role->get<std::string>();
         if (r == "developer") r = "system";
-        if (r != "system" && r != "user" && r != "assistant")
-            return f.fail(
-                fmt::format("'{}.role' must be system, user or assistant, not '{}'", where, r),
-                "messages");
+        if (r != "system" && r != "user" && r != "assistant" && r != "tool")
+            return f.fail(fmt::format("'{}.role' must be system, user, assistant or tool, not '{}'",
+                                      where, r),
+                          "messages");
         std::optional<std::string> content;  // a null one is absent, as transformers has it
         auto c = m.find("content");
         if (c == m.end() || c->is_null()) {
@@ -191,7 +193,22 @@ bool parse_messages(const json& msgs, std::vector<tokenizer::ChatMessage>& out, 
             return f.fail(fmt::format("'{}.content' must be a string or an array of parts", where),
                           "messages");
         }
-        out.push_back({r, std::move(content)});
+        tokenizer::ChatMessage msg(r, std::move(content));
+        if (r == "tool" || m.contains("tool_calls")) {
+            // The tool fields as the chat template sees them: tool_call_id and name of a result,
+            // an assistant's calls.
+            auto full = tokenizer::ChatMessage::from_json(m);
+            if (!full)
+                return f.fail(fmt::format("'{}': {}", where, full.error().message), "messages");
+            if (r == "tool" && !full->tool_call_id)
+                return f.fail(
+                    fmt::format("'{}.tool_call_id' is required for a tool message", where),
+                    "messages");
+            msg.tool_calls = std::move(full->tool_calls);
+            msg.tool_call_id = std::move(full->tool_call_id);
+            msg.name = std::move(full->name);
+        }
+        out.push_back(std::move(msg));
     }
     return true;
 }
@@ -309,19 +326,52 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
             s.logit_bias.emplace_back(static_cast<int32_t>(id), val.get<float>());
         }
     }
-    for (const char* name : {"tools", "functions"})
-        if (const json* t = f.get(name); t && !t->is_null() && !t->empty())
-            f.fail(fmt::format("'{}' (function calling) is not supported by this server", name),
-                   name);
-    if (const json* tc = f.get("tool_choice");
-        tc && !tc->is_null() && !(tc->is_string() && (*tc == "none" || *tc == "auto")))
-        f.fail("'tool_choice' is not supported by this server", "tool_choice");
-    if (const json* rf = f.get("response_format"); rf && !rf->is_null()) {
-        if (!rf->is_object() || rf->value("type", json("text")) != "text")
+    // Structured outputs: the constraint is compiled here, on the connection's thread, so a
+    // new schema never stalls the engine loop; a repeated one comes from the compiler's cache.
+    if (!f.failed) {
+        std::string cerr, cparam;
+        auto cf = parse_constraint(body, cerr, cparam);
+        if (!cerr.empty()) {
+            f.fail(cerr, cparam.c_str());
+        } else if (cf) {
+            auto g = service.compile_constraint(cf->constraint);
+            if (!g)
+                f.fail(fmt::format("'{}' cannot be honoured: {}", cf->param, g.error().message),
+                       cf->param.c_str());
+            else
+                r.params.grammar = *g;
+        }
+    }
+    // Tool calling: `required` and a named function are a grammar from the first token;
+    // `auto` is the same grammar, waiting for the format's trigger.
+    if (!f.failed) {
+        std::string terr, tparam;
+        r.tools = parse_tools(body, terr, tparam);
+        if (!terr.empty()) {
+            f.fail(terr, tparam.c_str());
+        } else if (r.tools && kind != Endpoint::Chat) {
+            f.fail("'tools' is only supported on /v1/chat/completions", "tools");
+        } else if (r.parses_tool_calls() && r.params.grammar) {
             f.fail(
-                "'response_format' other than {\"type\": \"text\"} is not supported by this "
-                "server",
-                "response_format");
+                "'tools' cannot be combined with another output constraint "
+                "(response_format, guided_*, grammar) in one request",
+                "tools");
+        } else if (r.parses_tool_calls()) {
+            const ToolFormat fmt = tool_template_of(service.chat_template_source()).format;
+            auto gbnf = tool_call_gbnf(*r.tools, fmt);
+            engine::Constraint c;
+            c.kind = engine::Constraint::Kind::Grammar;
+            if (gbnf) c.text = *gbnf;
+            auto g = gbnf ? service.compile_constraint(c)
+                          : Expected<std::shared_ptr<const grammar::CompiledGrammar>>(gbnf.error());
+            if (!g) {
+                f.fail(fmt::format("'tools' cannot be honoured: {}", g.error().message), "tools");
+            } else {
+                r.params.grammar = *g;
+                if (r.tools->choice == ToolRequest::Choice::Auto)
+                    r.params.grammar_trigger = tool_call_trigger(fmt);
+            }
+        }
     }
     if (const json* bo = f.get("best_of"); bo && !bo->is_null()) {
         const json* n = f.get("n");
@@ -381,6 +431,8 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
             r.params.top_logprobs = 0;
         }
     }
+    if (r.parses_tool_calls() && r.logprobs && r.stream)
+        f.fail("'logprobs' with 'tools' is not supported when streaming", "logprobs");
     if (f.failed) return std::nullopt;
 
     // Prompts become token ids here, so their length can be checked against the context.
@@ -390,7 +442,25 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
         if (!m) return f.fail("'messages' is required", "messages"), std::nullopt;
         std::vector<tokenizer::ChatMessage> msgs;
         if (!parse_messages(*m, msgs, f)) return std::nullopt;
-        auto text = service.apply_chat(msgs);
+        // Tools reach the template when it renders them; otherwise the model is taught the
+        // Hermes format in the system message, and past calls and results are written out in
+        // it, so a template that knows nothing of tools still sees the whole exchange.
+        const ToolTemplate tt = tool_template_of(service.chat_template_source());
+        r.tool_format = tt.format;
+        json tools = nullptr;
+        if (r.parses_tool_calls()) {
+            if (tt.renders_tools) {
+                tools = r.tools->tools;
+            } else if (!msgs.empty() && msgs[0].role == "system") {
+                msgs[0].content =
+                    msgs[0].content.value_or("") + "\n\n" + tool_system_prompt(*r.tools);
+            } else {
+                msgs.insert(msgs.begin(),
+                            tokenizer::ChatMessage("system", tool_system_prompt(*r.tools)));
+            }
+        }
+        if (!tt.renders_tools || !tt.renders_tool_calls) lower_tool_messages(msgs);
+        auto text = service.apply_chat(msgs, tools);
         if (!text) {
             err = bad_request(text.error().message, "messages");
             return std::nullopt;
@@ -525,10 +595,17 @@ json full_response(const GenRequest& r, const Service& b, const std::string& id,
         json lp = r.logprobs ? logprobs_json(r.kind, b, c, 0, c.tokens.size(), 0) : json(nullptr);
         const char* fr = engine::finish_reason_name(c.finish);
         if (r.kind == Endpoint::Chat) {
-            cs.push_back({{"index", k},
-                          {"message", {{"role", "assistant"}, {"content", c.text}}},
-                          {"logprobs", lp},
-                          {"finish_reason", fr}});
+            json message = {{"role", "assistant"}, {"content", c.text}};
+            if (r.parses_tool_calls()) {
+                ParsedToolOutput p = parse_tool_calls(c.text, r.tool_format);
+                if (!p.calls.empty()) {
+                    message["content"] = p.content.empty() ? json(nullptr) : json(p.content);
+                    message["tool_calls"] = tool_calls_json(p.calls, false);
+                    if (c.finish == engine::FinishReason::Stop) fr = "tool_calls";
+                }
+            }
+            cs.push_back(
+                {{"index", k}, {"message", message}, {"logprobs", lp}, {"finish_reason", fr}});
         } else {
             std::string text = c.text;
             if (r.echo) text = r.prompt_texts[k / size_t(r.params.n)] + text;
@@ -564,6 +641,40 @@ json stream_chunk(const GenRequest& r, const std::string& id, int64_t created,
               {"created", created},
               {"model", model},
               {"choices", json::array({choice})}};
+    if (r.include_usage) j["usage"] = nullptr;
+    return j;
+}
+
+json tool_calls_json(const std::vector<tokenizer::ToolCall>& calls, bool with_index) {
+    json out = json::array();
+    for (size_t i = 0; i < calls.size(); ++i) {
+        const auto& c = calls[i];
+        json j = json::object();
+        if (with_index) j["index"] = i;
+        j["id"] = c.id;
+        j["type"] = "function";
+        j["function"] = {{"name", c.name},
+                         {"arguments", c.arguments.is_string() ? c.arguments.get<std::string>()
+                                                               : c.arguments.dump()}};
+        out.push_back(std::move(j));
+    }
+    return out;
+}
+
+json tool_calls_chunk(const GenRequest& r, const std::string& id, int64_t created,
+                      const std::string& model, int index,
+                      const std::vector<tokenizer::ToolCall>& calls, bool first) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    delta["tool_calls"] = tool_calls_json(calls, true);
+    json j = {{"id", id},
+              {"object", "chat.completion.chunk"},
+              {"created", created},
+              {"model", model},
+              {"choices", json::array({json{{"index", index},
+                                            {"delta", delta},
+                                            {"logprobs", nullptr},
+                                            {"finish_reason", nullptr}}})}};
     if (r.include_usage) j["usage"] = nullptr;
     return j;
 }

@@ -13,10 +13,11 @@
 
 #include "engine/request.h"
 #include "server/service.h"
+#include "server/tool_calls.h"
 
 namespace ferry::server {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 struct ApiError {
     int status = 400;
@@ -47,6 +48,11 @@ struct GenRequest {
     bool include_usage = false;
     bool logprobs = false;
     bool echo = false;
+    // Tool calling (chat only): the request's tools, when a call may come back, and the format
+    // the output is parsed in.
+    std::optional<ToolRequest> tools;
+    ToolFormat tool_format = ToolFormat::Hermes;
+    bool parses_tool_calls() const { return tools && tools->choice != ToolRequest::Choice::None; }
 };
 
 // Validates a /v1/completions or /v1/chat/completions body against the served model and the
@@ -87,6 +93,13 @@ json full_response(const GenRequest& r, const Service& b, const std::string& id,
 json stream_chunk(const GenRequest& r, const std::string& id, int64_t created,
                   const std::string& model, int index, const std::string& text, bool first,
                   const json& logprobs, engine::FinishReason finish);
+// A chat chunk carrying a choice's tool calls (whole, one entry each) as OpenAI streams them.
+json tool_calls_chunk(const GenRequest& r, const std::string& id, int64_t created,
+                      const std::string& model, int index,
+                      const std::vector<tokenizer::ToolCall>& calls, bool first);
+// OpenAI's shape of an assistant's tool_calls list.
+json tool_calls_json(const std::vector<tokenizer::ToolCall>& calls, bool with_index);
+
 // The closing chunk of include_usage: no choices, only usage.
 json usage_chunk(const GenRequest& r, const std::string& id, int64_t created,
                  const std::string& model, const Usage& u);

@@ -4,12 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/status.h"
+#include "engine/constraint.h"
 #include "engine/metrics.h"
 #include "engine/request.h"
 #include "tokenizer/chat_template.h"
@@ -33,8 +35,17 @@ class Service {
     virtual std::string decode(std::span<const int32_t> ids) const = 0;
     virtual std::string token_piece(int32_t id) const = 0;  // raw bytes, for logprobs
     // The conversation rendered through the model's chat template, or why it cannot be.
-    virtual Expected<std::string> apply_chat(
-        const std::vector<tokenizer::ChatMessage>& msgs) const = 0;
+    // `tools`: an OpenAI tools list for templates that render one (null: none).
+    virtual Expected<std::string> apply_chat(const std::vector<tokenizer::ChatMessage>& msgs,
+                                             const nlohmann::ordered_json& tools) const = 0;
+    // The chat template's Jinja text (empty when there is none).
+    virtual std::string chat_template_source() const { return {}; }
+    // A request's output constraint compiled against the served vocabulary (cached by
+    // constraint), or why it cannot be honoured.
+    virtual Expected<std::shared_ptr<const grammar::CompiledGrammar>> compile_constraint(
+        const engine::Constraint&) const {
+        return make_error("structured outputs are not available on this server");
+    }
     // The sampling a request gets for every field it leaves out: OpenAI's (plain sampling at
     // temperature 1), with what the model's generation_config.json sets on top, as vLLM does.
     virtual engine::SamplingParams default_sampling() const {

@@ -88,6 +88,7 @@ Expected<ChatTemplate> ChatTemplate::from_source(const std::string& source, std:
     c.tmpl_ = std::move(*t);
     c.bos_ = std::move(bos_text);
     c.eos_ = std::move(eos_text);
+    c.source_ = source;
     return c;
 }
 

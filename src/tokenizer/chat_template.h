@@ -65,9 +65,13 @@ class ChatTemplate {
     // tests and golden files (Llama 3.2 prints today's date).
     void fix_time(std::tm now) { now_ = now; }
 
+    // The template's Jinja text (what tool calling reads the model's call format from).
+    const std::string& source() const { return source_; }
+
   private:
     jinja::Template tmpl_;
     std::string bos_, eos_;
+    std::string source_;
     std::optional<std::tm> now_;
 };
 

@@ -32,7 +32,8 @@ class ByteService : public Service {
         return s;
     }
     std::string token_piece(int32_t id) const override { return std::string(1, char(id - 1)); }
-    Expected<std::string> apply_chat(const std::vector<tokenizer::ChatMessage>& m) const override {
+    Expected<std::string> apply_chat(const std::vector<tokenizer::ChatMessage>& m,
+                                     const nlohmann::ordered_json&) const override {
         std::string s;
         for (const auto& x : m) s += x.role + ":" + x.content.value_or("") + "\n";
         return s;

@@ -1,0 +1,122 @@
+#include "grammar/matcher.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace ferry::grammar {
+
+namespace {
+
+// States beyond this many are dropped wholesale: a recursive grammar can reach unboundedly
+// many, and a mask costs n_vocab / 8 bytes.
+constexpr size_t kMaxCachedMasks = 4096;
+
+std::string state_key(const std::vector<Stack>& stacks, const std::string& pending) {
+    std::string k;
+    for (const Stack& s : stacks) {
+        const auto n = static_cast<uint32_t>(s.size());
+        k.append(reinterpret_cast<const char*>(&n), 4);
+        k.append(reinterpret_cast<const char*>(s.data()), s.size() * 4);
+    }
+    k += '\xff';
+    k += pending;
+    return k;
+}
+
+// Bytes still needed to finish the UTF-8 character `lead` starts (-1: not a lead byte).
+int continuation_bytes(unsigned char lead) {
+    return lead < 0x80         ? 0
+           : (lead >> 5) == 6  ? 1
+           : (lead >> 4) == 14 ? 2
+           : (lead >> 3) == 30 ? 3
+                               : -1;
+}
+
+}  // namespace
+
+CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const Vocabulary> vocab)
+    : grammar_(std::move(g)), vocab_(std::move(vocab)), start_(initial_stacks(grammar_)) {}
+
+std::shared_ptr<const TokenMask> CompiledGrammar::mask(const std::vector<Stack>& stacks,
+                                                       const std::string& pending) const {
+    std::string key = state_key(stacks, pending);
+    {
+        std::lock_guard lock(mu_);
+        if (auto it = cache_.find(key); it != cache_.end()) {
+            ++stats_.hits;
+            return it->second;
+        }
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto m = std::make_shared<const TokenMask>(compute_mask(grammar_, *vocab_, stacks, pending));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::lock_guard lock(mu_);
+    ++stats_.computed;
+    stats_.compute_s += s;
+    if (cache_.size() >= kMaxCachedMasks) cache_.clear();
+    cache_.emplace(std::move(key), m);
+    return m;
+}
+
+CompiledGrammar::Stats CompiledGrammar::stats() const {
+    std::lock_guard lock(mu_);
+    return stats_;
+}
+
+Matcher::Matcher(std::shared_ptr<const CompiledGrammar> g)
+    : g_(std::move(g)), stacks_(g_->start()) {}
+
+std::shared_ptr<const TokenMask> Matcher::mask() const {
+    return g_->mask(stacks_, pending_);
+}
+
+bool Matcher::complete() const {
+    return pending_.empty() &&
+           std::any_of(stacks_.begin(), stacks_.end(), [](const Stack& s) { return s.empty(); });
+}
+
+bool Matcher::can_continue() const {
+    return std::any_of(stacks_.begin(), stacks_.end(), [](const Stack& s) { return !s.empty(); });
+}
+
+bool Matcher::accept(int32_t token) {
+    const Vocabulary& v = g_->vocab();
+    if (ended_ || token < 0 || token >= v.n_vocab()) return false;
+    if (std::find(v.end_tokens.begin(), v.end_tokens.end(), token) != v.end_tokens.end()) {
+        if (!complete()) return false;
+        ended_ = true;
+        return true;
+    }
+    const std::string& piece = v.pieces[token];
+    if (piece.empty()) return false;
+    return accept_text(piece);
+}
+
+bool Matcher::accept_text(const std::string& bytes) {
+    std::string buf = pending_ + bytes;
+    std::vector<Stack> stacks = stacks_;
+    size_t i = 0;
+    while (i < buf.size()) {
+        const int n = continuation_bytes(static_cast<unsigned char>(buf[i]));
+        if (n < 0) return false;
+        if (i + n >= buf.size()) break;  // an unfinished character: kept for the next token
+        size_t j = i;
+        const uint32_t cp = decode_utf8(buf, j);
+        if (j != i + n + 1) return false;  // not valid UTF-8
+        const uint32_t min = n == 0 ? 0 : n == 1 ? 0x80 : n == 2 ? 0x800 : 0x10000;
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+        i = j;
+        stacks = advance(g_->grammar(), stacks, cp);
+        if (stacks.empty()) return false;
+    }
+    std::string rest = buf.substr(i);
+    if (!rest.empty()) {
+        // The unfinished character must still be able to become one the grammar allows.
+        if (!partial_viable(g_->grammar(), stacks, rest)) return false;
+    }
+    stacks_ = std::move(stacks);
+    pending_ = std::move(rest);
+    return true;
+}
+
+}  // namespace ferry::grammar

@@ -1,0 +1,34 @@
+#include "grammar/vocabulary.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace ferry::grammar {
+
+Vocabulary::Vocabulary(std::vector<std::string> p, std::vector<bool> usable,
+                       std::vector<int32_t> ends)
+    : pieces(std::move(p)), end_tokens(std::move(ends)) {
+    // End tokens are never text: they are allowed only where the grammar is complete.
+    for (int32_t id : end_tokens)
+        if (id >= 0 && id < n_vocab()) usable[id] = false;
+    for (int32_t id = 0; id < n_vocab(); ++id)
+        if (usable[id] && !pieces[id].empty()) sorted.push_back(id);
+    std::sort(sorted.begin(), sorted.end(),
+              [&](int32_t a, int32_t b) { return pieces[a] < pieces[b]; });
+    lcp.assign(sorted.size(), 0);
+    for (size_t i = 1; i < sorted.size(); ++i) {
+        const std::string& a = pieces[sorted[i - 1]];
+        const std::string& b = pieces[sorted[i]];
+        uint32_t n = 0;
+        while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+        lcp[i] = n;
+    }
+}
+
+int64_t TokenMask::count() const {
+    int64_t n = 0;
+    for (uint64_t w : bits) n += std::popcount(w);
+    return n;
+}
+
+}  // namespace ferry::grammar

@@ -1,0 +1,35 @@
+// The tokenizer's vocabulary as the token masks need it: every token's bytes, sorted so tokens
+// sharing a prefix are neighbours (a prefix the grammar rejects skips all of them at once),
+// and which tokens end a generation (allowed only where the grammar is complete).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ferry::grammar {
+
+struct Vocabulary {
+    // pieces[id]: the token's bytes; `usable[id]` false for control and unused tokens, which a
+    // constrained output never contains.
+    Vocabulary(std::vector<std::string> pieces, std::vector<bool> usable,
+               std::vector<int32_t> end_tokens);
+
+    int32_t n_vocab() const { return static_cast<int32_t>(pieces.size()); }
+
+    std::vector<std::string> pieces;
+    std::vector<int32_t> end_tokens;
+    std::vector<int32_t> sorted;  // usable, non-empty token ids in byte order of their pieces
+    std::vector<uint32_t> lcp;    // lcp[i]: common prefix of sorted[i - 1]'s and sorted[i]'s piece
+};
+
+// One bit per token id.
+struct TokenMask {
+    std::vector<uint64_t> bits;
+    explicit TokenMask(int32_t n = 0) : bits((static_cast<size_t>(n) + 63) / 64, 0) {}
+    bool test(int32_t id) const { return (bits[id >> 6] >> (id & 63)) & 1; }
+    void set(int32_t id) { bits[id >> 6] |= uint64_t{1} << (id & 63); }
+    int64_t count() const;
+};
+
+}  // namespace ferry::grammar

@@ -1,0 +1,279 @@
+// The GBNF parser, the reference acceptor, and the token masks checked against it: a mask
+// must admit exactly the tokens whose bytes can continue a valid output.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+#include "grammar/stack.h"
+
+namespace ferry::grammar {
+namespace {
+
+Grammar parse_ok(const std::string& text) {
+    auto g = Grammar::parse(text);
+    EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.error().message);
+    return g.ok() ? std::move(*g) : Grammar{};
+}
+
+std::string parse_error(const std::string& text) {
+    auto g = Grammar::parse(text);
+    EXPECT_FALSE(g.ok()) << "parsed: " << text;
+    return g.ok() ? "" : g.error().message;
+}
+
+TEST(Grammar, LiteralsClassesAndRepetition) {
+    Grammar g = parse_ok(R"(root ::= "a" [b-d]+ ("x" | "yz")? [^0-9]{2,3} .)");
+    EXPECT_TRUE(accepts(g, "abxqqz"));
+    EXPECT_TRUE(accepts(g, "abcdyzqqqz"));
+    EXPECT_TRUE(accepts(g, "abqqz"));
+    EXPECT_FALSE(accepts(g, "aqqz"));     // [b-d]+ needs one
+    EXPECT_FALSE(accepts(g, "ab1qz"));    // a digit in [^0-9]
+    EXPECT_FALSE(accepts(g, "abqqqqz"));  // {2,3} then one char
+    EXPECT_FALSE(accepts(g, "abxq"));     // the final . is missing
+}
+
+TEST(Grammar, RulesRecursionCommentsAndNewlines) {
+    Grammar g = parse_ok(R"(# nested lists
+root ::= list
+list ::= "[" (
+    item ("," item)*
+  )? "]"
+item ::= list | [0-9]+   # a number or a list
+)");
+    EXPECT_TRUE(accepts(g, "[]"));
+    EXPECT_TRUE(accepts(g, "[1,[2,[]],33]"));
+    EXPECT_FALSE(accepts(g, "[1,]"));
+    EXPECT_FALSE(accepts(g, "[[1]"));
+}
+
+TEST(Grammar, EscapesAndUnicode) {
+    Grammar g = parse_ok(R"(root ::= "\x41\u00e9\n" [\u4e00-\u9fff]* "\"" [\]\\]?)");
+    EXPECT_TRUE(accepts(g, "A\xc3\xa9\n\""));
+    EXPECT_TRUE(accepts(g, "A\xc3\xa9\n\xe4\xb8\xad\xe6\x96\x87\"\\"));
+    EXPECT_FALSE(accepts(g, "A\xc3\xa9\nx\""));
+    EXPECT_EQ(gbnf_literal("a\"b\\c\n"), R"("a\"b\\c\n")");
+    Grammar lit = parse_ok("root ::= " + gbnf_literal("q\"\\\t\x01z"));
+    EXPECT_TRUE(accepts(lit, "q\"\\\t\x01z"));
+}
+
+TEST(Grammar, RefusesWhatCannotBeMatched) {
+    EXPECT_NE(parse_error("root ::= foo").find("'foo' is used but never defined"),
+              std::string::npos);
+    EXPECT_NE(parse_error("root ::= root \"a\" | \"b\"").find("left recursion"), std::string::npos);
+    EXPECT_NE(parse_error("root ::= x\nx ::= y? x \"a\"\ny ::= \"b\"").find("left recursion"),
+              std::string::npos);
+    EXPECT_NE(parse_error("item ::= \"a\"").find("no 'root' rule"), std::string::npos);
+    EXPECT_NE(parse_error("root ::= \"abc").find("unterminated"), std::string::npos);
+    EXPECT_NE(parse_error("root ::= [a-").find("unterminated"), std::string::npos);
+    EXPECT_NE(parse_error("root ::= \"\\q\"").find("unknown escape"), std::string::npos);
+    EXPECT_NE(parse_error("root ::= \"a\"{3,2}").find("n < m"), std::string::npos);
+    EXPECT_NE(parse_error("root ::= \"a\"{99999}").find("repetition count"), std::string::npos);
+    EXPECT_NE(parse_error("root ::= (\"a\"").find("expected ')'"), std::string::npos);
+    EXPECT_NE(parse_error("root ::= \"a\"\nroot ::= \"b\"").find("defined twice"),
+              std::string::npos);
+    EXPECT_NE(parse_error("root ::= * \"a\"").find("nothing before it"), std::string::npos);
+    EXPECT_NE(parse_error("root ::= \"a\"\n\nbad line").find("line 3"), std::string::npos);
+}
+
+// The reference for one token: feed its bytes through the plain stacks; an unfinished
+// character at the end is viable when some completion of it is accepted.
+bool reference_allows(const Grammar& g, const std::vector<Stack>& stacks,
+                      const std::string& bytes) {
+    std::vector<Stack> st = stacks;
+    size_t i = 0;
+    while (i < bytes.size()) {
+        const auto b = static_cast<unsigned char>(bytes[i]);
+        const int n = b < 0x80         ? 0
+                      : (b >> 5) == 6  ? 1
+                      : (b >> 4) == 14 ? 2
+                      : (b >> 3) == 30 ? 3
+                                       : -1;
+        if (n < 0) return false;
+        if (i + n >= bytes.size()) {
+            // Unfinished: the code points with this prefix are one range [lo, hi]; whether a
+            // stack accepts changes only at its ranges' ends, so those (and lo, hi) decide.
+            for (size_t k = i + 1; k < bytes.size(); ++k)
+                if ((static_cast<unsigned char>(bytes[k]) >> 6) != 2) return false;
+            std::string lo_s = bytes.substr(i), hi_s = lo_s;
+            lo_s.append(n + 1 - lo_s.size(), '\x80');
+            hi_s.append(n + 1 - hi_s.size(), '\xbf');
+            size_t a = 0, z = 0;
+            // Only scalar values count: no overlong forms, surrogates or values past U+10FFFF.
+            const uint32_t lo = std::max(decode_utf8(lo_s, a), n == 1   ? 0x80u
+                                                               : n == 2 ? 0x800u
+                                                                        : 0x10000u);
+            const uint32_t hi = std::min(decode_utf8(hi_s, z), 0x10FFFFu);
+            std::set<uint32_t> probe = {lo, hi, 0xD7FF, 0xE000};
+            for (size_t e = 0; e < g.n_elements(); ++e)
+                for (const auto& [x, y] : g.element(static_cast<uint32_t>(e)).ranges)
+                    for (uint32_t c : {x - 1, x, y, y + 1})
+                        if (c >= lo && c <= hi) probe.insert(c);
+            for (uint32_t cp : probe)
+                if (cp >= lo && cp <= hi && !(cp >= 0xD800 && cp <= 0xDFFF) &&
+                    !advance(g, st, cp).empty())
+                    return true;
+            return false;
+        }
+        size_t j = i;
+        const uint32_t cp = decode_utf8(bytes, j);
+        if (j != i + n + 1) return false;
+        i = j;
+        st = advance(g, st, cp);
+        if (st.empty()) return false;
+    }
+    return true;
+}
+
+// Random tokens over the characters the grammar talks about, with multi-byte characters whole
+// and split, walked along random valid paths: at every state the mask equals the reference.
+TEST(GrammarMask, EqualsTheReferenceOnRandomWalks) {
+    const std::vector<std::string> grammars = {
+        R"(root ::= "{" ws "\"k\":" ws ("\"" [^"\\]* "\"" | [0-9]+) ws "}"
+ws ::= [ ]?)",
+        R"(root ::= ("ab" | "a" [bc]* "d")+ "é"?)",
+        R"(root ::= item ("," item)*
+item ::= [a-c]+ | "[" root "]" | "中" [\u00e0-\u00ff]?)",
+        R"(root ::= [^a]{1,4} "z")",
+    };
+    const std::vector<std::string> atoms = {"{",
+                                            "}",
+                                            "\"",
+                                            "k",
+                                            ":",
+                                            " ",
+                                            "0",
+                                            "7",
+                                            "a",
+                                            "b",
+                                            "c",
+                                            "d",
+                                            ",",
+                                            "[",
+                                            "]",
+                                            "z",
+                                            "\\",
+                                            "\xc3\xa9",
+                                            "\xe4\xb8\xad",
+                                            "\xc3\xa0",
+                                            "\xf0\x9f\x98\x80"};
+    std::mt19937 rng(7);
+    std::vector<std::string> pieces;
+    std::set<std::string> seen;
+    while (pieces.size() < 600) {
+        std::string t;
+        const int len = 1 + static_cast<int>(rng() % 4);
+        for (int k = 0; k < len; ++k) t += atoms[rng() % atoms.size()];
+        // split a multi-byte character at a random byte sometimes
+        if (rng() % 4 == 0 && t.size() > 1) t = t.substr(0, 1 + rng() % (t.size() - 1));
+        if (seen.insert(t).second) pieces.push_back(t);
+    }
+    pieces.push_back("<eos>");
+    const int32_t eos = static_cast<int32_t>(pieces.size() - 1);
+    std::vector<bool> usable(pieces.size(), true);
+    auto vocab = std::make_shared<const Vocabulary>(pieces, usable, std::vector<int32_t>{eos});
+
+    for (const std::string& text : grammars) {
+        SCOPED_TRACE(text);
+        auto cg = std::make_shared<const CompiledGrammar>(parse_ok(text), vocab);
+        for (int walk = 0; walk < 6; ++walk) {
+            Matcher m(cg);
+            std::vector<Stack> stacks = cg->start();
+            std::string pending;
+            for (int step = 0; step < 12; ++step) {
+                const auto mask = m.mask();
+                std::vector<int32_t> allowed;
+                for (int32_t id = 0; id < eos; ++id) {
+                    const bool want = reference_allows(cg->grammar(), stacks, pending + pieces[id]);
+                    ASSERT_EQ(mask->test(id), want)
+                        << "token '" << pieces[id] << "' at step " << step << " after '" << pending
+                        << "' walk " << walk;
+                    if (want) allowed.push_back(id);
+                }
+                const bool complete =
+                    pending.empty() && std::any_of(stacks.begin(), stacks.end(),
+                                                   [](const Stack& s) { return s.empty(); });
+                ASSERT_EQ(mask->test(eos), complete);
+                ASSERT_EQ(m.complete(), complete);
+                if (allowed.empty()) break;
+                const int32_t pick = allowed[rng() % allowed.size()];
+                ASSERT_TRUE(m.accept(pick));
+                // follow the same step on the reference side
+                std::string buf = pending + pieces[pick];
+                size_t i = 0;
+                while (i < buf.size()) {
+                    const auto b = static_cast<unsigned char>(buf[i]);
+                    const int n = b < 0x80 ? 0 : (b >> 5) == 6 ? 1 : (b >> 4) == 14 ? 2 : 3;
+                    if (i + n >= buf.size()) break;
+                    size_t j = i;
+                    stacks = advance(cg->grammar(), stacks, decode_utf8(buf, j));
+                    i = j;
+                }
+                pending = buf.substr(i);
+            }
+        }
+    }
+}
+
+TEST(GrammarMask, RefusesForbiddenTokensAndEndsWhenComplete) {
+    auto vocab = std::make_shared<const Vocabulary>(
+        std::vector<std::string>{"yes", "no", "y", "es", "<eos>", "<ctl>"},
+        std::vector<bool>{true, true, true, true, true, false}, std::vector<int32_t>{4});
+    auto cg = std::make_shared<const CompiledGrammar>(parse_ok(R"(root ::= "yes" | "no")"), vocab);
+    Matcher m(cg);
+    EXPECT_FALSE(m.accept(4));  // the end before anything
+    EXPECT_FALSE(m.accept(3));  // "es" cannot start
+    EXPECT_FALSE(m.accept(5));  // a control token is never text
+    EXPECT_FALSE(m.mask()->test(5));
+    ASSERT_TRUE(m.accept(2));
+    EXPECT_FALSE(m.complete());
+    ASSERT_TRUE(m.accept(3));
+    EXPECT_TRUE(m.complete());
+    EXPECT_FALSE(m.can_continue());
+    const auto mask = m.mask();
+    EXPECT_EQ(mask->count(), 1);
+    EXPECT_TRUE(mask->test(4));
+    EXPECT_TRUE(m.accept(4));
+    EXPECT_TRUE(m.ended());
+}
+
+TEST(GrammarMask, OnlyWellFormedUtf8) {
+    // Byte tokens can spell overlong forms of ASCII, surrogates and values past U+10FFFF:
+    // none of them is a character, so none may pass, whole or split.
+    const std::vector<std::string> pieces = {
+        "\xC1\xA1",         "\xE0\x81\xA1", "\xE0\x81",     "\xED\xA0\x80",
+        "\xF4\x90\x80\x80", "\xC0",         "\xF5",         "a",
+        "\xE0\xA0\x80",     "\xE0",         "\xED\x9F\xBF", "<e>"};
+    auto vocab = std::make_shared<const Vocabulary>(pieces, std::vector<bool>(pieces.size(), true),
+                                                    std::vector<int32_t>{11});
+    auto cg = std::make_shared<const CompiledGrammar>(parse_ok("root ::= .+"), vocab);
+    Matcher m(cg);
+    const auto mask = m.mask();
+    for (int id : {0, 1, 2, 3, 4, 5, 6}) EXPECT_FALSE(mask->test(id)) << id;
+    for (int id : {7, 8, 9, 10}) EXPECT_TRUE(mask->test(id)) << id;
+    EXPECT_FALSE(m.accept(1));
+    ASSERT_TRUE(m.accept(9));  // E0 alone may still become U+0800..U+0FFF
+    EXPECT_FALSE(m.accept(0));
+}
+
+TEST(GrammarMask, SharedAcrossSequencesInTheSameState) {
+    auto vocab = std::make_shared<const Vocabulary>(std::vector<std::string>{"a", "b", "<e>"},
+                                                    std::vector<bool>{true, true, true},
+                                                    std::vector<int32_t>{2});
+    auto cg = std::make_shared<const CompiledGrammar>(parse_ok(R"(root ::= [ab]*)"), vocab);
+    Matcher a(cg), b(cg);
+    (void)a.mask();
+    ASSERT_TRUE(a.accept(0));
+    ASSERT_TRUE(b.accept(1));
+    (void)a.mask();
+    (void)b.mask();  // the same state as a's: [ab]* loops without growing its stack
+    const auto st = cg->stats();
+    EXPECT_EQ(st.computed, 1);
+    EXPECT_EQ(st.hits, 2);
+}
+
+}  // namespace
+}  // namespace ferry::grammar
