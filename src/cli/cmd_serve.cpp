@@ -46,11 +46,12 @@ class EngineService : public server::Service {
         return lm_.tokenizer->token_to_piece(id, true);
     }
     Expected<std::string> apply_chat(const std::vector<tokenizer::ChatMessage>& msgs,
-                                     const nlohmann::ordered_json& tools) const override {
+                                     const nlohmann::ordered_json& tools,
+                                     const nlohmann::ordered_json& extra) const override {
         if (!lm_.chat_template)
             return make_error("this model's chat template cannot be used ({}); use /v1/completions",
                               lm_.chat_template_error);
-        return lm_.chat_template->apply(msgs, true, tools);
+        return lm_.chat_template->apply(msgs, true, tools, extra);
     }
     std::string chat_template_source() const override {
         return lm_.chat_template ? lm_.chat_template->source() : std::string();
@@ -150,7 +151,11 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--port", s.port, "TCP port (0: any free port)")
         ->capture_default_str()
         ->check(CLI::Range(0, 65535));
-    auto* key = cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY'");
+    auto* key = cmd->add_option("--api-key", s.api_key,
+                                "require 'Authorization: Bearer KEY' (or 'x-api-key: KEY')");
+    cmd->add_flag("--public-metrics", s.public_metrics,
+                  "serve /metrics without the API key (by default it needs the key when one is "
+                  "set)");
     cmd->add_option("--api-key-file", o->api_key_file, "read the API key from a file")
         ->excludes(key);
     cmd->add_option("--served-model-name", o->served_name,

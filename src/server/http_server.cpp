@@ -266,7 +266,14 @@ class Session : public std::enable_shared_from_this<Session> {
             if (!srv_->service.load()) return send_unavailable("the model is loading");
             return send_json(200, json{{"status", "ok"}});
         }
+        const bool keyed =
+            authorized(sv(req_[http::field::authorization]), srv_->opt.api_key) ||
+            (!srv_->opt.api_key.empty() && req_.find("x-api-key") != req_.end() &&
+             authorized("Bearer " + std::string(sv(req_["x-api-key"])), srv_->opt.api_key));
         if (r == R::Metrics) {
+            // Metrics say what a server runs and how busy it is: behind the key, unless the
+            // operator exposes them (--public-metrics) for a scraper without one.
+            if (!keyed && !srv_->opt.public_metrics) return send_unauthorized();
             Service* b = srv_->service.load();
             ServerCounters c{srv_->connections.load(), srv_->http_requests.load(),
                              srv_->rejected.load(), srv_->disconnects.load()};
@@ -276,14 +283,7 @@ class Session : public std::enable_shared_from_this<Session> {
                 "text/plain; version=0.0.4; charset=utf-8");
         }
         // Everything below is the API proper: keyed, and only once a model is there.
-        if (!authorized(sv(req_[http::field::authorization]), srv_->opt.api_key)) {
-            ApiError e;
-            e.status = 401;
-            e.type = "authentication_error";
-            e.code = "invalid_api_key";
-            e.message = "a valid API key is required: send 'Authorization: Bearer <key>'";
-            return send_error(e);
-        }
+        if (!keyed) return send_unauthorized();
         if (srv_->draining) return send_unavailable("the server is shutting down");
         Service* b = srv_->service.load();
         if (!b) return send_unavailable("the model is loading");
@@ -303,6 +303,16 @@ class Session : public std::enable_shared_from_this<Session> {
             default:
                 return;
         }
+    }
+
+    void send_unauthorized() {
+        ApiError e;
+        e.status = 401;
+        e.type = "authentication_error";
+        e.code = "invalid_api_key";
+        e.message =
+            "a valid API key is required: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'";
+        send_error(e);
     }
 
     json model_card(const Service& b) const {
@@ -703,8 +713,13 @@ class Session : public std::enable_shared_from_this<Session> {
         res->set(http::field::content_type, type);
         res->set("X-Request-Id", request_id_);
         res->set(http::field::access_control_allow_origin, "*");
+        // A preflight gets back the headers it asks for: browser SDKs send their own
+        // (the openai JS SDK's X-Stainless-*, OpenAI-Organization, ...).
+        const auto asked = req_.find(http::field::access_control_request_headers);
         res->set(http::field::access_control_allow_headers,
-                 "Authorization, Content-Type, X-Request-Id");
+                 asked != req_.end() && !asked->value().empty()
+                     ? std::string(sv(asked->value()))
+                     : std::string("Authorization, Content-Type, X-Request-Id, X-Api-Key"));
         res->set(http::field::access_control_allow_methods, "GET, POST, OPTIONS");
         res->keep_alive(keep_alive_ && !srv_->draining);
         if (req_.method() != http::verb::head) res->body() = std::move(body);
@@ -801,7 +816,21 @@ Status HttpServer::start() {
     }
     beast::error_code ec;
     auto addr = asio::ip::make_address(m.opt.host, ec);
-    if (ec) return make_error("--host {}: not an IP address ({})", m.opt.host, ec.message());
+    if (ec) {
+        // A name (localhost, the machine's own): one of its addresses.
+        tcp::resolver resolver(m.ioc);
+        auto found = resolver.resolve(m.opt.host, "", ec);
+        if (ec || found.empty())
+            return make_error("--host {}: not an address or a name that resolves ({})", m.opt.host,
+                              ec.message());
+        // IPv4 first: "localhost" should mean 127.0.0.1, where clients look by default.
+        addr = found.begin()->endpoint().address();
+        for (const auto& e : found)
+            if (e.endpoint().address().is_v4()) {
+                addr = e.endpoint().address();
+                break;
+            }
+    }
     tcp::endpoint ep(addr, uint16_t(m.opt.port));
     m.acceptor.open(ep.protocol(), ec);
     if (!ec) m.acceptor.set_option(asio::socket_base::reuse_address(true), ec);

@@ -16,8 +16,9 @@ namespace ferry::server {
 
 struct ServerOptions {
     std::string host = "127.0.0.1";
-    int port = 8080;      // 0: any free port (see HttpServer::port())
-    std::string api_key;  // empty: no authentication
+    int port = 8080;              // 0: any free port (see HttpServer::port())
+    std::string api_key;          // empty: no authentication
+    bool public_metrics = false;  // /metrics without the key even when one is set
     int64_t max_body_bytes = 4 << 20;
     int io_threads = 1;
     std::vector<std::string> model_names;  // the first is the id /v1/models reports

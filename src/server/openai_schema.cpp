@@ -433,6 +433,27 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
     }
     if (r.parses_tool_calls() && r.logprobs && r.stream)
         f.fail("'logprobs' with 'tools' is not supported when streaming", "logprobs");
+    // Fields other servers honour that would change the output here: refused until they are
+    // implemented, never ignored.
+    if (kind == Endpoint::Completions && r.echo && r.logprobs)
+        f.fail("'echo' with 'logprobs' (prompt-token logprobs) is not supported yet", "echo");
+    if (const json* v = f.get("suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
+        f.fail("'suffix' (fill-in-the-middle) is not supported", "suffix");
+    for (const char* name : {"include_stop_str_in_output", "continue_final_message"})
+        if (const json* v = f.get(name); v && !(v->is_boolean() && !v->get<bool>()))
+            f.fail(fmt::format("'{}' is not supported", name), name);
+    if (const json* v = f.get("add_generation_prompt"); v && !(v->is_boolean() && v->get<bool>()))
+        f.fail("'add_generation_prompt' other than true is not supported", "add_generation_prompt");
+    if (f.get("reasoning_effort"))
+        f.fail(fmt::format("'reasoning_effort' is not supported ({} has no reasoning switch ferry "
+                           "knows; Qwen 3's enable_thinking goes in 'chat_template_kwargs')",
+                           r.model),
+               "reasoning_effort");
+    if (const json* v = f.get("modalities");
+        v && !(v->is_array() && v->size() == 1 && (*v)[0] == "text"))
+        f.fail("'modalities' other than [\"text\"] is not supported", "modalities");
+    if (const json* v = f.get("chat_template_kwargs"); v && !v->is_object())
+        f.type_error("chat_template_kwargs", "an object", *v);
     if (f.failed) return std::nullopt;
 
     // Prompts become token ids here, so their length can be checked against the context.
@@ -460,7 +481,9 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
             }
         }
         if (!tt.renders_tools || !tt.renders_tool_calls) lower_tool_messages(msgs);
-        auto text = service.apply_chat(msgs, tools);
+        // chat_template_kwargs (vLLM's): extra template variables, e.g. enable_thinking.
+        const json* kwargs = f.get("chat_template_kwargs");
+        auto text = service.apply_chat(msgs, tools, kwargs ? *kwargs : json(nullptr));
         if (!text) {
             err = bad_request(text.error().message, "messages");
             return std::nullopt;

@@ -35,9 +35,11 @@ class Service {
     virtual std::string decode(std::span<const int32_t> ids) const = 0;
     virtual std::string token_piece(int32_t id) const = 0;  // raw bytes, for logprobs
     // The conversation rendered through the model's chat template, or why it cannot be.
-    // `tools`: an OpenAI tools list for templates that render one (null: none).
+    // `tools`: an OpenAI tools list for templates that render one (null: none); `extra`:
+    // more template variables (an object, or null).
     virtual Expected<std::string> apply_chat(const std::vector<tokenizer::ChatMessage>& msgs,
-                                             const nlohmann::ordered_json& tools) const = 0;
+                                             const nlohmann::ordered_json& tools,
+                                             const nlohmann::ordered_json& extra) const = 0;
     // The chat template's Jinja text (empty when there is none).
     virtual std::string chat_template_source() const { return {}; }
     // A request's output constraint compiled against the served vocabulary (cached by

@@ -351,8 +351,35 @@ def test_auth(model_path):
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
         assert httpx.get(s.url + "/health").status_code == 200
         assert httpx.get(s.url + "/").status_code == 200  # the page asks for the key itself
+        # x-api-key (Anthropic-style clients, some gateways) counts as the key too
+        r = httpx.post(s.url + "/v1/completions", json={"prompt": PROMPT, "max_tokens": 1},
+                       headers={"x-api-key": "sekrit"})
+        assert r.status_code == 200, r.text
+        assert httpx.post(s.url + "/v1/completions", json={"prompt": PROMPT},
+                          headers={"x-api-key": "nope"}).status_code == 401
+        # /metrics is behind the key when there is one
+        assert httpx.get(s.url + "/metrics").status_code == 401
+        m = httpx.get(s.url + "/metrics", headers={"Authorization": "Bearer sekrit"})
+        assert m.status_code == 200 and "ferry:" in m.text
     finally:
         assert s.stop() == 0
+    s = Server("--public-metrics", "--host", "localhost", api_key="sekrit")
+    try:
+        assert httpx.get(s.url + "/metrics").status_code == 200
+        assert httpx.get(s.url + "/v1/models").status_code == 401
+    finally:
+        assert s.stop() == 0
+
+
+def test_cors_preflight_reflects_the_requested_headers(server):
+    asked = "authorization, content-type, x-stainless-os, x-stainless-lang, openai-organization"
+    r = httpx.options(server.url + "/v1/chat/completions",
+                      headers={"Origin": "http://example.com", "Access-Control-Request-Method": "POST",
+                               "Access-Control-Request-Headers": asked})
+    assert r.status_code == 204
+    assert r.headers["access-control-allow-origin"] == "*"
+    assert r.headers["access-control-allow-headers"] == asked
+    assert "POST" in r.headers["access-control-allow-methods"]
 
 
 def test_overload_gets_429_and_accepted_complete(model_path):

@@ -33,6 +33,7 @@ class ByteService : public Service {
     }
     std::string token_piece(int32_t id) const override { return std::string(1, char(id - 1)); }
     Expected<std::string> apply_chat(const std::vector<tokenizer::ChatMessage>& m,
+                                     const nlohmann::ordered_json&,
                                      const nlohmann::ordered_json&) const override {
         std::string s;
         for (const auto& x : m) s += x.role + ":" + x.content.value_or("") + "\n";
@@ -95,6 +96,15 @@ TEST(ServerSchema, ErrorsNameTheField) {
         {R"({"prompt":"hi","tool_choice":"required"})", 400, "tool_choice"},
         {R"({"prompt":"hi","response_format":{"type":"json_object"}})", 400, "response_format"},
         {R"({"prompt":"hi","best_of":3})", 400, "best_of"},
+        {R"({"prompt":"hi","suffix":"end"})", 400, "suffix"},
+        {R"({"prompt":"hi","include_stop_str_in_output":true})", 400, "include_stop_str_in_output"},
+        {R"({"prompt":"hi","echo":true,"logprobs":1})", 400, "echo"},
+        {R"({"prompt":"hi","reasoning_effort":"low"})", 400, "reasoning_effort"},
+        {R"({"prompt":"hi","modalities":["text","audio"]})", 400, "modalities"},
+        {R"({"prompt":"hi","continue_final_message":true})", 400, "continue_final_message"},
+        {R"({"prompt":"hi","add_generation_prompt":false})", 400, "add_generation_prompt"},
+        {R"({"prompt":"hi","chat_template_kwargs":[1]})", 400, "chat_template_kwargs"},
+        {R"({"prompt":"hi","guided_regex":"a","grammar":"root ::= \"a\""})", 400, "grammar"},
     };
     for (const auto& c : cases) {
         ApiError err;
@@ -110,7 +120,8 @@ TEST(ServerSchema, ErrorsNameTheField) {
     EXPECT_EQ(biased->params.sampling.logit_bias, (Bias{{5, -100.0f}, {7, 2.5f}}));
     // Their no-op values, which clients send by default, pass.
     EXPECT_TRUE(parse(R"({"prompt":"hi","logit_bias":{},"tools":[],"tool_choice":"none",
-                          "response_format":{"type":"text"},"best_of":2,"n":2})",
+                          "response_format":{"type":"text"},"best_of":2,"n":2,"suffix":"",
+                          "include_stop_str_in_output":false,"modalities":["text"]})",
                       Endpoint::Completions, err))
         << err.message;
     std::string long_prompt(100, 'a');
