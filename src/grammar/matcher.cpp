@@ -23,15 +23,6 @@ std::string state_key(const std::vector<Stack>& stacks, const std::string& pendi
     return k;
 }
 
-// Bytes still needed to finish the UTF-8 character `lead` starts (-1: not a lead byte).
-int continuation_bytes(unsigned char lead) {
-    return lead < 0x80         ? 0
-           : (lead >> 5) == 6  ? 1
-           : (lead >> 4) == 14 ? 2
-           : (lead >> 3) == 30 ? 3
-                               : -1;
-}
-
 }  // namespace
 
 CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const Vocabulary> vocab)
@@ -97,14 +88,13 @@ bool Matcher::accept_text(const std::string& bytes) {
     std::vector<Stack> stacks = stacks_;
     size_t i = 0;
     while (i < buf.size()) {
-        const int n = continuation_bytes(static_cast<unsigned char>(buf[i]));
+        const int n = utf8_continuations(static_cast<unsigned char>(buf[i]));
         if (n < 0) return false;
         if (i + n >= buf.size()) break;  // an unfinished character: kept for the next token
         size_t j = i;
         const uint32_t cp = decode_utf8(buf, j);
         if (j != i + n + 1) return false;  // not valid UTF-8
-        const uint32_t min = n == 0 ? 0 : n == 1 ? 0x80 : n == 2 ? 0x800 : 0x10000;
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+        if (!utf8_scalar_ok(cp, n + 1)) return false;
         i = j;
         stacks = advance(g_->grammar(), stacks, cp);
         if (stacks.empty()) return false;

@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "grammar/utf8.h"
+
 namespace ferry::grammar {
 
 namespace {
@@ -125,11 +127,7 @@ Node make_set(Ranges r) {
 bool decode(std::string_view s, std::vector<uint32_t>& out) {
     for (size_t i = 0; i < s.size();) {
         const auto b = static_cast<unsigned char>(s[i]);
-        const int n = b < 0x80         ? 0
-                      : (b >> 5) == 6  ? 1
-                      : (b >> 4) == 14 ? 2
-                      : (b >> 3) == 30 ? 3
-                                       : -1;
+        const int n = utf8_continuations(b);
         if (n < 0 || i + n >= s.size()) return false;
         uint32_t cp = n == 0 ? b : b & (0x3Fu >> n);
         for (int k = 1; k <= n; ++k) {

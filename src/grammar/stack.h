@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "grammar/grammar.h"
+#include "grammar/utf8.h"
 
 namespace ferry::grammar {
 
@@ -26,7 +27,7 @@ void expand(const Grammar& g, Stack s, std::vector<Stack>& out);
 // sequence stands for itself.
 inline uint32_t decode_utf8(std::string_view s, size_t& i) {
     const auto b = static_cast<unsigned char>(s[i]);
-    const int n = b < 0x80 ? 0 : (b >> 5) == 6 ? 1 : (b >> 4) == 14 ? 2 : (b >> 3) == 30 ? 3 : -1;
+    const int n = utf8_continuations(b);
     if (n <= 0 || i + n >= s.size()) {
         ++i;
         return b;

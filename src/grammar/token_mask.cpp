@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "grammar/matcher.h"
+#include "grammar/utf8.h"
 
 namespace ferry::grammar {
 
@@ -51,8 +52,8 @@ class Walker {
 
     State step_byte(State s, unsigned char b) {
         if (s.need == 0) {
-            if (b < 0x80) return {step(s.set, b), 0, 0};
-            const int n = (b >> 5) == 6 ? 1 : (b >> 4) == 14 ? 2 : (b >> 3) == 30 ? 3 : -1;
+            if (b < 0x80) return {step(s.set, b), 0, 0, 0};
+            const int n = utf8_continuations(b);
             if (n < 0) return {};
             State t{s.set, static_cast<uint32_t>(b & (0x3f >> n)), static_cast<uint8_t>(n),
                     static_cast<uint8_t>(n + 1)};
@@ -61,15 +62,8 @@ class Walker {
         if ((b >> 6) != 2) return {};
         State t{s.set, (s.acc << 6) | (b & 0x3fu), static_cast<uint8_t>(s.need - 1), s.len};
         if (t.need == 0)
-            return scalar_ok(t.acc, t.len) ? State{step(t.set, t.acc), 0, 0, 0} : State{};
+            return utf8_scalar_ok(t.acc, t.len) ? State{step(t.set, t.acc), 0, 0, 0} : State{};
         return range_ok(t) ? t : State{};
-    }
-
-    // Only well-formed UTF-8 continues: no overlong forms, no surrogates, nothing past
-    // U+10FFFF (a model's byte tokens can spell all three).
-    static uint32_t min_scalar(int len) { return len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000; }
-    static bool scalar_ok(uint32_t cp, int len) {
-        return cp >= min_scalar(len) && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
     }
 
   private:
@@ -146,7 +140,7 @@ class Walker {
 
     // Some character starting with the bytes so far is accepted by some stack.
     bool range_ok(const State& s) {
-        const uint32_t lo = std::max(s.acc << (6 * s.need), min_scalar(s.len));
+        const uint32_t lo = std::max(s.acc << (6 * s.need), utf8_min_scalar(s.len));
         const uint32_t hi =
             std::min<uint32_t>((s.acc << (6 * s.need)) | ((1u << (6 * s.need)) - 1), 0x10FFFF);
         // The scalars left, less the surrogates: at most two ranges.
