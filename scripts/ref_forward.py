@@ -14,6 +14,13 @@ scripts/gen_golden.py to bracket llama.cpp's logits from the "exact" side:
                 matmul, Q/K/V and the softmax probabilities rounded to f16 (f16 KV cache,
                 no flash attention), RoPE angles built in f32 the way ggml builds them.
                 Used to check that we understand where llama.cpp's numbers come from.
+  mode "int8"   ferry's Activations::Int8: each block of 32 activations rounded to steps of
+                amax / 127 (float32, ties to even) before every matmul, everything else exact.
+                With `dither` > 0 every activation is first moved by a relative dither of that
+                size (seeded), which stands in for the float-rounding differences between two
+                correct implementations (ferry's scalar, AVX2 and AVX-512 levels): on the 8-bit
+                grid those flip roundings and the flips compound over the layers.
+                scripts/activation_noise.py samples that spread.
 
 Layout facts (checked against llama.cpp's logits, see tests/golden/README.md):
   * GGUF stores a 2-D weight with ne = [n_in, n_out]; as a NumPy array it is (n_out, n_in),
@@ -118,10 +125,29 @@ def quantize_q8(x):
     return q, d16, s16
 
 
+DITHER = {"size": 0.0, "rng": None}
+
+
+def quantize_int8(x):
+    """ferry's 8-bit grid: per block of 32, d = amax / 127 in float32, v = rint(x / d)."""
+    xb = np.asarray(x, dtype=np.float64)
+    if DITHER["size"] > 0:
+        xb = xb * (1.0 + DITHER["size"] * DITHER["rng"].standard_normal(xb.shape))
+    xb = xb.astype(np.float32).reshape(x.shape[0], -1, QK)
+    amax = np.max(np.abs(xb), axis=2, keepdims=True)
+    d = amax / np.float32(127.0)
+    with np.errstate(divide="ignore"):
+        idv = np.where(d != 0, np.float32(1.0) / d, np.float32(0.0)).astype(np.float32)
+    v = np.rint(xb * idv).astype(np.float64)
+    return (v * d.astype(np.float64)).reshape(x.shape)
+
+
 def matmul(x, W: Weight, mode: str):
     """y[t] = W @ x[t] for x (T, n_in)."""
     if mode == "exact":
         return x @ W.w.T
+    if mode == "int8":
+        return quantize_int8(x) @ W.w.T
     if mode == "f32":
         if not hasattr(W, "w32"):
             W.w32 = W.w.astype(np.float32)
@@ -198,8 +224,9 @@ def silu(x):
         return x / (1.0 + np.exp(-x))
 
 
-def forward(model: Model, ids, mode="exact", rope_style="norm"):
+def forward(model: Model, ids, mode="exact", rope_style="norm", dither=0.0, seed=0):
     """Final-position logits (float32, n_vocab) for the prompt `ids`."""
+    DITHER["size"], DITHER["rng"] = dither, np.random.default_rng(seed)
     ids = np.asarray(ids, dtype=np.int64)
     T = len(ids)
     H, Hkv, D = model.n_head, model.n_head_kv, model.head_dim
@@ -224,11 +251,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model")
     ap.add_argument("--ids", required=True, help="comma-separated token ids")
-    ap.add_argument("--mode", choices=["exact", "f32", "ggml"], default="exact")
+    ap.add_argument("--mode", choices=["exact", "f32", "ggml", "int8"], default="exact")
     ap.add_argument("--rope", choices=["norm", "neox"], default="norm")
+    ap.add_argument("--dither", type=float, default=0.0, help="relative dither (mode int8)")
+    ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     m = Model(a.model)
-    logits = forward(m, [int(t) for t in a.ids.split(",")], a.mode, a.rope)
+    logits = forward(m, [int(t) for t in a.ids.split(",")], a.mode, a.rope, a.dither, a.seed)
     top = np.argsort(-logits, kind="stable")[:10]
     print("top-10:", ", ".join(f"{int(i)}:{logits[i]:.4f}" for i in top))
     return 0

@@ -14,8 +14,17 @@
 // llama.cpp's 8-bit activations give, and far below what a real bug gives (the wrong rope style
 // moves logits by ~10). Against llama.cpp we allow what separates the two references: max abs
 // diff 1.5, RMS 0.5. The argmax must be llama.cpp's, unless llama.cpp's own top-1/top-2 margin
-// is inside that noise, when ferry's pick must be one of its top two. With 8-bit activations
-// (Activations::Int8, like llama.cpp) the exact bound becomes the llama.cpp one.
+// is inside that noise, when ferry's pick must be one of its top two.
+//
+// With 8-bit activations (Activations::Int8, like llama.cpp) a logit's distance from the exact
+// reference is a draw from a wide spread, not a property of the code: ferry's scalar, AVX2 and
+// AVX-512 levels round their float steps in different orders, on a grid of amax / 127 that
+// flips a few roundings per layer, and the flips compound. scripts/activation_noise.py samples
+// the spread from the NumPy reference (16 draws): on chat_capital RMS 0.21-1.15 and max
+// 0.86-2.22 (ferry measured 0.25 / 0.44 / 0.86 RMS at avx512 / scalar / avx2; llama.cpp 0.39);
+// averaged over the prompts RMS 0.17-0.34. So Int8 is held per prompt to max 3.0 / RMS 1.5 (a
+// real bug moves logits by ~10) and, where a systematic error would show, to a mean RMS over
+// the prompts of 0.45. llama.cpp is one more such draw, so the same bounds hold against it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -36,21 +45,27 @@ namespace {
 
 using ferry::kernels::Activations;
 
-constexpr float kMaxAbs = 1.5f;
-constexpr float kMaxRms = 0.5f;
-// Against the exact reference, by activation mode.
-struct ExactBound {
+struct Bound {
     float max_abs, rms;
 };
-ExactBound exact_bound(Activations a) {
+// Against llama.cpp, by activation mode.
+Bound llama_bound(Activations a) {
+    return a == Activations::Int8 ? Bound{3.0f, 1.5f} : Bound{1.5f, 0.5f};
+}
+// Against the exact reference, by activation mode.
+Bound exact_bound(Activations a) {
     switch (a) {
         case Activations::F32:
             return {0.01f, 0.01f};
         case Activations::Int16:
             return {0.05f, 0.02f};
         default:
-            return {kMaxAbs, kMaxRms};
+            return {3.0f, 1.5f};
     }
+}
+// The mean over the prompts of the RMS distance to the exact reference.
+float exact_mean_rms_bound(Activations a) {
+    return a == Activations::Int8 ? 0.45f : exact_bound(a).rms;
 }
 
 // Runs a test body under one activation mode and restores the one before.
@@ -112,6 +127,7 @@ TEST_P(GoldenModel, FinalLogitsMatchLlamaCppAndExactReference) {
     ASSERT_EQ(n_vocab, size_t(model().model->config().n_vocab));
     ASSERT_GE(index["prompts"].size(), 5u);
     Generator gen(*model().model, ferry::testing::cpu_backend(2), 1024);
+    double sum_exact_rms = 0;
     for (const auto& p : index["prompts"]) {
         const std::string name = p["name"];
         const auto ids = p["ids"].get<std::vector<int32_t>>();
@@ -124,9 +140,11 @@ TEST_P(GoldenModel, FinalLogitsMatchLlamaCppAndExactReference) {
         const auto exact = load_f32("logits/" + p["numpy_file"].get<std::string>(), n_vocab);
 
         const Diff dl = diff(*logits, ref), dx = diff(*logits, exact);
-        EXPECT_LE(dl.max_abs, kMaxAbs) << name << " vs llama.cpp";
-        EXPECT_LE(dl.rms, kMaxRms) << name << " vs llama.cpp";
-        const ExactBound bound = exact_bound(GetParam());
+        sum_exact_rms += dx.rms;
+        const Bound lb = llama_bound(GetParam());
+        EXPECT_LE(dl.max_abs, lb.max_abs) << name << " vs llama.cpp";
+        EXPECT_LE(dl.rms, lb.rms) << name << " vs llama.cpp";
+        const Bound bound = exact_bound(GetParam());
         EXPECT_LE(dx.max_abs, bound.max_abs) << name << " vs exact";
         EXPECT_LE(dx.rms, bound.rms) << name << " vs exact";
 
@@ -141,6 +159,10 @@ TEST_P(GoldenModel, FinalLogitsMatchLlamaCppAndExactReference) {
             ferry::kernels::activations_name(GetParam()), name.c_str(), dl.max_abs, dl.rms,
             dx.max_abs, dx.rms);
     }
+    const double mean_rms = sum_exact_rms / double(index["prompts"].size());
+    EXPECT_LE(mean_rms, exact_mean_rms_bound(GetParam())) << "mean RMS vs exact";
+    std::printf("[ logits %s ] mean RMS vs exact %.3f\n",
+                ferry::kernels::activations_name(GetParam()), mean_rms);
 }
 
 // Greedy continuations must equal llama.cpp's token for token. A divergence is accepted only
