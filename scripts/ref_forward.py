@@ -224,8 +224,10 @@ def silu(x):
         return x / (1.0 + np.exp(-x))
 
 
-def forward(model: Model, ids, mode="exact", rope_style="norm", dither=0.0, seed=0):
-    """Final-position logits (float32, n_vocab) for the prompt `ids`."""
+def forward(model: Model, ids, mode="exact", rope_style="norm", dither=0.0, seed=0,
+            all_positions=False):
+    """Final-position logits (float32, n_vocab) for the prompt `ids`; with all_positions, every
+    position's (T, n_vocab): row i is the distribution of token i + 1."""
     DITHER["size"], DITHER["rng"] = dither, np.random.default_rng(seed)
     ids = np.asarray(ids, dtype=np.int64)
     T = len(ids)
@@ -243,8 +245,9 @@ def forward(model: Model, ids, mode="exact", rope_style="norm", dither=0.0, seed
         h = rmsnorm(x, L["ffn_norm"].astype(dt), dt(model.eps))
         g = silu(matmul(h, L["ffn_gate"], mode)) * matmul(h, L["ffn_up"], mode)
         x = x + matmul(g, L["ffn_down"], mode)
-    h = rmsnorm(x[-1:], model.output_norm.astype(dt), dt(model.eps))
-    return matmul(h, model.output, mode)[0].astype(np.float32)
+    h = rmsnorm(x if all_positions else x[-1:], model.output_norm.astype(dt), dt(model.eps))
+    logits = matmul(h, model.output, mode).astype(np.float32)
+    return logits if all_positions else logits[0]
 
 
 def main():

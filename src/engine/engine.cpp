@@ -126,7 +126,8 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt, RequestPara
     // The pool holds max_model_len_ tokens at least (the constructor caps the context to it),
     // so a prompt that passed the check above fits the pool with its first generated token.
     if (params.n < 1 || params.n > 128) return make_error("n must be between 1 and 128");
-    if (params.max_tokens < 1) return make_error("max_tokens must be at least 1");
+    if (params.max_tokens < 0) return make_error("max_tokens must not be negative");
+    if (params.prompt_logprobs > 20) return make_error("prompt_logprobs must be at most 20");
     if (params.top_logprobs > 20) return make_error("top_logprobs must be at most 20");
     if (params.spec == SpecMethod::Draft && !draft_)
         return make_error("speculation 'draft' needs a server started with --draft-model");
@@ -193,6 +194,8 @@ void Engine::drain_inbox() {
         if (r.params.grammar && r.params.grammar_trigger.empty())
             seq->matcher = std::make_unique<grammar::Matcher>(r.params.grammar);
         seq->awaiting_trigger = r.params.grammar && !r.params.grammar_trigger.empty();
+        if (r.params.prompt_logprobs >= 0 && r.prompt.size() == 1)  // nothing before it to score
+            r.prompt_lp_done = std::make_shared<const PromptLogprobs>();
         seq->text = std::make_unique<StopText>(*model_.tokenizer, r.params.stop);
         seq->spec = r.params.spec.value_or(config_.spec.method);
         seq->spec_k = config_.spec.k;
@@ -249,18 +252,27 @@ bool Engine::step() {
     for (size_t i = 0; i < seqs.size(); ++i) {
         const ScheduledSeq& s = out.seqs[i];
         Sequence* seq = seqs[i];
-        if (!s.wants_logits) continue;
-        const float* l = logits.data() + row * n_vocab;
-        row += 1 + s.num_draft;
+        const int rows = s.num_logits();
+        if (rows == 0) continue;
+        const float* base = logits.data() + row * n_vocab;
+        row += static_cast<size_t>(rows);
         Request& r = *seq->request;
         if (r.aborted || seq->status == SeqStatus::Finished) continue;
+        if (s.all_logits) record_prompt_logprobs(r, s, base);
+        if (!s.wants_logits) continue;
+        const float* l = base + static_cast<size_t>(rows - 1 - s.num_draft) * n_vocab;
         if (s.num_draft > 0) {
             verify_and_emit(*seq, l);
             continue;
         }
         targets.assign(1, seq);
         if (!r.forked && r.params.n > 1) fork(r, *seq, targets);
-        for (Sequence* t : targets) picks.push_back({t, l});
+        for (Sequence* t : targets) {
+            if (r.params.max_tokens == 0)  // scoring only: the prompt has run, nothing follows
+                finish(*t, FinishReason::Length, nullptr);
+            else
+                picks.push_back({t, l});
+        }
     }
     // A draw reads only its own sequence's logits, history and generator, so a batch's draws
     // run over the pool (64 greedy picks over 49152 logits held the other core idle); tokens
@@ -328,6 +340,37 @@ void Engine::fork(Request& req, Sequence& parent, std::vector<Sequence*>& out) {
         live.seqs.push_back(std::move(child));
         ++req.unfinished;
     }
+}
+
+// Prompt token p + 1's log-probability from the logits at position p, for each position of the
+// chunk not recorded before (a preempted prompt runs again; its first pass already counted).
+void Engine::record_prompt_logprobs(Request& r, const ScheduledSeq& s, const float* rows) {
+    const int n_vocab = runner_->n_vocab();
+    const int prompt_len = static_cast<int>(r.prompt.size());
+    const int64_t first = static_cast<int64_t>(r.prompt_lp.size()) - s.start_pos;
+    const int64_t last = std::min<int64_t>(s.num_tokens(), prompt_len - 1 - s.start_pos);
+    if (first < 0 || first >= last) return;  // a gap cannot happen: chunks run in order
+    const size_t at = r.prompt_lp.size();
+    r.prompt_lp.resize(at + static_cast<size_t>(last - first));
+    const int top_n = r.params.prompt_logprobs;
+    auto one = [&](int64_t k) {
+        const int64_t j = first + k;
+        const float* l = rows + static_cast<size_t>(j) * n_vocab;
+        const int32_t tok = r.prompt[static_cast<size_t>(s.start_pos + j + 1)];
+        PromptLogprob& e = r.prompt_lp[at + static_cast<size_t>(k)];
+        e.logprob = token_logprobs({l, static_cast<size_t>(n_vocab)}, tok, top_n,
+                                   top_n > 0 ? &e.top : nullptr);
+        int rank = 1;
+        for (int v = 0; v < n_vocab; ++v) rank += l[v] > l[tok];
+        e.rank = rank;
+    };
+    const int64_t n = last - first;
+    if (n >= 4)
+        runner_->backend().host_pool().run_tasks(n, one);
+    else
+        for (int64_t k = 0; k < n; ++k) one(k);
+    if (static_cast<int>(r.prompt_lp.size()) == prompt_len - 1)
+        r.prompt_lp_done = std::make_shared<const PromptLogprobs>(r.prompt_lp);
 }
 
 // Drafts for the sequences about to decode, when speculation pays: a batch of many decoding
@@ -420,6 +463,7 @@ void Engine::emit(Sequence& seq, int32_t tok, const float* logits) {
     ev.request = r.id;
     ev.index = seq.index;
     ev.token = tok;
+    if (seq.output_len() == 0) ev.prompt_logprobs = r.prompt_lp_done;
     if (p.top_logprobs >= 0)
         ev.logprob = token_logprobs(row, tok, p.top_logprobs, &ev.top_logprobs);
 
@@ -496,6 +540,7 @@ void Engine::finish(Sequence& seq, FinishReason reason, TokenEvent* last) {
     Request& r = *seq.request;
     TokenEvent ev;
     if (last) ev = std::move(*last);
+    if (!last && seq.output_len() <= 0) ev.prompt_logprobs = r.prompt_lp_done;
     ev.request = r.id;
     ev.index = seq.index;
     if (reason != FinishReason::Abort) ev.text += seq.text->flush();
@@ -525,6 +570,8 @@ void Engine::finish(Sequence& seq, FinishReason reason, TokenEvent* last) {
         if (s->index == 0) m.itl_s = s->itl_s;
     {
         std::lock_guard lock(metrics_mu_);
+        if (r.output_tokens == 0 && r.started && reason != FinishReason::Abort)
+            metrics_.prompt_tokens_total += r.prompt.size();  // scored only: no first token
         ++metrics_.finished[finish_reason_name(reason)];
         metrics_.e2e.observe(m.e2e_s);
         if (r.started) metrics_.queue.observe(m.queue_s);

@@ -28,6 +28,7 @@ class Scheduler;
 class ModelRunner;
 class Proposer;
 struct Request;
+struct ScheduledSeq;
 struct Sequence;
 
 class Engine {
@@ -83,6 +84,7 @@ class Engine {
     void fork(Request& req, Sequence& parent, std::vector<Sequence*>& out);
     void propose_drafts();
     void verify_and_emit(Sequence& seq, const float* logits);
+    void record_prompt_logprobs(Request& r, const ScheduledSeq& s, const float* rows);
     void emit(Sequence& seq, int32_t tok, const float* logits);
     void start_grammar_at_trigger(Sequence& seq, int32_t tok);
     void finish(Sequence& seq, FinishReason reason, TokenEvent* last);

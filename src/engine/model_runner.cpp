@@ -52,7 +52,7 @@ std::span<const float> ModelRunner::execute(const SchedulerOutput& out) {
     if (!copies_.empty()) store_.copy_blocks(copies_);
     work_.clear();
     for (const ScheduledSeq& s : out.seqs)
-        work_.push_back({s.tokens, s.start_pos, s.blocks, s.wants_logits ? 1 + s.num_draft : 0});
+        work_.push_back({s.tokens, s.start_pos, s.blocks, s.num_logits()});
     return run(work_);
 }
 

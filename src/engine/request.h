@@ -26,6 +26,11 @@ struct RequestParams {
     bool ignore_eos = false;
     int priority = 0;       // lower value runs first (vLLM's convention); ties are FCFS
     int top_logprobs = -1;  // -1: no logprobs; 0..20: the sampled token's plus this many best
+    // -1: none; 0..20: every prompt token's log-probability given the tokens before it, plus
+    // this many best alternatives (OpenAI's echo with logprobs, vLLM's prompt_logprobs). Such a
+    // prompt is computed in full, never taken from the prefix cache, since the logits of cached
+    // positions were never kept. With max_tokens 0 the request scores the prompt and ends.
+    int prompt_logprobs = -1;
     std::optional<SpecMethod> spec;  // speculation for this request; unset: the engine's
     // Constrained decoding: every token is drawn from those the grammar allows, and the output
     // ends (finish reason "stop") once the grammar is complete and nothing more may follow.
@@ -34,6 +39,15 @@ struct RequestParams {
     // follows `grammar` (tool calling's `auto`: text, or a call that must be well-formed).
     std::string grammar_trigger;
 };
+
+// Prompt token i's (i >= 1) log-probability given tokens 0..i-1, its rank in that
+// distribution (1 = the most likely), and the best alternatives there.
+struct PromptLogprob {
+    float logprob = 0;
+    int rank = 1;
+    std::vector<TokenLogprob> top;
+};
+using PromptLogprobs = std::vector<PromptLogprob>;  // entry i - 1 is prompt token i's
 
 enum class FinishReason { None, Stop, Length, Abort };
 const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort"
@@ -51,6 +65,8 @@ struct TokenEvent {
     int prompt_tokens = 0;
     int completion_tokens = 0;  // so far, for this completion
     int cached_tokens = 0;      // prompt tokens served from the prefix cache
+    // On each completion's first event, when prompt_logprobs was asked for.
+    std::shared_ptr<const PromptLogprobs> prompt_logprobs;
 };
 
 // Called on the engine thread: keep it short (copy into a queue, notify a connection).

@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 #include <unordered_map>
 
 namespace ferry::engine {
@@ -13,6 +14,20 @@ bool runs_before(const Sequence* a, const Sequence* b) {
     if (ra.params.priority != rb.params.priority) return ra.params.priority < rb.params.priority;
     if (ra.arrival != rb.arrival) return ra.arrival < rb.arrival;
     return a->index < b->index;
+}
+
+// A prompt whose logprobs are wanted returns a logits row per position (n_vocab floats each:
+// 2048 positions of a 152k vocabulary would be 1.2 GB), so its chunks are capped; the rest of
+// the step's budget goes to others.
+constexpr int kMaxLogitRowsPerChunk = 256;
+
+bool wants_prompt_rows(const Sequence* s) {
+    return s->request && s->request->params.prompt_logprobs >= 0 && !s->request->prompt_lp_done &&
+           s->num_computed + 1 < s->prompt_len;
+}
+
+int chunk_cap(const Sequence* s) {
+    return wants_prompt_rows(s) ? kMaxLogitRowsPerChunk : std::numeric_limits<int>::max();
 }
 
 }  // namespace
@@ -69,6 +84,7 @@ void Scheduler::release_blocks(Sequence* seq) {
 
 int Scheduler::match_prefix(Sequence* seq) {
     if (!blocks_.prefix_caching() || !seq->kv.blocks.empty()) return seq->num_computed;
+    if (wants_prompt_rows(seq)) return seq->num_computed;  // cached blocks kept no logits
     seq->num_computed = blocks_.match_prefix(seq->kv, seq->tokens);
     return seq->num_computed;
 }
@@ -86,6 +102,7 @@ void Scheduler::emit(Sequence* seq, int num_tokens, int num_draft, SchedulerOutp
     s.num_draft = num_draft;
     s.wants_logits =
         seq->num_computed + static_cast<int64_t>(real) == static_cast<int64_t>(seq->tokens.size());
+    s.all_logits = num_draft == 0 && wants_prompt_rows(seq);
     out.total_tokens += num_tokens;
     out.seqs.push_back(std::move(s));
 }
@@ -125,7 +142,7 @@ SchedulerOutput Scheduler::schedule(Clock::time_point now) {
         Sequence* s = running_[i];
         const bool prefill = s->num_uncomputed() > 1;
         const int n = std::min(s->num_uncomputed() + static_cast<int>(s->draft.tokens.size()),
-                               prefill ? std::min(budget, prefill_left) : budget);
+                               prefill ? std::min({budget, prefill_left, chunk_cap(s)}) : budget);
         if (n <= 0) continue;
         bool ok = true;
         while (!ensure_blocks(s, n, out)) {
@@ -176,7 +193,7 @@ SchedulerOutput Scheduler::schedule(Clock::time_point now) {
             }
             if (prefill_left <= 0) break;
             const int hit = match_prefix(s);
-            const int n = std::min({s->num_uncomputed(), budget, prefill_left});
+            const int n = std::min({s->num_uncomputed(), budget, prefill_left, chunk_cap(s)});
             if (!ensure_blocks(s, n, out)) {
                 release_blocks(s);
                 s->num_computed = 0;

@@ -22,7 +22,11 @@ struct ScheduledSeq {
     // The chunk reaches the end of the sequence's known tokens: logits come for the last
     // 1 + num_draft positions.
     bool wants_logits = false;
+    // Logits for every position of the chunk (prompt logprobs); the last row is the one
+    // wants_logits names when both are set.
+    bool all_logits = false;
     int num_tokens() const { return static_cast<int>(tokens.size()); }
+    int num_logits() const { return all_logits ? num_tokens() : wants_logits ? 1 + num_draft : 0; }
 };
 
 struct SchedulerOutput {

@@ -65,6 +65,8 @@ struct Request {
     int cached_tokens = 0;
     int unfinished = 1;  // sequences still running or waiting
     int output_tokens = 0;
+    PromptLogprobs prompt_lp;  // gathered chunk by chunk (kept across a preemption)
+    std::shared_ptr<const PromptLogprobs> prompt_lp_done;  // once the whole prompt has run
 };
 
 }  // namespace ferry::engine

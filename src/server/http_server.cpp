@@ -79,7 +79,18 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     int bound_port = 0;
 
     std::atomic<int64_t> connections{0};
-    std::atomic<uint64_t> http_requests{0}, rejected{0}, disconnects{0};
+    std::atomic<uint64_t> rejected{0}, disconnects{0};
+    std::mutex responses_mu;
+    std::map<std::pair<std::string, int>, uint64_t> responses;
+    std::map<std::string, engine::Histogram> durations;
+
+    void count_response(const char* route, int status, double seconds) {
+        std::lock_guard<std::mutex> lk(responses_mu);
+        ++responses[{route, status}];
+        auto [it, fresh] = durations.try_emplace(route);
+        if (fresh) it->second = engine::Histogram::latency_seconds();
+        it->second.observe(seconds);
+    }
     std::mutex log_mu;
 
     explicit Impl(ServerOptions o) : opt(std::move(o)) {}
@@ -159,6 +170,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string pending_, inflight_;
     char watch_buf_[256];
     int status_ = 0;
+    const char* route_label_ = "other";  // the route matched, for /metrics
 
     void do_read() {
         parser_.emplace();
@@ -176,7 +188,7 @@ class Session : public std::enable_shared_from_this<Session> {
             ec == asio::error::operation_aborted)
             return close();
         t0_ = Clock::now();
-        srv_->http_requests.fetch_add(1);
+        route_label_ = "other";
         request_id_ = random_id();
         if (ec == http::error::body_limit) {
             keep_alive_ = false;
@@ -212,7 +224,6 @@ class Session : public std::enable_shared_from_this<Session> {
         const auto method = req_.method();
         const bool get = method == http::verb::get || method == http::verb::head;
         const bool post = method == http::verb::post;
-        if (method == http::verb::options) return send_text(204, "", "text/plain");
 
         enum class R {
             Page,
@@ -246,6 +257,18 @@ class Session : public std::enable_shared_from_this<Session> {
             r = R::Tokenize, want_get = false;
         else if (path == "/detokenize")
             r = R::Detokenize, want_get = false;
+        static constexpr const char* kLabels[] = {"/",
+                                                  "/health",
+                                                  "/metrics",
+                                                  "/v1/models",
+                                                  "/v1/models/{id}",
+                                                  "/v1/completions",
+                                                  "/v1/chat/completions",
+                                                  "/tokenize",
+                                                  "/detokenize",
+                                                  "other"};
+        route_label_ = kLabels[static_cast<int>(r)];
+        if (method == http::verb::options) return send_text(204, "", "text/plain");
         if (r == R::None) {
             ApiError e;
             e.status = 404;
@@ -275,8 +298,15 @@ class Session : public std::enable_shared_from_this<Session> {
             // operator exposes them (--public-metrics) for a scraper without one.
             if (!keyed && !srv_->opt.public_metrics) return send_unauthorized();
             Service* b = srv_->service.load();
-            ServerCounters c{srv_->connections.load(), srv_->http_requests.load(),
-                             srv_->rejected.load(), srv_->disconnects.load()};
+            ServerCounters c;
+            c.connections_open = srv_->connections.load();
+            c.rejected_queue_full = srv_->rejected.load();
+            c.client_disconnects = srv_->disconnects.load();
+            {
+                std::lock_guard<std::mutex> lk(srv_->responses_mu);
+                c.responses = srv_->responses;
+                c.duration = srv_->durations;
+            }
             return send_text(
                 200,
                 render_prometheus(b ? b->metrics() : engine::EngineMetrics{}, c, srv_->model_id()),
@@ -501,6 +531,11 @@ class Session : public std::enable_shared_from_this<Session> {
             g->first_token_seen = true;
             g->ttft_ms = ms_since(t0_);
         }
+        if (ev.prompt_logprobs && !c.prompt_lp) {
+            c.prompt_lp = ev.prompt_logprobs;
+            if (g->req.echo && g->req.logprobs)
+                prepend_prompt_logprobs(c, g->req.prompts[prompt], *c.prompt_lp);
+        }
         if (ev.token >= 0) {
             c.tokens.push_back(ev.token);
             if (g->req.logprobs) {
@@ -578,9 +613,17 @@ class Session : public std::enable_shared_from_this<Session> {
         if (!has_news) return;
         c.started = true;
         g.text_len[ci] += text.size();
-        queue_chunk(sse_event(
-            dump(stream_chunk(g.req, g.id, g.created, srv_->model_id(), int(ci), text, first, lp,
-                              ev.finished ? c.finish : engine::FinishReason::None))));
+        json chunk = stream_chunk(g.req, g.id, g.created, srv_->model_id(), int(ci), text, first,
+                                  lp, ev.finished ? c.finish : engine::FinishReason::None);
+        if (first && g.req.prompt_logprobs >= 0 && c.prompt_lp) {  // vLLM's: on the first chunk
+            const size_t p = ci / size_t(g.req.params.n);
+            json plp = prompt_logprobs_json(*srv_->service.load(), g.req.prompts[p], *c.prompt_lp);
+            if (g.req.kind == Endpoint::Chat)
+                chunk["prompt_logprobs"] = std::move(plp);
+            else
+                chunk["choices"][0]["prompt_logprobs"] = std::move(plp);
+        }
+        queue_chunk(sse_event(dump(chunk)));
     }
 
     void finish_generation() {
@@ -604,6 +647,7 @@ class Session : public std::enable_shared_from_this<Session> {
             return send_error(down, std::string(sv(req_.method_string())), target_path());
         }
         status_ = 200;
+        srv_->count_response(route_label_, client_gone_ ? 499 : 200, ms_since(t0_) / 1000.0);
         srv_->log(
             fmt::format("{} {} {} {} prompt={} output={} ttft={:.1f}ms e2e={:.1f}ms finish={}{}",
                         request_id_, std::string(sv(req_.method_string())), target_path(), 200,
@@ -698,6 +742,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
     void log_plain(int status, std::string method, std::string path, const std::string& msg) {
         status_ = status;
+        srv_->count_response(route_label_, status, ms_since(t0_) / 1000.0);
         if (method.empty()) method = std::string(sv(req_.method_string()));
         if (path.empty()) path = target_path();
         srv_->log(fmt::format("{} {} {} {} e2e={:.1f}ms{}{}", request_id_, method,

@@ -422,6 +422,7 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
             }
         }
         f.boolean("echo", r.echo);
+        if (r.echo && r.logprobs) r.params.prompt_logprobs = r.params.top_logprobs;
     } else {
         f.boolean("logprobs", r.logprobs);
         if (f.get("top_logprobs") && f.integer("top_logprobs", i, 0, 20)) {
@@ -433,10 +434,15 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
     }
     if (r.parses_tool_calls() && r.logprobs && r.stream)
         f.fail("'logprobs' with 'tools' is not supported when streaming", "logprobs");
+    if (f.get("prompt_logprobs") && f.integer("prompt_logprobs", i, 0, 20)) {
+        r.prompt_logprobs = int(i);
+        r.params.prompt_logprobs = std::max(r.params.prompt_logprobs, int(i));
+        if (r.parses_tool_calls() && r.stream)
+            f.fail("'prompt_logprobs' with 'tools' is not supported when streaming",
+                   "prompt_logprobs");
+    }
     // Fields other servers honour that would change the output here: refused until they are
     // implemented, never ignored.
-    if (kind == Endpoint::Completions && r.echo && r.logprobs)
-        f.fail("'echo' with 'logprobs' (prompt-token logprobs) is not supported yet", "echo");
     if (const json* v = f.get("suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
         f.fail("'suffix' (fill-in-the-middle) is not supported", "suffix");
     for (const char* name : {"include_stop_str_in_output", "continue_final_message"})
@@ -547,8 +553,11 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
     }
     const int room = ctx - int(longest);
     const char* mt = f.get("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    // max_tokens 0 scores or echoes the prompt and generates nothing (legacy completions).
+    const bool score_only_ok =
+        kind == Endpoint::Completions && (r.echo || r.params.prompt_logprobs >= 0);
     if (f.get(mt)) {
-        if (!f.integer(mt, i, 1, 1 << 24)) return std::nullopt;
+        if (!f.integer(mt, i, score_only_ok ? 0 : 1, 1 << 24)) return std::nullopt;
         if (i > room) {
             f.fail(fmt::format("this model's context is {} tokens; the prompt takes {} and {} = "
                                "{} asks for {} more, but only {} fit",
@@ -596,11 +605,17 @@ json logprobs_json(Endpoint kind, const Service& b, const Choice& c, size_t from
     for (size_t k = from; k < to; ++k) {
         std::string piece = b.token_piece(c.tokens[k]);
         tokens.push_back(piece);
-        lps.push_back(c.logprobs[k]);
-        // Keys must be valid UTF-8: a piece that splits a character gets U+FFFD.
-        json t = json::object();
-        for (const auto& x : c.top_logprobs[k]) t[valid_utf8(b.token_piece(x.token))] = x.logprob;
-        tops.push_back(std::move(t));
+        if (std::isnan(c.logprobs[k])) {
+            lps.push_back(nullptr);
+            tops.push_back(nullptr);
+        } else {
+            lps.push_back(c.logprobs[k]);
+            // Keys must be valid UTF-8: a piece that splits a character gets U+FFFD.
+            json t = json::object();
+            for (const auto& x : c.top_logprobs[k])
+                t[valid_utf8(b.token_piece(x.token))] = x.logprob;
+            tops.push_back(std::move(t));
+        }
         offsets.push_back(offset);
         offset += piece.size();
     }
@@ -608,6 +623,39 @@ json logprobs_json(Endpoint kind, const Service& b, const Choice& c, size_t from
                 {"token_logprobs", lps},
                 {"top_logprobs", tops},
                 {"text_offset", offsets}};
+}
+
+void prepend_prompt_logprobs(Choice& c, const std::vector<int32_t>& prompt,
+                             const engine::PromptLogprobs& lp) {
+    std::vector<float> lps{std::numeric_limits<float>::quiet_NaN()};
+    std::vector<std::vector<engine::TokenLogprob>> tops(1);
+    for (const auto& e : lp) {
+        lps.push_back(e.logprob);
+        tops.push_back(e.top);
+    }
+    c.tokens.insert(c.tokens.begin(), prompt.begin(), prompt.end());
+    c.logprobs.insert(c.logprobs.begin(), lps.begin(), lps.end());
+    c.top_logprobs.insert(c.top_logprobs.begin(), tops.begin(), tops.end());
+}
+
+json prompt_logprobs_json(const Service& b, const std::vector<int32_t>& prompt,
+                          const engine::PromptLogprobs& lp) {
+    json out = json::array({nullptr});
+    for (size_t i = 0; i < lp.size() && i + 1 < prompt.size(); ++i) {
+        const int32_t tok = prompt[i + 1];
+        json e = json::object();
+        auto entry = [&](int32_t id, float logprob, int rank) {
+            e[std::to_string(id)] = {{"logprob", logprob},
+                                     {"rank", rank},
+                                     {"decoded_token", valid_utf8(b.token_piece(id))}};
+        };
+        entry(tok, lp[i].logprob, lp[i].rank);
+        for (size_t k = 0; k < lp[i].top.size(); ++k)
+            if (lp[i].top[k].token != tok)
+                entry(lp[i].top[k].token, lp[i].top[k].logprob, int(k) + 1);
+        out.push_back(std::move(e));
+    }
+    return out;
 }
 
 json full_response(const GenRequest& r, const Service& b, const std::string& id, int64_t created,
@@ -633,14 +681,21 @@ json full_response(const GenRequest& r, const Service& b, const std::string& id,
             std::string text = c.text;
             if (r.echo) text = r.prompt_texts[k / size_t(r.params.n)] + text;
             cs.push_back({{"index", k}, {"text", text}, {"logprobs", lp}, {"finish_reason", fr}});
+            if (r.prompt_logprobs >= 0 && c.prompt_lp)
+                cs.back()["prompt_logprobs"] =
+                    prompt_logprobs_json(b, r.prompts[k / size_t(r.params.n)], *c.prompt_lp);
         }
     }
-    return json{{"id", id},
+    json out = {{"id", id},
                 {"object", r.kind == Endpoint::Chat ? "chat.completion" : "text_completion"},
                 {"created", created},
                 {"model", model},
                 {"choices", cs},
                 {"usage", usage_json(u)}};
+    if (r.kind == Endpoint::Chat && r.prompt_logprobs >= 0 && !choices.empty() &&
+        choices[0].prompt_lp)
+        out["prompt_logprobs"] = prompt_logprobs_json(b, r.prompts[0], *choices[0].prompt_lp);
+    return out;
 }
 
 json stream_chunk(const GenRequest& r, const std::string& id, int64_t created,

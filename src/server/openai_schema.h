@@ -47,7 +47,8 @@ struct GenRequest {
     bool stream = false;
     bool include_usage = false;
     bool logprobs = false;
-    bool echo = false;
+    bool echo = false;  // with logprobs: the prompt's tokens lead the logprobs, first one null
+    int prompt_logprobs = -1;  // vLLM's field: each choice's (chat: the response's) own list
     // Tool calling (chat only): the request's tools, when a call may come back, and the format
     // the output is parsed in.
     std::optional<ToolRequest> tools;
@@ -67,6 +68,7 @@ struct Choice {
     std::vector<int32_t> tokens;
     std::vector<float> logprobs;
     std::vector<std::vector<engine::TokenLogprob>> top_logprobs;
+    std::shared_ptr<const engine::PromptLogprobs> prompt_lp;  // from the first event, if asked
     engine::FinishReason finish = engine::FinishReason::None;
     int completion_tokens = 0;
     bool started = false;  // chat streams send the assistant role once
@@ -80,9 +82,18 @@ struct Usage {
 json usage_json(const Usage& u);
 
 // Logprobs of tokens [from, to) of a choice in the endpoint's shape; text_offset starts at
-// `offset` (completions only).
+// `offset` (completions only). A NaN logprob is a token nothing was predicted for (an echoed
+// prompt's first): its logprob and top_logprobs are null, as OpenAI sends them.
 json logprobs_json(Endpoint kind, const Service& b, const Choice& c, size_t from, size_t to,
                    size_t offset);
+
+// A choice's prompt tokens as OpenAI's echo with logprobs lists them, ahead of its own tokens.
+void prepend_prompt_logprobs(Choice& c, const std::vector<int32_t>& prompt,
+                             const engine::PromptLogprobs& lp);
+// vLLM's prompt_logprobs: null for the first token, then per token {id: {logprob, rank,
+// decoded_token}} for the prompt's own token and the best alternatives.
+json prompt_logprobs_json(const Service& b, const std::vector<int32_t>& prompt,
+                          const engine::PromptLogprobs& lp);
 
 // A whole non-streaming response.
 json full_response(const GenRequest& r, const Service& b, const std::string& id, int64_t created,

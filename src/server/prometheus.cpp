@@ -43,15 +43,18 @@ struct Writer {
     }
     void histogram(const char* name, const engine::Histogram& h, const char* help) {
         head(name, "histogram", help);
+        histogram_samples(name, h, {});
+    }
+    void histogram_samples(const char* name, const engine::Histogram& h, const std::string& extra) {
         uint64_t cum = 0;
         for (size_t i = 0; i < h.bounds.size(); ++i) {
             cum += i < h.counts.size() ? h.counts[i] : 0;
-            out +=
-                fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", name, label, num(h.bounds[i]), cum);
+            out += fmt::format("{}_bucket{{{}{},le=\"{}\"}} {}\n", name, label, extra,
+                               num(h.bounds[i]), cum);
         }
-        out += fmt::format("{}_bucket{{{},le=\"+Inf\"}} {}\n", name, label, h.count);
-        out += fmt::format("{}_sum{{{}}} {}\n", name, label, num(h.sum));
-        out += fmt::format("{}_count{{{}}} {}\n", name, label, h.count);
+        out += fmt::format("{}_bucket{{{}{},le=\"+Inf\"}} {}\n", name, label, extra, h.count);
+        out += fmt::format("{}_sum{{{}{}}} {}\n", name, label, extra, num(h.sum));
+        out += fmt::format("{}_count{{{}{}}} {}\n", name, label, extra, h.count);
     }
 };
 
@@ -103,7 +106,15 @@ std::string render_prometheus(const engine::EngineMetrics& m, const ServerCounte
     w.histogram("ferry:e2e_request_latency_seconds", m.e2e, "End-to-end request latency.");
     w.histogram("ferry:request_queue_time_seconds", m.queue, "Time spent waiting to be scheduled.");
     w.gauge("ferry:http_connections_open", double(s.connections_open), "Open HTTP connections.");
-    w.counter("ferry:http_requests_total", double(s.http_requests), "HTTP requests handled.");
+    w.head("ferry:http_requests_total", "counter", "HTTP requests answered, by route and status.");
+    for (const auto& [key, n] : s.responses)
+        w.sample("ferry:http_requests_total", double(n),
+                 fmt::format(",route=\"{}\",status=\"{}\"", escape_label(key.first), key.second));
+    w.head("ferry:http_request_duration_seconds", "histogram",
+           "Time from a request's arrival to its answer's end (a stream's last event), by route.");
+    for (const auto& [route, h] : s.duration)
+        w.histogram_samples("ferry:http_request_duration_seconds", h,
+                            fmt::format(",route=\"{}\"", escape_label(route)));
     w.counter("ferry:http_rejected_queue_full_total", double(s.rejected_queue_full),
               "Generation requests refused with 429 because the waiting queue was full.");
     w.counter("ferry:http_client_disconnects_total", double(s.client_disconnects),

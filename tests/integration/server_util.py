@@ -68,7 +68,7 @@ class Server:
         text = httpx.get(self.url + "/metrics", timeout=10).text
         out = {}
         for line in text.splitlines():
-            m = re.match(r"^([a-zA-Z0-9_:]+)\{([^}]*)\} (\S+)$", line)
+            m = re.match(r"^([a-zA-Z0-9_:]+)\{(.*)\} (\S+)$", line)  # a label value may hold braces
             if m:
                 out[(m.group(1), m.group(2))] = float(m.group(3))
                 out.setdefault(m.group(1), float(m.group(3)))

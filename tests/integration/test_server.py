@@ -184,6 +184,34 @@ def test_request_id_and_metrics(server, client):
     assert 'model_name="SmolLM2' in text and 'finished_reason="length"' in text
 
 
+def test_http_metrics_by_route_and_status(server):
+    def count(route, status):
+        m = server.metrics()
+        return sum(v for (name, labels), v in ((k, v) for k, v in m.items() if isinstance(k, tuple))
+                   if name == "ferry:http_requests_total"
+                   and f'route="{route}"' in labels and f'status="{status}"' in labels)
+
+    before = {k: count(*k) for k in [("/v1/completions", 200), ("/v1/completions", 400),
+                                     ("other", 404), ("/v1/models/{id}", 404),
+                                     ("/v1/chat/completions", 200)]}
+    httpx.post(server.url + "/v1/completions", json={"prompt": PROMPT, "max_tokens": 1})
+    httpx.post(server.url + "/v1/completions", json={"prompt": PROMPT, "max_tokens": -3})
+    httpx.get(server.url + "/no/such/path/" + "x" * 50)
+    httpx.get(server.url + "/v1/models/not-this-one")
+    with httpx.stream("POST", server.url + "/v1/chat/completions",
+                      json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                            "stream": True}) as r:
+        assert r.status_code == 200
+        r.read()
+    for k, v in before.items():
+        assert count(*k) == v + 1, k
+    text = httpx.get(server.url + "/metrics").text
+    # A path the server does not serve is counted as "other", never as its own label.
+    assert "/no/such/path" not in text
+    assert 'ferry:http_request_duration_seconds_count{model_name="' in text
+    assert 'route="/v1/chat/completions"' in text
+
+
 @pytest.mark.parametrize("body,status,param", [
     ({"prompt": PROMPT, "temperature": "hot"}, 400, "temperature"),
     ({"prompt": PROMPT, "temperature": 5}, 400, "temperature"),

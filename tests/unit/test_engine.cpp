@@ -95,6 +95,97 @@ TEST(Engine, LogprobsAreTheModelsLogSoftmax) {
     EXPECT_GE(ev.top_logprobs[1].logprob, ev.top_logprobs[2].logprob);
 }
 
+// Prompt logprobs (echo with logprobs, vLLM's prompt_logprobs) are, for each prompt token, the
+// log-softmax of the single-stream Generator's logits for the prefix before it: whatever the
+// chunking, with the prompt already in the prefix cache, under preemption, and for every one
+// of n completions. max_tokens 0 scores the prompt and ends.
+TEST(Engine, PromptLogprobsAreEachPrefixsLogSoftmax) {
+    const auto prompt = model().tokenizer->encode(
+        "Ferries cross the strait at dawn, carrying trucks.", true, false);
+    ASSERT_GT(prompt.size(), 8u);
+    Generator gen(*model().model, ferry::testing::cpu_backend(2), 256);
+    std::vector<double> want;  // want[i - 1]: prompt token i's
+    std::vector<int32_t> want_best;
+    for (size_t i = 1; i < prompt.size(); ++i) {
+        auto l = gen.logits_for({prompt.begin(), prompt.begin() + static_cast<long>(i)});
+        ASSERT_TRUE(l.ok());
+        double mx = -1e30, z = 0;
+        for (float x : *l) mx = std::max(mx, double(x));
+        for (float x : *l) z += std::exp(double(x) - mx);
+        want.push_back((*l)[prompt[i]] - mx - std::log(z));
+        want_best.push_back(
+            static_cast<int32_t>(std::max_element(l->begin(), l->end()) - l->begin()));
+    }
+    auto check = [&](const TokenEvent& ev, const char* what) {
+        ASSERT_TRUE(ev.prompt_logprobs) << what;
+        const PromptLogprobs& got = *ev.prompt_logprobs;
+        ASSERT_EQ(got.size(), want.size()) << what;
+        for (size_t k = 0; k < got.size(); ++k) {
+            EXPECT_NEAR(got[k].logprob, want[k], 2e-3) << what << " token " << k + 1;
+            ASSERT_EQ(got[k].top.size(), 2u);
+            EXPECT_EQ(got[k].top[0].token, want_best[k]) << what << " token " << k + 1;
+            EXPECT_EQ(got[k].rank == 1, prompt[k + 1] == want_best[k]) << what;
+        }
+    };
+    auto cfg = small_config();
+    cfg.max_num_batched_tokens = 5;  // the prompt runs in chunks
+    auto e_engine = make_engine(cfg);
+    Engine& e = *e_engine;
+    run_all(e, {prompt}, {greedy(2)});  // now the prompt is in the prefix cache
+    RequestParams p = greedy(3);
+    p.prompt_logprobs = 2;
+    p.n = 3;
+    std::map<int, TokenEvent> firsts;
+    int events = 0;
+    ASSERT_TRUE(e.add_request(prompt, p, [&](const TokenEvent& ev) {
+                     if (!firsts.count(ev.index)) firsts[ev.index] = ev;
+                     events += ev.prompt_logprobs != nullptr;
+                 }).ok());
+    while (e.has_work()) e.step();
+    ASSERT_EQ(firsts.size(), 3u);
+    EXPECT_EQ(events, 3);  // once per completion, on its first event
+    for (auto& [i, ev] : firsts) check(ev, "n = 3");
+    EXPECT_EQ(firsts[0].cached_tokens, 0);  // computed, not taken from the cache
+
+    RequestParams score = greedy(0);
+    score.prompt_logprobs = 2;
+    std::vector<TokenEvent> got;
+    ASSERT_TRUE(
+        e.add_request(prompt, score, [&](const TokenEvent& ev) { got.push_back(ev); }).ok());
+    while (e.has_work()) e.step();
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_TRUE(got[0].finished);
+    EXPECT_EQ(got[0].finish_reason, FinishReason::Length);
+    EXPECT_EQ(got[0].completion_tokens, 0);
+    EXPECT_EQ(got[0].token, -1);
+    check(got[0], "max_tokens 0");
+    expect_all_free(e);
+
+    // A pool so small that the requests preempt each other: each still gets its list, once.
+    auto probe_engine = make_engine(cfg);
+    cfg.kv_cache_memory = static_cast<int64_t>(probe_engine->kv_bytes_per_block()) * 6;
+    cfg.block_size = 16;
+    auto tight_engine = make_engine(cfg);
+    std::vector<std::vector<TokenEvent>> per(6);
+    for (int r = 0; r < 6; ++r) {
+        RequestParams q = greedy(30);
+        q.prompt_logprobs = 2;
+        ASSERT_TRUE(tight_engine
+                        ->add_request(prompt, q,
+                                      [&, r](const TokenEvent& ev) {
+                                          if (ev.prompt_logprobs) per[r].push_back(ev);
+                                      })
+                        .ok());
+    }
+    while (tight_engine->has_work()) tight_engine->step();
+    EXPECT_GT(tight_engine->metrics().preemptions, 0u);
+    for (int r = 0; r < 6; ++r) {
+        ASSERT_EQ(per[r].size(), 1u) << r;
+        check(per[r][0], "preempted");
+    }
+    expect_all_free(*tight_engine);
+}
+
 TEST(Engine, TinyPoolForcesPreemptionAndKeepsOutputs) {
     const int n = 12;
     auto prompts = mixed_prompts(n, 2);
