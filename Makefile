@@ -1,6 +1,6 @@
 # The two commands of the README, and the steps they are made of.
 #   make demo   install what is missing, build, fetch the default model, answer a prompt
-#   make test   the same set-up, then every test (unit, integration, sanitizer fuzz)
+#   make test   the same set-up, then every test (unit incl. the fuzz corpora's replay, integration)
 
 SHELL := /bin/bash
 BUILD ?= build
@@ -8,16 +8,18 @@ JOBS ?= $(shell nproc)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := build-essential libboost-dev cmake pkg-config git nlohmann-json3-dev libcli11-dev libfmt-dev \
-	libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev chromium chromium-driver python3 python3-venv python3-pip
+	libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev chromium chromium-driver python3 python3-venv python3-pip \
+	clang libclang-rt-14-dev
 PROMPT ?= What is the capital of France? Answer in one sentence.
 
-.PHONY: demo test deps venv build build-asan model gemma-model unit integration fuzz clean format clients
+.PHONY: demo test deps venv build build-asan build-tsan build-fuzz model gemma-model unit integration fuzz \
+	fuzz-seeds clean format clients
 
 demo: deps build model
 	$(BUILD)/ferry run -m default --chat -p "$(PROMPT)" -n 64 --temperature 0
 
-test: deps build model gemma-model build-asan
-	$(MAKE) --no-print-directory unit fuzz integration
+test: deps build model gemma-model
+	$(MAKE) --no-print-directory unit integration
 
 # Installs only what is missing, so a machine that has everything is not touched.
 deps:
@@ -38,11 +40,18 @@ build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(BUILD) -j$(JOBS)
 
-# A second configuration with AddressSanitizer and UBSan, for the parser fuzz run.
-build-asan:
-	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=ON \
+# The unit tests under AddressSanitizer + UBSan, or ThreadSanitizer, by hand (each a full
+# build, ~10 minutes on 2 cores): make build-asan && ctest --test-dir build-asan
+build-asan build-tsan: build-%san:
+	cmake -S . -B $(BUILD)-$*san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=$(if $(filter a,$*),address,thread) \
+	  -DFERRY_BUILD_BENCH=OFF
+	cmake --build $(BUILD)-$*san -j$(JOBS)
+
+# The libFuzzer harnesses (tests/fuzz), clang with ASan + UBSan.
+build-fuzz:
+	CC=clang CXX=clang++ cmake -S . -B $(BUILD)-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_FUZZ=ON \
 	  -DFERRY_BUILD_TESTS=OFF -DFERRY_BUILD_BENCH=OFF
-	cmake --build $(BUILD)-asan -j$(JOBS) --target ferry_gguf_mutate ferry_safetensors_mutate
+	cmake --build $(BUILD)-fuzz -j$(JOBS)
 
 model: venv
 	PYTHON=$(PY) scripts/get-model.sh
@@ -60,9 +69,24 @@ clients: build model
 unit:
 	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
 
-fuzz:
-	$(BUILD)-asan/ferry_gguf_mutate 3000 "$$(PYTHON=$(PY) scripts/get-model.sh)"
-	$(BUILD)-asan/ferry_safetensors_mutate 5000
+# Each harness for FUZZ_SECONDS (make fuzz FUZZ_SECONDS=600 for the long run), growing a
+# corpus in $(BUILD)-fuzz/corpus/<harness> from the committed seeds; a crash leaves its input
+# as $(BUILD)-fuzz/crash-*, to be fixed and added to tests/fuzz/regressions/<harness>/.
+FUZZ_SECONDS ?= 30
+FUZZ_TARGETS ?= gguf safetensors hf_config tokenizer_json tokenize chat_template grammar openai_request http
+fuzz: build-fuzz model gemma-model
+	@set -eo pipefail; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(BUILD)-fuzz/corpus/$$t; \
+	  dict=tests/fuzz/dict/$$t.dict; [ -f $$dict ] && d="-dict=$$dict" || d=""; \
+	  echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \
+	  $(BUILD)-fuzz/ferry_fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=4096 \
+	    -max_len=65536 -print_final_stats=1 -artifact_prefix=$(BUILD)-fuzz/ $$d \
+	    $(BUILD)-fuzz/corpus/$$t tests/fuzz/corpus/$$t $$([ $$t = chat_template ] && echo tests/golden/templates) 2>&1 | grep -E "^#[0-9]+.*DONE|stat::number_of_executed_units|cov:.*ft:|ERROR|SUMMARY" | tail -4; \
+	done
+
+# Rewrites tests/fuzz/corpus from the repository's real files.
+fuzz-seeds: venv
+	$(PY) scripts/make-fuzz-seeds.py
 
 integration:
 	FERRY_BIN=$(abspath $(BUILD))/ferry $(PY) -m pytest -q tests/integration
@@ -71,4 +95,4 @@ format:
 	clang-format -i $$(git ls-files '*.cpp' '*.h' '*.inc')
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(BUILD)-fuzz
