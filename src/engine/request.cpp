@@ -1,3 +1,5 @@
+// The names the API and the CLI use for a request's enums, apart from the code that acts on
+// them, so request parsing (and the fuzz build) needs none of the engine behind it.
 #include "engine/request.h"
 
 namespace ferry::engine {
@@ -13,6 +15,24 @@ const char* finish_reason_name(FinishReason r) {
         default:
             return "";
     }
+}
+
+const char* spec_method_name(SpecMethod m) {
+    switch (m) {
+        case SpecMethod::Ngram:
+            return "ngram";
+        case SpecMethod::Draft:
+            return "draft";
+        default:
+            return "off";
+    }
+}
+
+Expected<SpecMethod> parse_spec_method(const std::string& s) {
+    if (s == "off" || s == "none") return SpecMethod::Off;
+    if (s == "ngram") return SpecMethod::Ngram;
+    if (s == "draft") return SpecMethod::Draft;
+    return make_error("unknown speculation method '{}' (expected off, ngram or draft)", s);
 }
 
 }  // namespace ferry::engine

@@ -7,24 +7,6 @@
 
 namespace ferry::engine {
 
-const char* spec_method_name(SpecMethod m) {
-    switch (m) {
-        case SpecMethod::Ngram:
-            return "ngram";
-        case SpecMethod::Draft:
-            return "draft";
-        default:
-            return "off";
-    }
-}
-
-Expected<SpecMethod> parse_spec_method(const std::string& s) {
-    if (s == "off" || s == "none") return SpecMethod::Off;
-    if (s == "ngram") return SpecMethod::Ngram;
-    if (s == "draft") return SpecMethod::Draft;
-    return make_error("unknown speculation method '{}' (expected off, ngram or draft)", s);
-}
-
 NgramProposer::NgramProposer(int ngram_min, int ngram_max)
     : min_(std::max(1, ngram_min)), max_(std::max(std::max(1, ngram_min), ngram_max)) {}
 

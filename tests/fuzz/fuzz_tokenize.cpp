@@ -25,8 +25,22 @@ using ferry::tokenizer::Tokenizer;
 
 struct Loaded {
     std::unique_ptr<Tokenizer> tok;
-    bool byte_level;  // lossless on valid UTF-8
+    bool byte_level;  // lossless on valid UTF-8, except for bytes its vocabulary lacks
+    // The bytes with no token (SmolLM2 has none for 0x04 and 0x06, the golden files' cut
+    // vocabularies lack more): dropped, as Hugging Face's BPE drops what it cannot encode
+    // without an unk token, so a text holding one is not expected back.
+    std::string lost;
 };
+
+// The bytes a byte-level BPE has no token for (its byte alphabet's character is not in the
+// vocabulary).
+std::string unencodable_bytes(const Tokenizer& tok) {
+    std::string lost;
+    for (int b = 0; b < 256; ++b)
+        if (tok.find_token(ferry::tokenizer::bytes_to_unicode(std::string(1, char(b)))) < 0)
+            lost += char(b);
+    return lost;
+}
 
 std::vector<Loaded> load_all() {
     std::vector<Loaded> out;
@@ -37,7 +51,7 @@ std::vector<Loaded> load_all() {
         auto f = ferry::gguf::File::open(path.string());
         if (!f.ok()) continue;
         auto t = Tokenizer::from_gguf(**f);
-        if (t.ok()) out.push_back({std::move(*t), name[0] == 'S'});
+        if (t.ok()) out.push_back({std::move(*t), name[0] == 'S', {}});
     }
     const std::string g = ferry::fuzz::source_dir() + "/tests/golden/";
     for (const auto& [dir, byte_level] : {std::pair{"tokenizers/smollm2-bytelevel", true},
@@ -49,8 +63,10 @@ std::vector<Loaded> load_all() {
         const std::string config = d + "/tokenizer_config.json";
         auto t = Tokenizer::from_tokenizer_json(d + "/tokenizer.json",
                                                 std::filesystem::exists(config) ? config : "");
-        if (t.ok()) out.push_back({std::move(*t), byte_level});
+        if (t.ok()) out.push_back({std::move(*t), byte_level, {}});
     }
+    for (auto& L : out)
+        if (L.byte_level) L.lost = unencodable_bytes(*L.tok);
     if (out.empty()) {
         std::fprintf(stderr, "fuzz_tokenize: no tokenizer could be loaded from %s\n", g.c_str());
         std::abort();
@@ -76,7 +92,8 @@ FERRY_FUZZ_TARGET(tokenize)(const uint8_t* data, size_t size) {
     for (Token id : ids)
         if (id < 0 || id >= tok.n_vocab()) std::abort();  // encode made an id outside the vocab
     const std::string back = tok.decode(ids, false, true);
-    if (L.byte_level && !add_special && !parse_special && valid_utf8(text) && back != text) {
+    if (L.byte_level && !add_special && !parse_special && valid_utf8(text) &&
+        text.find_first_of(L.lost) == std::string::npos && back != text) {
         std::fprintf(stderr, "byte-level round trip lost the text (%zu -> %zu bytes)\n",
                      text.size(), back.size());
         std::abort();
