@@ -40,14 +40,6 @@ std::string StreamDecoder::advance(bool at_end) {
         std::string check;
         if (utf8_sanitize(added, false, check) < added.size() || ends_with_replacement(added))
             return out;
-        // Nor a byte-fallback run, even a valid one: a byte that joins it later can make the
-        // whole run invalid, and then every byte of it decodes as a replacement character
-        // (<0x34> alone is "4"; <0x34><0xCF> is two U+FFFD). Ids that decode to nothing do not
-        // end a run.
-        for (size_t i = ids_.size(); i-- > read_;) {
-            if (tok_.token_attr(ids_[i]) == TokenAttr::Byte) return out;
-            if (!tok_.token_to_piece(ids_[i]).empty()) break;
-        }
     }
     utf8_sanitize(added, at_end, out);
     prefix_ = read_;
