@@ -67,10 +67,14 @@ class Tokenizer {
 
 // Turns a stream of token ids into text that is only ever cut at UTF-8 character
 // boundaries, so a terminal never prints half a character. Everything pushed, then flushed,
-// gives decode(ids, false, at_start) whenever that is valid UTF-8 (invalid bytes become
-// U+FFFD). It decodes a short window of recent ids with the tokenizer's own decode, so
-// decoders that look at neighbouring tokens (byte fallback, a stripped first space) stream
-// exactly as they decode. at_start false (the default): the ids continue a prompt.
+// gives decode(ids, false, at_start) whenever decode finds nothing invalid. It decodes a short
+// window of recent ids with the tokenizer's own decode, so decoders that look at neighbouring
+// tokens (byte fallback, a stripped first space) stream exactly as they decode. The one
+// difference is kept on purpose: a byte-fallback run that turns invalid after a valid prefix
+// was sent (<0x34> streams "4" at once; a later <0xCF> makes Hugging Face's decode give every
+// byte of the run as U+FFFD) keeps what was sent, as vLLM's incremental detokenizer does,
+// rather than holding every byte run back until a token ends it. at_start false (the
+// default): the ids continue a prompt.
 class StreamDecoder {
   public:
     explicit StreamDecoder(const Tokenizer& tok, bool at_start = false)
