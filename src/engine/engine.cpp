@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <string>
 
@@ -205,6 +206,7 @@ void Engine::drain_inbox() {
         live_.emplace(id, std::move(live));
     }
     for (RequestId id : aborts) abort_now(id);
+    fail_pending();
     retire_finished();
 }
 
@@ -247,6 +249,7 @@ bool Engine::step() {
         Sequence* seq;
         const float* logits;
         int32_t token = -1;
+        std::string error;  // the draw threw
     };
     std::vector<Pick> picks;
     for (size_t i = 0; i < seqs.size(); ++i) {
@@ -258,20 +261,25 @@ bool Engine::step() {
         row += static_cast<size_t>(rows);
         Request& r = *seq->request;
         if (r.aborted || seq->status == SeqStatus::Finished) continue;
-        if (s.all_logits) record_prompt_logprobs(r, s, base);
-        if (!s.wants_logits) continue;
         const float* l = base + static_cast<size_t>(rows - 1 - s.num_draft) * n_vocab;
-        if (s.num_draft > 0) {
-            verify_and_emit(*seq, l);
+        try {
+            if (s.all_logits) record_prompt_logprobs(r, s, base);
+            if (!s.wants_logits) continue;
+            if (s.num_draft > 0) {
+                verify_and_emit(*seq, l);
+                continue;
+            }
+            targets.assign(1, seq);
+            if (!r.forked && r.params.n > 1) fork(r, *seq, targets);
+        } catch (const std::exception& e) {
+            fail(r, e.what());
             continue;
         }
-        targets.assign(1, seq);
-        if (!r.forked && r.params.n > 1) fork(r, *seq, targets);
         for (Sequence* t : targets) {
             if (r.params.max_tokens == 0)  // scoring only: the prompt has run, nothing follows
                 finish(*t, FinishReason::Length, nullptr);
             else
-                picks.push_back({t, l});
+                picks.push_back({t, l, -1, {}});
         }
     }
     // A draw reads only its own sequence's logits, history and generator, so a batch's draws
@@ -279,8 +287,7 @@ bool Engine::step() {
     // are then emitted in batch order on this thread, as streams and stops expect.
     // A constrained sequence draws from its grammar's allowed tokens; the mask is computed
     // here, beside the other draws, and shared by every sequence in the same grammar state.
-    auto draw = [&](int64_t i) {
-        Pick& p = picks[i];
+    auto draw_one = [&](Pick& p) {
         if (p.seq->matcher) {
             thread_local std::vector<float> masked;
             if (!mask_logits(*p.seq->matcher->mask(), p.logits, n_vocab, masked)) {
@@ -292,6 +299,16 @@ bool Engine::step() {
         }
         p.token = p.seq->sampler->sample({p.logits, size_t(n_vocab)}, p.seq->tokens);
     };
+    auto draw = [&](int64_t i) {
+        Pick& p = picks[i];
+        try {
+            draw_one(p);
+        } catch (const std::exception& e) {
+            p.error = e.what();
+        } catch (...) {
+            p.error = "unknown exception";
+        }
+    };
     if (picks.size() >= 4) {
         runner_->backend().host_pool().run_tasks(static_cast<int64_t>(picks.size()), draw);
     } else {
@@ -299,11 +316,21 @@ bool Engine::step() {
     }
     for (const Pick& p : picks) {
         if (p.seq->status == SeqStatus::Finished) continue;
-        if (p.token < 0)
-            finish(*p.seq, FinishReason::Stop, nullptr);
-        else
-            emit(*p.seq, p.token, p.logits);
+        Request& r = *p.seq->request;
+        if (!p.error.empty()) {
+            fail(r, p.error);
+            continue;
+        }
+        try {
+            if (p.token < 0)
+                finish(*p.seq, FinishReason::Stop, nullptr);
+            else
+                emit(*p.seq, p.token, p.logits);
+        } catch (const std::exception& e) {
+            fail(r, e.what());
+        }
     }
+    fail_pending();
     {
         std::lock_guard lock(metrics_mu_);
         ++metrics_.steps;
@@ -510,7 +537,7 @@ void Engine::emit(Sequence& seq, int32_t tok, const float* logits) {
         ev.prompt_tokens = static_cast<int>(r.prompt.size());
         ev.completion_tokens = seq.output_len();
         ev.cached_tokens = r.cached_tokens;
-        if (r.on_token) r.on_token(ev);
+        deliver(r, ev);
     }
 }
 
@@ -543,9 +570,11 @@ void Engine::finish(Sequence& seq, FinishReason reason, TokenEvent* last) {
     if (!last && seq.output_len() <= 0) ev.prompt_logprobs = r.prompt_lp_done;
     ev.request = r.id;
     ev.index = seq.index;
-    if (reason != FinishReason::Abort) ev.text += seq.text->flush();
+    if (reason != FinishReason::Abort && reason != FinishReason::Error)
+        ev.text += seq.text->flush();
     ev.finished = true;
     ev.finish_reason = reason;
+    if (reason == FinishReason::Error) ev.error = r.error;
     ev.prompt_tokens = static_cast<int>(r.prompt.size());
     ev.completion_tokens = std::max(0, seq.output_len());
     ev.cached_tokens = r.cached_tokens;
@@ -553,7 +582,7 @@ void Engine::finish(Sequence& seq, FinishReason reason, TokenEvent* last) {
     const bool was_waiting_unstarted = !r.started;
     scheduler_->remove(&seq);
     if (draft_) draft_->release(seq.id);
-    if (r.on_token) r.on_token(ev);
+    deliver(r, ev);
     if (--r.unfinished > 0) return;
 
     if (was_waiting_unstarted) --queued_;
@@ -578,6 +607,41 @@ void Engine::finish(Sequence& seq, FinishReason reason, TokenEvent* last) {
         finished_metrics_.push_back(std::move(m));
     }
     done_.push_back(r.id);
+}
+
+// A callback runs code the engine does not own (a server's, a benchmark's): what it throws
+// fails its own request, once the step is done with it, and never the engine thread. A throw
+// from the final event has nothing left to fail.
+void Engine::deliver(Request& r, const TokenEvent& ev) {
+    if (!r.on_token) return;
+    try {
+        r.on_token(ev);
+    } catch (const std::exception& e) {
+        if (ev.finished)
+            std::fprintf(stderr, "ferry: request %llu: its last event's callback threw: %s\n",
+                         static_cast<unsigned long long>(r.id), e.what());
+        else
+            failed_.emplace_back(r.id, e.what());
+    }
+}
+
+// Ends every unfinished sequence of the request with FinishReason::Error; its blocks go back
+// to the pool as for any other finish.
+void Engine::fail(Request& r, std::string what) {
+    if (r.error.empty()) r.error = what.empty() ? "unknown error" : std::move(what);
+    auto it = live_.find(r.id);
+    if (it == live_.end()) return;
+    for (auto& seq : it->second->seqs)
+        if (seq->status != SeqStatus::Finished) finish(*seq, FinishReason::Error, nullptr);
+}
+
+void Engine::fail_pending() {
+    while (!failed_.empty()) {
+        auto failed = std::exchange(failed_, {});
+        for (auto& [id, what] : failed)
+            if (auto it = live_.find(id); it != live_.end())
+                fail(*it->second->request, "the request's callback threw: " + what);
+    }
 }
 
 void Engine::retire_finished() {
@@ -626,7 +690,20 @@ void Engine::stop() {
 
 void Engine::loop() {
     while (!stopping_) {
-        if (step()) continue;
+        bool ran = false;
+        try {
+            ran = step();
+        } catch (const std::exception& e) {
+            // Not one request's fault (the forward pass or the scheduler threw): every request
+            // in flight ends with the error, and the engine goes on with what arrives next.
+            std::fprintf(stderr, "ferry: engine step failed: %s\n", e.what());
+            for (auto& [id, live] : live_)
+                fail(*live->request, std::string("the engine step failed: ") + e.what());
+            fail_pending();
+            retire_finished();
+            ran = true;
+        }
+        if (ran) continue;
         // Nothing ran: sleep until a request or an abort arrives (or a static batch's
         // waiting time may have passed).
         std::unique_lock lock(inbox_mu_);

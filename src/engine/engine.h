@@ -88,6 +88,10 @@ class Engine {
     void emit(Sequence& seq, int32_t tok, const float* logits);
     void start_grammar_at_trigger(Sequence& seq, int32_t tok);
     void finish(Sequence& seq, FinishReason reason, TokenEvent* last);
+    // Fault isolation: what one request's processing throws ends that request, not the engine.
+    void deliver(Request& r, const TokenEvent& ev);
+    void fail(Request& r, std::string what);
+    void fail_pending();
     void abort_now(RequestId id);
     void retire_finished();
     void publish_metrics();
@@ -104,6 +108,7 @@ class Engine {
     // Owned by the engine thread (or whoever calls step()).
     std::unordered_map<RequestId, std::unique_ptr<Live>> live_;
     std::vector<RequestId> done_;
+    std::vector<std::pair<RequestId, std::string>> failed_;  // callbacks that threw
     uint64_t next_arrival_ = 0;
     uint64_t next_seq_ = 0;
 

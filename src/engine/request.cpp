@@ -12,6 +12,8 @@ const char* finish_reason_name(FinishReason r) {
             return "length";
         case FinishReason::Abort:
             return "abort";
+        case FinishReason::Error:
+            return "error";
         default:
             return "";
     }

@@ -49,8 +49,10 @@ struct PromptLogprob {
 };
 using PromptLogprobs = std::vector<PromptLogprob>;  // entry i - 1 is prompt token i's
 
-enum class FinishReason { None, Stop, Length, Abort };
-const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort"
+// Error: processing this request threw (its callback, its grammar, an allocation); the request
+// ends with TokenEvent::error and the engine goes on serving the others.
+enum class FinishReason { None, Stop, Length, Abort, Error };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort", "error"
 
 // One event per generated token of one completion, and a last one with finished = true.
 struct TokenEvent {
@@ -62,6 +64,7 @@ struct TokenEvent {
     std::vector<TokenLogprob> top_logprobs;
     bool finished = false;
     FinishReason finish_reason = FinishReason::None;
+    std::string error;  // with FinishReason::Error: what went wrong
     int prompt_tokens = 0;
     int completion_tokens = 0;  // so far, for this completion
     int cached_tokens = 0;      // prompt tokens served from the prefix cache

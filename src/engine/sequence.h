@@ -62,6 +62,7 @@ struct Request {
     bool started = false;
     bool forked = false;  // the n - 1 siblings exist
     bool aborted = false;
+    std::string error;  // set once its processing threw: every sequence then ends with Error
     int cached_tokens = 0;
     int unfinished = 1;  // sequences still running or waiting
     int output_tokens = 0;

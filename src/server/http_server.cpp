@@ -210,7 +210,47 @@ class Session : public std::enable_shared_from_this<Session> {
             it != req_.end() && sane_request_id(sv(it->value())))
             request_id_ = std::string(sv(it->value()));
         stream_.expires_never();
-        route();
+        guarded([&] { route(); });
+    }
+
+    // What a handler throws ends its own request (a 500, or an error event once a stream has
+    // begun) and never the I/O thread that serves every other connection.
+    template <class F>
+    void guarded(F&& f) {
+        try {
+            f();
+        } catch (const std::exception& e) {
+            internal_error(e.what());
+        }
+    }
+
+    void internal_error(const std::string& what) {
+        srv_->log(fmt::format("{} internal error: {}", request_id_, what));
+        ApiError e;
+        e.status = 500;
+        e.type = "server_error";
+        e.code = "internal_error";
+        e.message = "the server failed on this request: " + what;
+        keep_alive_ = false;
+        if (auto g = gen_) {
+            if (Service* b = srv_->service.load())
+                for (auto id : g->ids) b->abort(id);
+            if (g->remaining > 0) {  // finish_generation has not counted it out
+                g->remaining = 0;
+                srv_->active_generations.fetch_sub(1);
+            }
+            gen_.reset();
+        }
+        if (stream_done_ || client_gone_) return;
+        if (headers_sent_) {
+            queue_chunk(sse_event(error_body(e)));
+            queue_chunk(sse_done());
+            pending_ += "0\r\n\r\n";
+            stream_done_ = true;
+            flush();
+            return;
+        }
+        send_error(e);
     }
 
     std::string target_path() const {
@@ -302,6 +342,7 @@ class Session : public std::enable_shared_from_this<Session> {
             c.connections_open = srv_->connections.load();
             c.rejected_queue_full = srv_->rejected.load();
             c.client_disconnects = srv_->disconnects.load();
+            c.process = read_process_stats();
             {
                 std::lock_guard<std::mutex> lk(srv_->responses_mu);
                 c.responses = srv_->responses;
@@ -474,7 +515,8 @@ class Session : public std::enable_shared_from_this<Session> {
             std::vector<int32_t> ids = g->req.prompts[p];
             g->usage.prompt_tokens += int(ids.size());
             auto cb = [self, g, p, exec](const engine::TokenEvent& ev) {
-                asio::post(exec, [self, g, p, ev] { self->on_event(g, p, ev); });
+                asio::post(exec,
+                           [self, g, p, ev] { self->guarded([&] { self->on_event(g, p, ev); }); });
             };
             auto id = b.add_request(std::move(ids), g->req.params, std::move(cb));
             if (!id) {
@@ -548,13 +590,21 @@ class Session : public std::enable_shared_from_this<Session> {
         if (ev.finished) {
             c.finish = ev.finish_reason == engine::FinishReason::None ? engine::FinishReason::Stop
                                                                       : ev.finish_reason;
+            if (c.finish == engine::FinishReason::Error) {
+                // The whole answer fails: the other prompts' requests stop too.
+                c.error = ev.error;
+                if (Service* b = srv_->service.load())
+                    for (size_t p = 0; p < g->ids.size(); ++p)
+                        if (p != prompt) b->abort(g->ids[p]);
+            }
             if (!g->prompt_counted[prompt]) {
                 g->prompt_counted[prompt] = true;
                 g->usage.cached_tokens += ev.cached_tokens;
             }
             g->remaining--;
         }
-        if (streaming_ && !client_gone_) stream_event(*g, ci, ev);
+        if (streaming_ && !client_gone_ && c.finish != engine::FinishReason::Error)
+            stream_event(*g, ci, ev);
         if (g->remaining == 0) finish_generation();
     }
 
@@ -634,15 +684,23 @@ class Session : public std::enable_shared_from_this<Session> {
             g->choices.empty() ? "stop" : engine::finish_reason_name(g->choices[0].finish);
         // The client is still here, so an abort came from the server: its shutdown's grace
         // period ran out. That is an error to report, not a completion to pass off as one.
-        bool server_aborted = false;
+        bool failed = false;
         for (const auto& c : g->choices)
-            server_aborted |= !client_gone_ && c.finish == engine::FinishReason::Abort;
+            failed |= !client_gone_ && c.finish == engine::FinishReason::Abort;
         ApiError down;
         down.status = 503;
         down.type = "server_error";
         down.code = "shutting_down";
         down.message = "the server is shutting down; the request was aborted before it finished";
-        if (server_aborted && !streaming_) {
+        for (const auto& c : g->choices)
+            if (c.finish == engine::FinishReason::Error) {
+                failed = true;
+                down.status = 500;
+                down.code = "internal_error";
+                down.message = "the request failed while generating: " + c.error;
+                break;
+            }
+        if (failed && !streaming_) {
             stream_done_ = true;
             return send_error(down, std::string(sv(req_.method_string())), target_path());
         }
@@ -656,7 +714,7 @@ class Session : public std::enable_shared_from_this<Session> {
         if (client_gone_) return;
         if (streaming_) {
             // The 200 is long sent: the error goes as an event, as OpenAI streams errors.
-            if (server_aborted) queue_chunk(sse_event(error_body(down)));
+            if (failed) queue_chunk(sse_event(error_body(down)));
             if (g->req.include_usage)
                 queue_chunk(sse_event(
                     dump(usage_chunk(g->req, g->id, g->created, srv_->model_id(), g->usage))));
@@ -893,7 +951,18 @@ Status HttpServer::start() {
     }
     m.do_accept();
     for (int i = 0; i < std::max(1, m.opt.io_threads); ++i)
-        m.threads.emplace_back([self = impl_] { self->ioc.run(); });
+        m.threads.emplace_back([self = impl_] {
+            // The last line of defence (sessions catch their own): a handler that still throws
+            // is logged and the loop goes on serving.
+            for (;;) {
+                try {
+                    self->ioc.run();
+                    return;
+                } catch (const std::exception& e) {
+                    self->log(fmt::format("internal error in the I/O loop: {}", e.what()));
+                }
+            }
+        });
     return Status::Ok();
 }
 

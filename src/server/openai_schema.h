@@ -70,6 +70,7 @@ struct Choice {
     std::vector<std::vector<engine::TokenLogprob>> top_logprobs;
     std::shared_ptr<const engine::PromptLogprobs> prompt_lp;  // from the first event, if asked
     engine::FinishReason finish = engine::FinishReason::None;
+    std::string error;  // with FinishReason::Error, the engine's message
     int completion_tokens = 0;
     bool started = false;  // chat streams send the assistant role once
 };

@@ -119,6 +119,27 @@ std::string render_prometheus(const engine::EngineMetrics& m, const ServerCounte
               "Generation requests refused with 429 because the waiting queue was full.");
     w.counter("ferry:http_client_disconnects_total", double(s.client_disconnects),
               "Generation requests aborted because the client went away.");
+    // The standard process collector's names, without the model label, as every Prometheus
+    // client library exports them (process_threads is the one addition: a thread leak).
+    if (s.process.ok) {
+        const ProcessStats& p = s.process;
+        auto plain = [&](const char* name, const char* type, double v, const char* help) {
+            w.head(name, type, help);
+            w.out += fmt::format("{} {}\n", name, num(v));
+        };
+        plain("process_resident_memory_bytes", "gauge", double(p.resident_bytes),
+              "Resident memory size in bytes.");
+        plain("process_virtual_memory_bytes", "gauge", double(p.virtual_bytes),
+              "Virtual memory size in bytes.");
+        plain("process_open_fds", "gauge", double(p.open_fds), "Number of open file descriptors.");
+        plain("process_max_fds", "gauge", double(p.max_fds),
+              "Maximum number of open file descriptors.");
+        plain("process_threads", "gauge", double(p.threads), "Number of OS threads.");
+        plain("process_cpu_seconds_total", "counter", p.cpu_seconds,
+              "Total user and system CPU time spent in seconds.");
+        plain("process_start_time_seconds", "gauge", p.start_time_unix,
+              "Start time of the process since unix epoch in seconds.");
+    }
     return std::move(w.out);
 }
 

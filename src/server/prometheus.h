@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "core/process_stats.h"
 #include "engine/metrics.h"
 
 namespace ferry::server {
@@ -21,6 +22,7 @@ struct ServerCounters {
     // sent (499: the client went away before the answer was complete).
     std::map<std::pair<std::string, int>, uint64_t> responses;
     std::map<std::string, engine::Histogram> duration;  // per route, seconds until answered
+    ProcessStats process;  // exported as Prometheus clients' process_* metrics when ok
 };
 
 std::string render_prometheus(const engine::EngineMetrics& m, const ServerCounters& s,

@@ -336,6 +336,53 @@ TEST(Engine, AbortsFreeEverything) {
     expect_all_free(e);
 }
 
+// A request whose processing throws (here its callback, as an allocation failure mid-stream)
+// ends with FinishReason::Error and the message; the requests beside it in the batch give the
+// tokens they give without it, every block goes back, and the engine serves the next request.
+TEST(Engine, ARequestThatThrowsFailsAloneAndLosesNothing) {
+    auto prompts = mixed_prompts(6, 21);
+    std::vector<RequestParams> params(prompts.size(), greedy(12));
+    params[2].n = 3;  // its siblings end with it
+    auto reference_engine = make_engine(small_config());
+    const auto reference = run_all(*reference_engine, prompts, params);
+
+    auto e_engine = make_engine(small_config());
+    Engine& e = *e_engine;
+    std::vector<Collected> out(prompts.size());
+    std::map<size_t, std::string> errors;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        int seen = 0;
+        auto id = e.add_request(prompts[i], params[i], [&, i, seen](const TokenEvent& ev) mutable {
+            if ((i == 2 || i == 4) && !ev.finished && ++seen == 3) throw std::bad_alloc();
+            auto& c = out[i];
+            if (ev.token >= 0) c.tokens[ev.index].push_back(ev.token);
+            if (ev.finished) {
+                c.reason[ev.index] = ev.finish_reason;
+                ++c.finals;
+                if (ev.finish_reason == FinishReason::Error) errors[i] = ev.error;
+            }
+        });
+        ASSERT_TRUE(id.ok());
+    }
+    while (e.has_work()) e.step();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        if (i == 2 || i == 4) {
+            EXPECT_EQ(out[i].finals, params[i].n) << i;
+            for (int k = 0; k < params[i].n; ++k)
+                EXPECT_EQ(out[i].reason[k], FinishReason::Error) << i << " " << k;
+            EXPECT_NE(errors[i].find("bad_alloc"), std::string::npos) << errors[i];
+            continue;
+        }
+        EXPECT_EQ(out[i].tokens, reference[i].tokens) << i;
+        EXPECT_EQ(out[i].reason[0], FinishReason::Length) << i;
+    }
+    expect_all_free(e);
+    EXPECT_EQ(e.metrics().finished.at("error"), 2u);
+    const auto after = run_all(e, {prompts[0]}, {params[0]});
+    EXPECT_EQ(after[0].tokens, reference[0].tokens);
+    expect_all_free(e);
+}
+
 TEST(Engine, RejectsBadRequestsWithoutSideEffects) {
     auto e_engine = make_engine(small_config());
     Engine& e = *e_engine;

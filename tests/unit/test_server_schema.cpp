@@ -1,4 +1,5 @@
 // The OpenAI request validation and response shapes, against a fake service (no model).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "server/auth.h"
@@ -187,6 +188,21 @@ TEST(ServerPrometheus, NamesAndHistogram) {
     EXPECT_NE(t.find("ferry:time_to_first_token_seconds_count{model_name=\"mod\\\"el\"} 1"),
               std::string::npos);
     EXPECT_NE(t.find("# TYPE ferry:e2e_request_latency_seconds histogram"), std::string::npos);
+    EXPECT_EQ(t.find("process_"), std::string::npos);  // no /proc figures: none made up
+}
+
+TEST(ServerPrometheus, ProcessMetricsUnderTheStandardNames) {
+    ServerCounters c;
+    c.process = read_process_stats();
+    ASSERT_TRUE(c.process.ok);
+    c.process.open_fds = 17;
+    c.process.threads = 9;
+    const std::string t = render_prometheus({}, c, "m");
+    EXPECT_NE(t.find("\nprocess_open_fds 17\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("\nprocess_threads 9\n"), std::string::npos);
+    EXPECT_NE(t.find("# TYPE process_cpu_seconds_total counter\n"), std::string::npos);
+    EXPECT_NE(t.find(fmt::format("\nprocess_resident_memory_bytes {}\n", c.process.resident_bytes)),
+              std::string::npos);
 }
 
 }  // namespace
