@@ -2,8 +2,6 @@
 // arrive as a gamma process (burstiness 1 = Poisson) at --request-rate, stream from
 // /v1/completions, and each one's TTFT, inter-token gaps and end-to-end time are measured on the
 // client side. Loopback only and bounded in count and time, so it cannot be aimed elsewhere.
-#include <arpa/inet.h>
-#include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,7 +18,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_soak.h"
 #include "cli/commands.h"
+#include "cli/loopback_http.h"
 
 namespace ferry::cli {
 namespace {
@@ -51,64 +51,16 @@ struct Result {
     double tpot() const { return output_tokens > 1 ? (e2e - ttft) / double(output_tokens - 1) : 0; }
 };
 
-struct Target {
-    std::string host;
-    int port = 0;
-};
-
-Target parse_url(const std::string& url) {
-    std::string rest = url;
-    if (rest.rfind("http://", 0) != 0) throw ExitError("--url must start with http://");
-    rest = rest.substr(7);
-    rest = rest.substr(0, rest.find('/'));
-    auto colon = rest.rfind(':');
-    // An IPv6 literal's own colons are inside the brackets.
-    if (colon != std::string::npos && rest.find(']', colon) != std::string::npos)
-        colon = std::string::npos;
-    Target t{rest.substr(0, colon), 80};
-    if (colon != std::string::npos) {
-        const std::string port = rest.substr(colon + 1);
-        if (port.empty() || port.size() > 5 ||
-            port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) < 1 ||
-            std::stoi(port) > 65535)
-            throw ExitError(fmt::format("--url: bad port '{}'", port));
-        t.port = std::stoi(port);
-    }
-    if (!t.host.empty() && t.host.front() == '[') t.host = t.host.substr(1, t.host.size() - 2);
-    if (t.host == "localhost") t.host = "127.0.0.1";
-    if (t.host != "127.0.0.1" && t.host != "::1")
-        throw ExitError("ferry bench serve only targets loopback (127.0.0.1, ::1, localhost)");
-    return t;
-}
-
 Result run_one(const Target& t, const std::string& body, const std::string& api_key,
                Clock::time_point deadline) {
     Result r;
     auto t0 = Clock::now();
-    int fd = -1;
-    addrinfo hints{}, *ai = nullptr;
-    hints.ai_socktype = SOCK_STREAM;
-    if (getaddrinfo(t.host.c_str(), std::to_string(t.port).c_str(), &hints, &ai) != 0 || !ai) {
-        r.error = "resolve";
-        return r;
-    }
-    fd = socket(ai->ai_family, SOCK_STREAM, 0);
-    if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-        freeaddrinfo(ai);
-        if (fd >= 0) close(fd);
+    const int fd = connect_to(t, 5.0);
+    if (fd < 0) {
         r.error = "connect";
         return r;
     }
-    freeaddrinfo(ai);
-    timeval tv{5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    std::string req =
-        "POST /v1/completions HTTP/1.1\r\nHost: " + t.host +
-        "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-        "\r\n";
-    if (!api_key.empty()) req += "Authorization: Bearer " + api_key + "\r\n";
-    req += "\r\n" + body;
-    if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) != ssize_t(req.size())) {
+    if (!send_all(fd, http_request(t, "POST", "/v1/completions", body, api_key))) {
         close(fd);
         r.error = "send";
         return r;
@@ -184,7 +136,7 @@ json stats(std::vector<double> v) {
 }
 
 void bench_serve(const BenchServeOptions& o) {
-    const Target target = parse_url(o.url);
+    const Target target = parse_loopback_url(o.url);
     std::mt19937_64 rng(o.seed);
     auto draw = [&](const std::vector<int>& range) {
         int lo = range[0], hi = range.size() > 1 ? range[1] : range[0];
@@ -362,7 +314,50 @@ void add_bench_serve_command(CLI::App& bench) {
         ->check(CLI::Range(1.0, 86400.0));
     cmd->add_option("--seed", o->seed)->capture_default_str();
     cmd->add_flag("--json", o->json_out, "print the results as JSON");
-    cmd->callback([o] { bench_serve(*o); });
+
+    // The soak: the same target, a different job (docs/testing.md).
+    auto soak = std::make_shared<SoakOptions>();
+    auto soak_for = std::make_shared<std::string>();
+    auto soak_opt = cmd->add_option("--soak", *soak_for,
+                                    "soak for this long instead (90s, 30m, 2h): overload bursts, "
+                                    "faults, and the server's memory, descriptors, threads and "
+                                    "KV blocks watched every second");
+    cmd->add_option("--soak-clients", soak->concurrency, "soak: clients between bursts")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 512));
+    cmd->add_option("--burst-factor", soak->burst_factor,
+                    "soak: clients in a burst = clients x this")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 16));
+    cmd->add_option("--burst-every", soak->burst_every_s, "soak: seconds between burst starts")
+        ->capture_default_str()
+        ->check(CLI::Range(1.0, 3600.0));
+    cmd->add_option("--burst-seconds", soak->burst_s, "soak: how long a burst lasts")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 3600.0));
+    cmd->add_option(
+           "--warmup", soak->warmup_s,
+           "soak: seconds before the trends count (default: a fifth of the run, at most 60)")
+        ->check(CLI::Range(0.0, 86400.0));
+    cmd->add_option("--request-timeout", soak->request_timeout_s,
+                    "soak: an accepted request not answered in this many seconds is lost")
+        ->capture_default_str()
+        ->check(CLI::Range(1.0, 3600.0));
+    auto in_len = cmd->get_option("--input-len");
+    auto out_len = cmd->get_option("--output-len");
+    cmd->callback([o, soak, soak_for, soak_opt, in_len, out_len] {
+        if (soak_opt->count() == 0) return bench_serve(*o);
+        SoakOptions s = *soak;
+        s.duration_s = parse_duration(*soak_for);
+        s.url = o->url;
+        s.api_key = o->api_key;
+        s.model = o->model;
+        s.seed = o->seed;
+        s.json_out = o->json_out;
+        if (in_len->count()) s.input_len = o->input_len;
+        if (out_len->count()) s.output_len = o->output_len;
+        run_soak(s);
+    });
 }
 
 }  // namespace ferry::cli
