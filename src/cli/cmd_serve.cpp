@@ -2,6 +2,7 @@
 // while the model loads), then loads the model, starts the engine thread and serves until
 // SIGTERM, when it drains running requests within a grace period.
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -85,6 +86,14 @@ void serve(ServeOptions& o, bool api_key_given) {
     if (api_key_given && o.server.api_key.empty())
         throw ExitError("--api-key is empty (omit it to serve without a key)");
     if (!o.api_key_file.empty()) o.server.api_key = take(server::read_key_file(o.api_key_file));
+    // The key from the environment (kept out of `ps`, like vLLM's VLLM_API_KEY) when neither
+    // flag gives one; set but empty is a mistake, as for the flag.
+    if (const char* env = std::getenv("FERRY_API_KEY");
+        env && !api_key_given && o.api_key_file.empty()) {
+        if (!*env)
+            throw ExitError("FERRY_API_KEY is set but empty (unset it to serve without a key)");
+        o.server.api_key = env;
+    }
     const std::string path = take(resolve_model_path(o.model.model));
     std::string stem = std::filesystem::path(path).stem().string();
     auto& names = o.server.model_names;
@@ -152,7 +161,8 @@ void add_serve_command(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::Range(0, 65535));
     auto* key = cmd->add_option("--api-key", s.api_key,
-                                "require 'Authorization: Bearer KEY' (or 'x-api-key: KEY')");
+                                "require 'Authorization: Bearer KEY' (or 'x-api-key: KEY'); "
+                                "--api-key-file or FERRY_API_KEY keep it off the command line");
     cmd->add_flag("--public-metrics", s.public_metrics,
                   "serve /metrics without the API key (by default it needs the key when one is "
                   "set)");

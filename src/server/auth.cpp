@@ -6,11 +6,12 @@
 namespace ferry::server {
 
 namespace {
-bool equal_ct(std::string_view a, std::string_view b) {
-    // Length leaks, content does not; keys are not secret in length.
-    if (a.size() != b.size()) return false;
-    unsigned char diff = 0;
-    for (size_t i = 0; i < a.size(); ++i) diff |= (unsigned char)(a[i] ^ b[i]);
+// The time depends on the key's length only: every byte of the key is compared whatever the
+// guess holds or how long it is, so a 401 says nothing about how much of a guess was right.
+bool equal_ct(std::string_view guess, std::string_view key) {
+    size_t diff = guess.size() ^ key.size();
+    for (size_t i = 0; i < key.size(); ++i)
+        diff |= static_cast<unsigned char>((i < guess.size() ? guess[i] : '\0') ^ key[i]);
     return diff == 0;
 }
 }  // namespace

@@ -35,6 +35,10 @@ std::string error_body(const ApiError& e) {
 
 namespace {
 
+// Bounds on what one request may ask for, beyond the body's size (--max-body-bytes).
+constexpr size_t kMaxMessages = 2048;
+constexpr size_t kMaxStopBytes = 1024;
+
 // Depth of [ and { outside strings; a cheap pass that keeps the parser away from bombs.
 int json_depth(const std::string& s) {
     int depth = 0, max_depth = 0;
@@ -150,6 +154,12 @@ struct Fields {
 bool parse_messages(const json& msgs, std::vector<tokenizer::ChatMessage>& out, Fields& f) {
     if (!msgs.is_array()) return f.type_error("messages", "an array", msgs);
     if (msgs.empty()) return f.fail("'messages' must not be empty", "messages");
+    // Each message is rendered by the template before the context is checked: a bound keeps a
+    // body of a million tiny messages from costing the interpreter's time first.
+    if (msgs.size() > kMaxMessages)
+        return f.fail(
+            fmt::format("'messages' holds {} messages; at most {}", msgs.size(), kMaxMessages),
+            "messages");
     for (size_t i = 0; i < msgs.size(); ++i) {
         const json& m = msgs[i];
         std::string where = fmt::format("messages[{}]", i);
@@ -403,8 +413,14 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
         } else {
             f.type_error("stop", "a string or an array of strings", *st);
         }
-        for (const auto& x : r.params.stop)
+        for (const auto& x : r.params.stop) {
             if (x.empty()) f.fail("'stop' strings must not be empty", "stop");
+            // Text is held back while it could still become a stop string.
+            if (x.size() > kMaxStopBytes)
+                f.fail(fmt::format("'stop' strings hold at most {} bytes (one has {})",
+                                   kMaxStopBytes, x.size()),
+                       "stop");
+        }
     }
     if (const json* st = f.get("stop_token_ids")) {
         if (!st->is_array()) return f.type_error("stop_token_ids", "an array", *st), std::nullopt;

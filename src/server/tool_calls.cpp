@@ -88,6 +88,8 @@ std::optional<ToolRequest> parse_tools(const ojson& body, std::string& error, st
         return std::nullopt;
     }
     if (!tools->is_array()) return fail("'tools' must be an array", "tools");
+    if (tools->size() > 128)  // OpenAI's own limit; each tool is a grammar alternative
+        return fail(fmt::format("'tools' holds {} tools; at most 128", tools->size()), "tools");
     for (size_t i = 0; i < tools->size(); ++i) {
         const ojson& t = (*tools)[i];
         const std::string where = fmt::format("tools[{}]", i);

@@ -10,7 +10,9 @@ import httpx
 import openai
 import pytest
 
+from conftest import run_ferry
 from server_util import Server
+from test_cli_run import expect_clean_error
 
 PROMPT = "The capital of France is"
 
@@ -397,6 +399,31 @@ def test_auth(model_path):
         assert httpx.get(s.url + "/v1/models").status_code == 401
     finally:
         assert s.stop() == 0
+
+
+def test_api_key_from_the_environment(model_path, monkeypatch):
+    # FERRY_API_KEY keeps the key out of the command line (`ps`); a flag still wins over it.
+    monkeypatch.setenv("FERRY_API_KEY", "from-env")
+    s = Server()
+    try:
+        with open(f"/proc/{s.proc.pid}/cmdline", "rb") as f:
+            assert b"from-env" not in f.read()
+        assert httpx.get(s.url + "/v1/models").status_code == 401
+        r = httpx.get(s.url + "/v1/models", headers={"Authorization": "Bearer from-env"})
+        assert r.status_code == 200, r.text
+    finally:
+        assert s.stop() == 0
+    s = Server(api_key="from-flag")
+    try:
+        assert httpx.get(s.url + "/v1/models",
+                         headers={"Authorization": "Bearer from-env"}).status_code == 401
+        assert httpx.get(s.url + "/v1/models",
+                         headers={"Authorization": "Bearer from-flag"}).status_code == 200
+    finally:
+        assert s.stop() == 0
+    # Set but empty is the `--api-key "$UNSET"` mistake: refused, not an open server.
+    monkeypatch.setenv("FERRY_API_KEY", "")
+    expect_clean_error(run_ferry("serve", "--port", "0"), "FERRY_API_KEY is set but empty")
 
 
 def test_cors_preflight_reflects_the_requested_headers(server):

@@ -137,6 +137,43 @@ TEST(ServerSchema, ErrorsNameTheField) {
     EXPECT_FALSE(parse("[]", Endpoint::Completions, err));
 }
 
+// What one request may ask for is bounded, with the bound in the message (docs/server.md's
+// threat model): messages, the length of each stop string, tools.
+TEST(ServerSchema, BoundsOnOneRequest) {
+    ApiError err;
+    auto chat_of = [](int n) {
+        nlohmann::json msgs = nlohmann::json::array();
+        for (int i = 0; i < n; ++i)
+            msgs.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", ""}});
+        return nlohmann::json{{"messages", msgs}, {"max_tokens", 1}}.dump();
+    };
+    EXPECT_FALSE(parse(chat_of(2049), Endpoint::Chat, err));
+    EXPECT_EQ(err.param, "messages");
+    EXPECT_NE(err.message.find("2049 messages; at most 2048"), std::string::npos) << err.message;
+    // Under the bound, the conversation goes on to the template (and this one fits).
+    EXPECT_TRUE(parse(chat_of(3), Endpoint::Chat, err)) << err.message;
+
+    const std::string stop(1025, 's');
+    auto with_stop = [](const std::string& st) {
+        return nlohmann::json{{"prompt", "hi"}, {"stop", {st}}}.dump();
+    };
+    EXPECT_FALSE(parse(with_stop(stop), Endpoint::Completions, err));
+    EXPECT_EQ(err.param, "stop");
+    EXPECT_NE(err.message.find("at most 1024 bytes"), std::string::npos) << err.message;
+    EXPECT_TRUE(parse(with_stop(stop.substr(1)), Endpoint::Completions, err)) << err.message;
+
+    nlohmann::json tools = nlohmann::json::array();
+    for (int i = 0; i < 129; ++i)
+        tools.push_back(
+            {{"type", "function"},
+             {"function",
+              {{"name", fmt::format("f{}", i)}, {"parameters", {{"type", "object"}}}}}});
+    nlohmann::json body = {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"tools", tools}};
+    EXPECT_FALSE(parse(body.dump(), Endpoint::Chat, err));
+    EXPECT_EQ(err.param, "tools");
+    EXPECT_NE(err.message.find("129 tools; at most 128"), std::string::npos) << err.message;
+}
+
 TEST(ServerSchema, ChatShapes) {
     ApiError err;
     auto r = parse(R"({"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],
@@ -172,6 +209,11 @@ TEST(ServerAuth, Bearer) {
     EXPECT_FALSE(authorized("Bearer k2", "k1"));
     EXPECT_FALSE(authorized("k1", "k1"));
     EXPECT_FALSE(authorized("", "k1"));
+    // A prefix of the key, the key and more, and a guess with a NUL where the key ends.
+    EXPECT_FALSE(authorized("Bearer k", "k1"));
+    EXPECT_FALSE(authorized("Bearer k12", "k1"));
+    EXPECT_FALSE(authorized(std::string_view("Bearer k1\0", 10), "k1"));
+    EXPECT_FALSE(authorized("Bearer ", "k1"));
 }
 
 TEST(ServerPrometheus, NamesAndHistogram) {
