@@ -103,3 +103,43 @@ def test_eval_of_q8_0_requantization(model_path, q8_file):
     j = json.loads(r.stdout)
     assert j["top1_agreement"] >= 0.9 and 0 < j["kl_mean"] < 0.05
     assert abs(j["delta_ppl_percent"]) < 3
+
+
+def _limited(max_bytes):
+    """preexec_fn for a child that may write files of at most max_bytes (a full disk, for it):
+    writes past it fail with EFBIG instead of raising SIGXFSZ."""
+    import resource
+    import signal
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
+    return limit
+
+
+def test_a_full_disk_leaves_no_half_written_output(model_path, tmp_path):
+    import subprocess
+    from conftest import ferry_bin
+
+    out = tmp_path / "q8_0.gguf"
+    out.write_bytes(b"the previous file")
+    r = subprocess.run([ferry_bin(), "quantize", model_path, out, "--type", "q8_0"],
+                       capture_output=True, text=True, timeout=300,
+                       preexec_fn=_limited(8 << 20))
+    assert r.returncode != 0
+    assert "ferry: error:" in r.stderr and "write failed: File too large" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "terminate" not in r.stderr
+    # The old file is untouched and no temporary is left behind.
+    assert out.read_bytes() == b"the previous file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q8_0.gguf"]
+
+
+def test_an_unreadable_or_truncated_input_writes_nothing(model_path, tmp_path):
+    cut = tmp_path / "cut.gguf"
+    with open(model_path, "rb") as f:
+        cut.write_bytes(f.read(3 << 20))  # the header and part of the tensors
+    for src in (cut, tmp_path / "missing.gguf", tmp_path):
+        out = tmp_path / "out.gguf"
+        r = run_ferry("quantize", src, out, "--type", "q8_0")
+        assert r.returncode != 0 and "ferry: error:" in r.stderr, (src, r.stderr)
+        assert not out.exists() and not (tmp_path / "out.gguf.tmp").exists(), src
