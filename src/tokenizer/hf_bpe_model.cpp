@@ -34,7 +34,9 @@ Expected<HfBpeModel> HfBpeModel::from_json(const nlohmann::json& j) {
             return make_error("tokenizer.json: vocab entry '{}' has no id", it.key());
         max_id = std::max(max_id, it.value().get<int64_t>());
     }
-    if (max_id >= (int64_t{1} << 31)) return make_error("tokenizer.json: vocab ids too large");
+    if (max_id >= static_cast<int64_t>(vocab.size()) + kMaxTokenIdGap)
+        return make_error("tokenizer.json: vocab id {} is far past its {} entries", max_id,
+                          vocab.size());
     m.tokens_.resize(static_cast<size_t>(max_id) + 1);
     m.vocab_.reserve(vocab.size());
     for (auto it = vocab.begin(); it != vocab.end(); ++it) {

@@ -3,6 +3,7 @@
 // rewrites (replace by pattern, strip whitespace) that normalizers and decoders both do.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -22,6 +23,10 @@ Error unsupported(std::string_view what, std::string_view type, std::string_view
 
 // Every match of `pattern` in `text` replaced by `content`.
 std::string replace_all(const Regex& pattern, std::string_view text, std::string_view content);
+
+// Token ids size the id -> text table, so an id may lie at most this far past the entries that
+// exist (real vocabularies are dense; an id of two billion would ask for 64 GB).
+constexpr int64_t kMaxTokenIdGap = int64_t{1} << 20;
 
 // Unicode white space removed from either end.
 std::string strip_whitespace(std::string_view text, bool left, bool right);

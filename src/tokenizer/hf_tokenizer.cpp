@@ -167,6 +167,10 @@ Expected<std::unique_ptr<HfTokenizer>> HfTokenizer::create(const json& j, const 
                   a.value("normalized", false)};
         if (add.id < 0 || add.content.empty())
             return make_error("tokenizer.json: added token {} has no id or content", a.dump());
+        if (add.id >= static_cast<int64_t>(t->tokens_.size()) + kMaxTokenIdGap)
+            return make_error(
+                "tokenizer.json: added token id {} is far past the {} tokens before it", add.id,
+                t->tokens_.size());
         if (static_cast<size_t>(add.id) >= t->tokens_.size()) t->tokens_.resize(add.id + 1);
         t->tokens_[add.id] = add.content;
         t->added_by_id_[add.id] = t->added_.size();

@@ -248,6 +248,20 @@ TEST(HfTiny, UnsupportedComponentsAreNamed) {
     j = tiny_json();
     j["model"]["dropout"] = 0.1;
     EXPECT_NE(hf_error(j).find("dropout"), std::string::npos);
+    // Ids size the id -> text table: one far past the entries is refused, not a 64 GB table
+    // (a fuzz finding); a gap within reason loads.
+    j = tiny_json();
+    j["model"]["vocab"]["zz"] = 2000000000;
+    EXPECT_NE(hf_error(j).find("vocab id 2000000000 is far past its 14 entries"), std::string::npos)
+        << hf_error(j);
+    j = tiny_json();
+    j["added_tokens"].push_back({{"id", 1500000000}, {"content", "<big>"}});
+    EXPECT_NE(hf_error(j).find("added token id 1500000000 is far past"), std::string::npos)
+        << hf_error(j);
+    j = tiny_json();
+    j["model"]["vocab"]["zz"] = 5000;
+    j["added_tokens"].push_back({{"id", 9000}, {"content", "<far>"}});
+    EXPECT_EQ(hf_error(j), "");
     EXPECT_NE(Tokenizer::from_tokenizer_json("/nonexistent/tokenizer.json")
                   .error()
                   .message.find("cannot open"),
