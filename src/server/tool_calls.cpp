@@ -58,6 +58,14 @@ std::string random_call_id() {
     return id;
 }
 
+// Whether obj[key] is the string `want` (or absent, when that is allowed). Not json::value():
+// it throws on a field of another type, and a request's fields are whatever the client sent.
+bool field_is(const ojson& obj, const char* key, std::string_view want, bool absent_ok) {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return absent_ok;
+    return it->is_string() && it->get_ref<const std::string&>() == want;
+}
+
 }  // namespace
 
 std::optional<ToolRequest> parse_tools(const ojson& body, std::string& error, std::string& param) {
@@ -94,7 +102,7 @@ std::optional<ToolRequest> parse_tools(const ojson& body, std::string& error, st
         const ojson& t = (*tools)[i];
         const std::string where = fmt::format("tools[{}]", i);
         if (!t.is_object()) return fail(fmt::format("'{}' must be an object", where), "tools");
-        if (t.value("type", std::string("function")) != "function")
+        if (!field_is(t, "type", "function", true))
             return fail(fmt::format("'{}.type' must be 'function'", where), "tools");
         auto f = t.find("function");
         if (f == t.end() || !f->is_object())
@@ -137,7 +145,7 @@ std::optional<ToolRequest> parse_tools(const ojson& body, std::string& error, st
                             "tool_choice");
         } else if (choice->is_object()) {
             auto f = choice->find("function");
-            if (choice->value("type", std::string()) != "function" || f == choice->end() ||
+            if (!field_is(*choice, "type", "function", false) || f == choice->end() ||
                 !f->is_object() || !f->contains("name") || !(*f)["name"].is_string())
                 return fail(
                     "'tool_choice' as an object must be {\"type\": \"function\", "

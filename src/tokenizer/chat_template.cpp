@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 namespace ferry::tokenizer {
 
@@ -65,8 +66,17 @@ Expected<ChatMessage> ChatMessage::from_json(const ojson& m) {
             if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
                 return make_error("each tool call needs a 'function' object");
             ToolCall call;
-            call.id = c.value("id", "");
-            call.type = c.value("type", "function");
+            // Not json::value(), which throws on a field of another type.
+            for (auto [key, dst, fallback] :
+                 {std::tuple{"id", &call.id, ""}, std::tuple{"type", &call.type, "function"}}) {
+                auto it = c.find(key);
+                if (it == c.end() || it->is_null())
+                    *dst = fallback;
+                else if (it->is_string())
+                    *dst = it->get<std::string>();
+                else
+                    return make_error("a tool call's '{}' must be a string", key);
+            }
             const ojson& fn = c["function"];
             if (!fn.contains("name") || !fn["name"].is_string())
                 return make_error("each tool call's function needs a 'name' string");

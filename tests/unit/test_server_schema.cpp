@@ -174,6 +174,34 @@ TEST(ServerSchema, BoundsOnOneRequest) {
     EXPECT_NE(err.message.find("129 tools; at most 128"), std::string::npos) << err.message;
 }
 
+// A field of another type than the API's is a 400 naming it, never an exception out of the
+// parser (a fuzz finding: tool_choice {"type": {...}}).
+TEST(ServerSchema, FieldsOfTheWrongTypeAre400s) {
+    const std::string tools =
+        R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}])";
+    struct Case {
+        std::string body;
+        const char* param;
+    };
+    const Case cases[] = {
+        {R"({"messages":[{"role":"user","content":"x"}],)" + tools +
+             R"(,"tool_choice":{"type":{"name":"f"},"function":{"name":"f"}}})",
+         "tool_choice"},
+        {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":7,"function":{"name":"f"}}]})",
+         "tools"},
+        {R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":5,"type":"function","function":{"name":"f","arguments":"{}"}}]}]})",
+         "messages"},
+        {R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":[],"function":{"name":"f","arguments":"{}"}}]}]})",
+         "messages"},
+    };
+    for (const auto& c : cases) {
+        ApiError err;
+        EXPECT_FALSE(parse(c.body, Endpoint::Chat, err)) << c.body;
+        EXPECT_EQ(err.status, 400) << c.body;
+        EXPECT_EQ(err.param, c.param) << c.body << ": " << err.message;
+    }
+}
+
 TEST(ServerSchema, ChatShapes) {
     ApiError err;
     auto r = parse(R"({"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],
