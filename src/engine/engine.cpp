@@ -163,24 +163,30 @@ void Engine::abort(RequestId id) {
     cv_.notify_one();
 }
 
+// live_ belongs to the engine thread (ThreadSanitizer caught a server shutdown reading it from
+// the I/O thread): the request is left in the inbox, and the next drain aborts everything.
 void Engine::abort_all() {
-    std::lock_guard lock(inbox_mu_);
-    for (auto& [id, live] : live_) pending_aborts_.push_back(id);
-    for (auto& l : pending_adds_) pending_aborts_.push_back(l->request->id);
+    {
+        std::lock_guard lock(inbox_mu_);
+        abort_all_ = true;
+    }
+    cv_.notify_one();
 }
 
 bool Engine::has_work() const {
     std::lock_guard lock(inbox_mu_);
-    return active_.load() > 0 || !pending_adds_.empty() || !pending_aborts_.empty();
+    return active_.load() > 0 || !pending_adds_.empty() || !pending_aborts_.empty() || abort_all_;
 }
 
 void Engine::drain_inbox() {
     std::vector<std::unique_ptr<Live>> adds;
     std::vector<RequestId> aborts;
+    bool all = false;
     {
         std::lock_guard lock(inbox_mu_);
         adds.swap(pending_adds_);
         aborts.swap(pending_aborts_);
+        all = std::exchange(abort_all_, false);
     }
     for (auto& live : adds) {
         Request& r = *live->request;
@@ -205,6 +211,8 @@ void Engine::drain_inbox() {
         const RequestId id = r.id;
         live_.emplace(id, std::move(live));
     }
+    if (all)
+        for (const auto& [id, live] : live_) aborts.push_back(id);
     for (RequestId id : aborts) abort_now(id);
     fail_pending();
     retire_finished();
@@ -708,7 +716,7 @@ void Engine::loop() {
         // waiting time may have passed).
         std::unique_lock lock(inbox_mu_);
         cv_.wait_for(lock, std::chrono::milliseconds(active_.load() > 0 ? 1 : 50), [&] {
-            return stopping_ || !pending_adds_.empty() || !pending_aborts_.empty();
+            return stopping_ || !pending_adds_.empty() || !pending_aborts_.empty() || abort_all_;
         });
     }
 }

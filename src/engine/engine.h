@@ -116,6 +116,7 @@ class Engine {
     mutable std::mutex inbox_mu_;
     std::vector<std::unique_ptr<Live>> pending_adds_;
     std::vector<RequestId> pending_aborts_;
+    bool abort_all_ = false;  // every request, at the next drain
     std::atomic<RequestId> next_id_{1};
     std::atomic<int> queued_{0};  // waiting + pending, for the queue bound
     std::atomic<int> active_{0};  // requests not yet finished

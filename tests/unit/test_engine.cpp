@@ -1,6 +1,8 @@
 // The serving engine against the real default model: batching must not change what a request
 // gets, memory must always come back, and the baselines must behave as their names say.
 #include <gtest/gtest.h>
+#include <condition_variable>
+#include <mutex>
 
 #include <map>
 #include <random>
@@ -381,6 +383,41 @@ TEST(Engine, ARequestThatThrowsFailsAloneAndLosesNothing) {
     const auto after = run_all(e, {prompts[0]}, {params[0]});
     EXPECT_EQ(after[0].tokens, reference[0].tokens);
     expect_all_free(e);
+}
+
+// abort_all from another thread while the engine thread runs (a server's shutdown): every
+// request ends with Abort and nothing is held. The engine thread alone touches its requests,
+// which ThreadSanitizer checks in build-tsan.
+TEST(Engine, AbortAllFromAnotherThreadWhileRunning) {
+    auto prompts = mixed_prompts(8, 5);
+    auto e_engine = make_engine(small_config());
+    Engine& e = *e_engine;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::map<RequestId, FinishReason> reasons;
+    int tokens = 0;
+    e.start();
+    for (auto& pr : prompts)
+        ASSERT_TRUE(e.add_request(pr, greedy(400), [&](const TokenEvent& ev) {
+                         std::lock_guard lk(mu);
+                         tokens += ev.token >= 0;
+                         if (ev.finished) reasons[ev.request] = ev.finish_reason;
+                         cv.notify_all();
+                     }).ok());
+    {
+        std::unique_lock lk(mu);
+        cv.wait(lk, [&] { return tokens >= 16; });  // running, mid-generation
+    }
+    e.abort_all();
+    {
+        std::unique_lock lk(mu);
+        ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(60),
+                                [&] { return reasons.size() == prompts.size(); }));
+    }
+    e.stop();
+    for (auto& [id, r] : reasons) EXPECT_EQ(r, FinishReason::Abort) << id;
+    expect_all_free(e);
+    EXPECT_FALSE(e.has_work());
 }
 
 TEST(Engine, RejectsBadRequestsWithoutSideEffects) {
