@@ -135,7 +135,16 @@ Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_tokenizer_json(
         if (!c) return c.error();
         config = std::move(c.value());
     }
-    auto t = HfTokenizer::create(*tok, config);
+    // The components read their fields with json::value(), which throws on a field of another
+    // type than the format's (a fuzz finding: a pre-tokenizer's pattern as a number): one clear
+    // error for the file, not an exception out of the loader.
+    Expected<std::unique_ptr<HfTokenizer>> t = make_error("tokenizer.json: not read");
+    try {
+        t = HfTokenizer::create(*tok, config);
+    } catch (const nlohmann::json::exception& e) {
+        return make_error(
+            "tokenizer.json or tokenizer_config.json: a field has the wrong type ({})", e.what());
+    }
     if (!t) return t.error();
     for (Token id : also_eog)
         if (Status s = (*t)->end_generation_on(id); !s) return s.error();

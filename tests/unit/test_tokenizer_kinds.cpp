@@ -258,6 +258,10 @@ TEST(HfTiny, UnsupportedComponentsAreNamed) {
     j["added_tokens"].push_back({{"id", 1500000000}, {"content", "<big>"}});
     EXPECT_NE(hf_error(j).find("added token id 1500000000 is far past"), std::string::npos)
         << hf_error(j);
+    // A field of another type than the format's is one clear error (a fuzz finding).
+    j = tiny_json();
+    j["pre_tokenizer"]["replacement"] = 7;
+    EXPECT_NE(hf_error(j).find("a field has the wrong type"), std::string::npos) << hf_error(j);
     j = tiny_json();
     j["model"]["vocab"]["zz"] = 5000;
     j["added_tokens"].push_back({{"id", 9000}, {"content", "<far>"}});
