@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Speculative decoding, measured: every row is one `ferry bench decode` run that alternates plain
 # decoding and speculation (A B A B) and checks the greedy outputs are identical, so the speed-up
-# is a ratio taken under the same machine load. Then the batch sweep: the same grounded chat
-# workload through the serving engine at 1..16 concurrent sequences, speculation on vs off.
+# is a ratio taken under the same machine load; each workload under both K policies (cost: 0..K
+# per step where the measured costs say it pays; fixed: always K). Then the batch sweep: the same
+# grounded chat workload through the serving engine at 1..16 concurrent sequences, speculation
+# off, fixed K and the cost policy.
 #
 # usage: bench/spec-decode.sh [-t THREADS] [-n GEN_TOKENS] [-r REPEATS] [--k K] [--skip-draft]
 #                             [--skip-sweep]
@@ -38,17 +40,20 @@ row() {  # label, then bench decode arguments
         python3 -c "
 import json, sys
 j = json.load(sys.stdin)
-print('| $label | %s | %.1f | %.1f | **%.2fx** | %.0f %% | %.2f | %s |' % (
-    j['spec_method'], j['baseline_decode_tokens_per_s'], j['decode_tokens_per_s'],
+steps = j['spec_steps'] + j['spec_declined_steps']
+print('| $label | %s | %s | %.1f | %.1f | **%.2fx** | %.0f %% | %.2f | %.0f %% | %s |' % (
+    j['spec_method'], j['spec_policy'], j['baseline_decode_tokens_per_s'], j['decode_tokens_per_s'],
     j['spec_speedup'], 100 * j['spec_acceptance_rate'], j['spec_mean_accepted'],
-    'yes' if j['spec_output_identical'] else 'NO'))"
+    100 * j['spec_steps'] / max(1, steps), 'yes' if j['spec_output_identical'] else 'NO'))"
 }
 
-echo "| workload | proposer | plain tok/s | speculative tok/s | speed-up | accepted | per step | identical |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| workload | proposer | policy | plain tok/s | speculative tok/s | speed-up | accepted | per step | steps drafted | identical |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for p in repeat-text edit-code extract-list; do
-    row "$p (Q4_1, k $K)" -m default --prompt-file "$HERE/prompts/$p.txt" --chat --spec ngram \
-        --spec-k "$K"
+    for pol in cost fixed; do
+        row "$p (Q4_1, k $K)" -m default --prompt-file "$HERE/prompts/$p.txt" --chat --spec ngram \
+            --spec-k "$K" --spec-policy "$pol"
+    done
 done
 if [[ $DRAFT == 1 ]]; then
     # The issue's setting: the default model in F32 as the target, its Q4_1 file as the draft
@@ -56,28 +61,47 @@ if [[ $DRAFT == 1 ]]; then
     [[ -f "$WORK/smol-f32.gguf" ]] ||
         "$FERRY" quantize default "$WORK/smol-f32.gguf" --type f32 >/dev/null 2>&1
     for p in repeat-text edit-code; do
-        row "$p (F32 target, k $K)" -m "$WORK/smol-f32.gguf" --prompt-file "$HERE/prompts/$p.txt" \
-            --chat --spec draft --draft-model default --spec-k "$K"
+        for pol in cost fixed; do
+            row "$p (F32 target, k $K)" -m "$WORK/smol-f32.gguf" \
+                --prompt-file "$HERE/prompts/$p.txt" --chat --spec draft --draft-model default \
+                --spec-k "$K" --spec-policy "$pol"
+        done
     done
     row "repeat-text (F32 target, ngram k $K)" -m "$WORK/smol-f32.gguf" \
         --prompt-file "$HERE/prompts/repeat-text.txt" --chat --spec ngram --spec-k "$K"
 fi
 if [[ $SWEEP == 1 ]]; then
+    # Each repeat runs off, fixed and cost back to back; the ratios are per repeat, then the
+    # median (this machine's speed moves by 10-20 % from one run to the next).
     echo
-    echo "| concurrent sequences | spec off out tok/s | ngram out tok/s | ratio | accepted |"
-    echo "|---|---|---|---|---|"
+    echo "| concurrent sequences | spec off out tok/s | fixed k $K | ratio | cost policy | ratio | accepted (cost) | steps declined (cost) |"
+    echo "|---|---|---|---|---|---|---|---|"
     for n in 1 2 4 8 16; do
         echo "  batch $n ..." >&2
-        off=$("$FERRY" bench throughput -t "$THREADS" --dataset "$HERE/prompts/grounded.jsonl" \
-            --num-prompts $((n * 2)) --max-num-seqs "$n" --spec off --json 2>/dev/null)
-        on=$("$FERRY" bench throughput -t "$THREADS" --dataset "$HERE/prompts/grounded.jsonl" \
-            --num-prompts $((n * 2)) --max-num-seqs "$n" --spec ngram --spec-k "$K" \
-            --spec-disable-batch 0 --json 2>/dev/null)
-        python3 -c "
-import json, sys
-off, on = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-a, b = off['output_tokens_per_s'], on['output_tokens_per_s']
-print('| $n | %.1f | %.1f | %.2fx | %.0f %% |' % (a, b, b / a, 100 * on['spec_acceptance_rate']))" \
-            "$off" "$on"
+        tp() {
+            "$FERRY" bench throughput -t "$THREADS" --dataset "$HERE/prompts/grounded.jsonl" \
+                --num-prompts $((n < 2 ? 4 : n * 2)) --max-num-seqs "$n" "$@" --json 2>/dev/null
+        }
+        runs="$WORK/sweep-$n.jsonl"
+        : >"$runs"
+        for ((r = 0; r < REPEATS; ++r)); do
+            {
+                tp --spec off | tr -d '\n'; echo
+                tp --spec ngram --spec-k "$K" --spec-policy fixed | tr -d '\n'; echo
+                tp --spec ngram --spec-k "$K" --spec-policy cost | tr -d '\n'; echo
+            } >>"$runs"
+        done
+        python3 - "$runs" "$n" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+off, fixed, cost = rows[0::3], rows[1::3], rows[2::3]
+tok = lambda rs: [r['output_tokens_per_s'] for r in rs]
+med = statistics.median
+rf = med(b / a for a, b in zip(tok(off), tok(fixed)))
+rc = med(c / a for a, c in zip(tok(off), tok(cost)))
+print('| %s | %.1f | %.1f | %.2fx | %.1f | %.2fx | %.0f %% | %d |' % (
+    sys.argv[2], med(tok(off)), med(tok(fixed)), rf, med(tok(cost)), rc,
+    100 * med(r['spec_acceptance_rate'] for r in cost), med(r['spec_declined_steps'] for r in cost)))
+PY
     done
 fi

@@ -119,7 +119,7 @@ void bench_decode(const DecodeBenchOptions& o) {
     auto proposer = o.spec.make(lm, draft ? &*draft : nullptr, run_ctx, o.kv_dtype.resolved());
     const bool speculate = proposer != nullptr;
     std::vector<double> prefill, decode, ttft, tpot, base_decode, speedup;
-    int64_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0;
+    int64_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0, spec_declined = 0;
     bool identical = true;
     Progress bar("bench decode", (o.repeats + 1) * (speculate ? 2 : 1), !o.json);
     int done = 0;
@@ -140,7 +140,7 @@ void bench_decode(const DecodeBenchOptions& o) {
         std::vector<int32_t> plain_out, spec_out;
         engine::GenerationStats base{};
         if (speculate) base = once({}, &plain_out);
-        auto st = once({proposer.get(), spec_cfg.k, spec_cfg.adaptive}, &spec_out);
+        auto st = once({proposer.get(), spec_cfg.k, spec_cfg.policy}, &spec_out);
         if (speculate && plain_out != spec_out) identical = false;
         if (r == 0) continue;
         bw_samples.push_back(lm.backend->measure_read_bandwidth_gbs());
@@ -156,6 +156,7 @@ void bench_decode(const DecodeBenchOptions& o) {
             spec_steps += st.spec_steps;
             spec_drafted += st.spec_draft_tokens;
             spec_accepted += st.spec_accepted_tokens;
+            spec_declined += st.spec_declined_steps;
         }
     }
     bar.finish();
@@ -216,11 +217,20 @@ void bench_decode(const DecodeBenchOptions& o) {
     j["spec_method"] = engine::spec_method_name(spec_cfg.method);
     if (speculate) {
         j["spec_k"] = spec_cfg.k;
+        j["spec_policy"] = engine::spec_policy_name(spec_cfg.policy);
+        j["spec_steps"] = spec_steps;
+        j["spec_declined_steps"] = spec_declined;
         j["spec_acceptance_rate"] = spec_drafted ? double(spec_accepted) / double(spec_drafted) : 0;
         j["spec_mean_accepted"] = spec_steps ? double(spec_accepted) / double(spec_steps) : 0;
         j["baseline_decode_tokens_per_s"] = summarize(base_decode).median;
         j["spec_speedup"] = summarize(speedup).median;
         j["spec_output_identical"] = identical;
+        // The step costs the policy planned with: a pass of 1..K + 1 tokens, as measured.
+        nlohmann::json costs = nlohmann::json::array();
+        const auto& cm = gen.spec_planner().cost();
+        for (int n = 1; n <= spec_cfg.k + 1; ++n)
+            if (cm.measured(n)) costs.push_back({{"tokens", n}, {"ms", *cm.estimate(n) * 1e3}});
+        j["spec_step_ms"] = costs;
     }
     for (const auto& ph : phases) j["bottleneck"][ph.phase] = ph.to_json();
     const model::ExpertLoad load =
@@ -266,11 +276,13 @@ void bench_decode(const DecodeBenchOptions& o) {
                     ph.achieved_gbs, ph.achieved_gflops);
     if (speculate)
         std::printf(
-            "speculate  %s, k %d: %.2fx plain decoding (%.1f tok/s), %.0f %% of drafts accepted, "
-            "%.2f per step; output %s\n",
-            engine::spec_method_name(spec_cfg.method), spec_cfg.k, j["spec_speedup"].get<double>(),
+            "speculate  %s, k %d (%s): %.2fx plain decoding (%.1f tok/s), %.0f %% of drafts "
+            "accepted, %.2f per step, %lld steps declined; output %s\n",
+            engine::spec_method_name(spec_cfg.method), spec_cfg.k,
+            engine::spec_policy_name(spec_cfg.policy), j["spec_speedup"].get<double>(),
             j["baseline_decode_tokens_per_s"].get<double>(),
             100 * j["spec_acceptance_rate"].get<double>(), j["spec_mean_accepted"].get<double>(),
+            static_cast<long long>(spec_declined),
             identical ? "identical to plain decoding" : "DIFFERS from plain decoding");
 }
 

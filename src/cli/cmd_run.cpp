@@ -66,7 +66,7 @@ void run(const RunOptions& o) {
             return true;
         },
         [&](int32_t t) { return !o.ignore_eos && tok.is_eog(t); },
-        {proposer.get(), spec_cfg.k, spec_cfg.adaptive}));
+        {proposer.get(), spec_cfg.k, spec_cfg.policy}));
     std::string rest = dec.flush();
     std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::fputc('\n', stdout);
@@ -78,13 +78,16 @@ void run(const RunOptions& o) {
                      stats.prompt_tokens, stats.ttft_ms, stats.prefill_tokens_per_s(),
                      stats.generated_tokens, stats.decode_tokens_per_s(),
                      o.model.resolved_threads(), stats.finish_reason.c_str());
-    if (!o.no_stats && stats.spec_steps > 0)
+    if (!o.no_stats && (stats.spec_steps > 0 || stats.spec_declined_steps > 0))
         std::fprintf(stderr,
-                     "speculation (%s): %d of %d draft tokens accepted (%.0f %%), %.2f per step\n",
-                     engine::spec_method_name(spec_cfg.method), stats.spec_accepted_tokens,
+                     "speculation (%s, %s): %d of %d draft tokens accepted (%.0f %%), %.2f per "
+                     "step; %d steps without a draft that would not have paid\n",
+                     engine::spec_method_name(spec_cfg.method),
+                     engine::spec_policy_name(spec_cfg.policy), stats.spec_accepted_tokens,
                      stats.spec_draft_tokens,
                      100.0 * stats.spec_accepted_tokens / std::max(1, stats.spec_draft_tokens),
-                     double(stats.spec_accepted_tokens) / stats.spec_steps);
+                     stats.spec_steps ? double(stats.spec_accepted_tokens) / stats.spec_steps : 0.0,
+                     stats.spec_declined_steps);
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ void SpecOptions::add_to(CLI::App& cmd, bool serving) {
                              "(--draft-model)")
         ->capture_default_str()
         ->check(CLI::IsMember({"off", "ngram", "draft"}));
-    cmd.add_option("--spec-k", c.k, "tokens proposed per step (the most, with --spec-adaptive)")
+    cmd.add_option("--spec-k", c.k, "draft tokens per step (the most, under --spec-policy cost)")
         ->capture_default_str()
         ->check(CLI::Range(1, 32));
     cmd.add_option("--spec-ngram-min", c.ngram_min, "prompt lookup: shortest suffix matched")
@@ -23,11 +23,15 @@ void SpecOptions::add_to(CLI::App& cmd, bool serving) {
     cmd.add_option("--spec-ngram-max", c.ngram_max, "prompt lookup: longest suffix matched")
         ->capture_default_str()
         ->check(CLI::Range(1, 64));
-    cmd.add_flag("--spec-adaptive", c.adaptive,
-                 "grow K after fully accepted drafts, shrink it to what was accepted");
+    cmd.add_option("--spec-policy", policy,
+                   "cost: 0..K draft tokens per sequence and step, where the measured step costs "
+                   "and acceptance say they pay (off where they would lose); fixed: always K")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"cost", "fixed"}));
     if (serving)
         cmd.add_option("--spec-disable-batch", c.disable_batch,
-                       "no speculation in steps where more sequences than this decode (0: never)")
+                       "no speculation in steps where more sequences than this decode (0: the "
+                       "policy alone decides)")
             ->capture_default_str()
             ->check(CLI::Range(0, 1 << 16));
     cmd.add_option("--draft-model", draft_model,
@@ -37,6 +41,7 @@ void SpecOptions::add_to(CLI::App& cmd, bool serving) {
 engine::SpecConfig SpecOptions::resolved() const {
     engine::SpecConfig c = config;
     c.method = take(engine::parse_spec_method(method));
+    c.policy = take(engine::parse_spec_policy(policy));
     if (c.ngram_min > c.ngram_max)
         throw ExitError(fmt::format("--spec-ngram-min ({}) is larger than --spec-ngram-max ({})",
                                     c.ngram_min, c.ngram_max));

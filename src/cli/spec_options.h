@@ -15,6 +15,7 @@ namespace ferry::cli {
 
 struct SpecOptions {
     std::string method = "off";
+    std::string policy = "cost";
     engine::SpecConfig config;
     std::string draft_model;
 

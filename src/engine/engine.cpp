@@ -73,6 +73,7 @@ Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), c
         std::make_unique<ModelRunner>(*model.model, model.backend, n_blocks_, config_.block_size,
                                       kv_format_for(model, config_.kv_dtype));
     ngram_ = std::make_unique<NgramProposer>(config_.spec.ngram_min, config_.spec.ngram_max);
+    planner_ = SpecPlanner(config_.max_num_batched_tokens + 1);
     config_.spec.k = std::max(1, config_.spec.k);
     metrics_.kv_blocks_total = n_blocks_;
     metrics_.block_size = config_.block_size;
@@ -205,7 +206,6 @@ void Engine::drain_inbox() {
             r.prompt_lp_done = std::make_shared<const PromptLogprobs>();
         seq->text = std::make_unique<StopText>(*model_.tokenizer, r.params.stop);
         seq->spec = r.params.spec.value_or(config_.spec.method);
-        seq->spec_k = config_.spec.k;
         scheduler_->add(seq.get());
         live->seqs.push_back(std::move(seq));
         const RequestId id = r.id;
@@ -245,6 +245,9 @@ bool Engine::step() {
             --queued_;
         }
     }
+    // The step's cost, for the speculation plan: the pass and the verifications and draws after
+    // it, everything that grows with the tokens a step carries.
+    const auto t_exec = Clock::now();
     const std::span<const float> logits = runner_->execute(out);
     // Draft tokens count as computed only once verified.
     for (size_t i = 0; i < seqs.size(); ++i)
@@ -339,6 +342,8 @@ bool Engine::step() {
         }
     }
     fail_pending();
+    planner_.record_step(out.total_tokens,
+                         std::chrono::duration<double>(Clock::now() - t_exec).count());
     {
         std::lock_guard lock(metrics_mu_);
         ++metrics_.steps;
@@ -368,7 +373,7 @@ void Engine::fork(Request& req, Sequence& parent, std::vector<Sequence*>& out) {
         child->trigger_window = parent.trigger_window;
         child->text = std::make_unique<StopText>(*model_.tokenizer, req.params.stop);
         child->spec = parent.spec;
-        child->spec_k = parent.spec_k;
+        child->spec_acceptance = parent.spec_acceptance;
         scheduler_->share_blocks(parent, *child);
         scheduler_->add_running(child.get());
         out.push_back(child.get());
@@ -408,19 +413,34 @@ void Engine::record_prompt_logprobs(Request& r, const ScheduledSeq& s, const flo
         r.prompt_lp_done = std::make_shared<const PromptLogprobs>(r.prompt_lp);
 }
 
-// Drafts for the sequences about to decode, when speculation pays: a batch of many decoding
-// sequences already keeps the cores busy, and then K + 1 positions cost K + 1 times as much.
+// Drafts for the sequences about to decode, as many tokens each as the policy says pay: the
+// cost policy weighs what the step would cost with them against the tokens they are expected to
+// add (engine/spec_planner.h), so a big batch on a busy CPU drafts nothing.
 void Engine::propose_drafts() {
-    std::vector<ProposalJob> ngram_jobs, draft_jobs;
     int decoding = 0;
+    int64_t prefill = 0;
     for (Sequence* s : scheduler_->running()) {
         s->draft.clear();
-        if (s->num_uncomputed() == 1) ++decoding;
+        if (s->num_uncomputed() == 1)
+            ++decoding;
+        else
+            prefill += s->num_uncomputed();
     }
+    // The step without drafts, as the scheduler will cut it.
+    if (decoding > 0 && config_.prefill_chunk_while_decoding > 0)
+        prefill = std::min<int64_t>(prefill, config_.prefill_chunk_while_decoding);
+    const int64_t base_tokens =
+        std::min<int64_t>(decoding + prefill, config_.max_num_batched_tokens);
     const SpecConfig& sc = config_.spec;
     if (sc.disable_batch > 0 && decoding > sc.disable_batch) return;
+    struct Want {
+        Sequence* seq;
+        int k;
+    };
+    std::vector<Want> want;
     for (Sequence* s : scheduler_->running()) {
         if (s->spec == SpecMethod::Off || s->num_uncomputed() != 1 || s->request->aborted) continue;
+        if (s->spec == SpecMethod::Draft && !draft_) continue;
         // A lazy constraint could start in the middle of a draft, past tokens it forbids.
         if (s->awaiting_trigger) continue;
         const RequestParams& p = s->request->params;
@@ -428,23 +448,71 @@ void Engine::propose_drafts() {
         const int64_t room =
             std::min<int64_t>(p.max_tokens - s->output_len() - 1,
                               max_model_len_ - static_cast<int64_t>(s->tokens.size()) - 1);
-        const int k = static_cast<int>(std::min<int64_t>(s->spec_k, room));
-        if (k <= 0) continue;
-        ProposalJob job{s->id, s->tokens, k, s->sampler.get(), &s->draft};
-        (s->spec == SpecMethod::Draft ? draft_jobs : ngram_jobs).push_back(job);
+        const int k = static_cast<int>(std::min<int64_t>(sc.k, room));
+        if (k > 0) want.push_back({s, k});
     }
-    if (!ngram_jobs.empty()) ngram_->propose(ngram_jobs);
-    if (!draft_jobs.empty() && draft_) draft_->propose(draft_jobs);
-    // A constrained sequence verifies only the part of its draft its grammar allows: a token
-    // the grammar forbids could never be accepted, and neither could anything after it.
-    for (Sequence* s : scheduler_->running()) {
-        if (!s->matcher || s->draft.tokens.empty()) continue;
-        grammar::Matcher m = *s->matcher;
-        size_t keep = 0;
-        while (keep < s->draft.tokens.size() && m.accept(s->draft.tokens[keep])) ++keep;
-        s->draft.tokens.resize(keep);
-        if (s->draft.q.size() > keep) s->draft.q.resize(keep);
+    if (want.empty()) return;
+    auto job = [](Sequence* s, int k) {
+        return ProposalJob{s->id, s->tokens, k, s->sampler.get(), &s->draft};
+    };
+    // Prompt lookup costs nothing: it drafts the most now and the plan trims.
+    std::vector<ProposalJob> jobs;
+    for (const Want& w : want)
+        if (w.seq->spec == SpecMethod::Ngram) jobs.push_back(job(w.seq, w.k));
+    if (!jobs.empty()) {
+        ngram_->propose(jobs);
+        for (const Want& w : want)
+            if (w.seq->spec == SpecMethod::Ngram) trim_to_grammar(*w.seq);
     }
+    if (sc.policy == SpecPolicy::Cost) {
+        std::vector<DraftCandidate> cands;
+        for (const Want& w : want) {
+            const bool lookup = w.seq->spec == SpecMethod::Ngram;
+            cands.push_back({planner_.acceptance(w.seq->spec_acceptance),
+                             lookup ? static_cast<int>(w.seq->draft.tokens.size()) : w.k,
+                             lookup ? 0.0 : planner_.draft_seconds_per_token()});
+        }
+        // A step's prefill tokens are work it does, not overhead: a draft token must pay at the
+        // rate of the step's every token, or a prefill-heavy step would make any draft look cheap.
+        const DraftPlan plan = planner_.plan(cands, base_tokens, static_cast<double>(base_tokens));
+        for (size_t i = 0; i < want.size(); ++i) {
+            Sequence& s = *want[i].seq;
+            Draft& d = s.draft;
+            if (s.spec != SpecMethod::Ngram) {
+                want[i].k = plan.k[i];
+                continue;
+            }
+            if (plan.k[i] == 0 && !d.tokens.empty() && !s.spec_shadow.active())
+                s.spec_shadow.start(d.tokens);
+            if (d.tokens.size() > size_t(plan.k[i]))
+                d.tokens.resize(static_cast<size_t>(plan.k[i]));
+            if (!d.tokens.empty()) s.spec_shadow.clear();  // a real verification judges it
+        }
+        std::lock_guard lock(metrics_mu_);
+        metrics_.spec_declined_steps = planner_.declined_steps();
+    }
+    jobs.clear();
+    for (const Want& w : want)
+        if (w.seq->spec == SpecMethod::Draft && w.k > 0) jobs.push_back(job(w.seq, w.k));
+    if (jobs.empty()) return;
+    const auto t0 = Clock::now();
+    draft_->propose(jobs);
+    int64_t drafted = 0;
+    for (const ProposalJob& j : jobs) drafted += static_cast<int64_t>(j.out->tokens.size());
+    planner_.record_draft_time(drafted, std::chrono::duration<double>(Clock::now() - t0).count());
+    for (const Want& w : want)
+        if (w.seq->spec == SpecMethod::Draft) trim_to_grammar(*w.seq);
+}
+
+// A constrained sequence verifies only the part of its draft its grammar allows: a token the
+// grammar forbids could never be accepted, and neither could anything after it.
+void Engine::trim_to_grammar(Sequence& s) {
+    if (!s.matcher || s.draft.tokens.empty()) return;
+    grammar::Matcher m = *s.matcher;
+    size_t keep = 0;
+    while (keep < s.draft.tokens.size() && m.accept(s.draft.tokens[keep])) ++keep;
+    s.draft.tokens.resize(keep);
+    if (s.draft.q.size() > keep) s.draft.q.resize(keep);
 }
 
 void Engine::verify_and_emit(Sequence& seq, const float* logits) {
@@ -476,7 +544,7 @@ void Engine::verify_and_emit(Sequence& seq, const float* logits) {
         metrics_.spec_draft_tokens += proposed;
         metrics_.spec_accepted_tokens += accepted;
     }
-    if (config_.spec.adaptive) seq.spec_k = adapt_k(seq.spec_k, accepted, proposed, config_.spec.k);
+    planner_.record_verification(seq.spec_acceptance, proposed, accepted);
     for (size_t i = 0; i < toks.size(); ++i) {
         emit(seq, toks[i], logits + i * n_vocab);
         if (seq.status == SeqStatus::Finished) return;  // a stop: the rest is discarded
@@ -488,6 +556,8 @@ void Engine::verify_and_emit(Sequence& seq, const float* logits) {
 
 // Appends one token to a sequence, streams it, and finishes the sequence on a stop or length.
 void Engine::emit(Sequence& seq, int32_t tok, const float* logits) {
+    if (int proposed, accepted; seq.spec_shadow.observe(tok, &proposed, &accepted))
+        planner_.record_verification(seq.spec_acceptance, proposed, accepted);
     Request& r = *seq.request;
     const RequestParams& p = r.params;
     const int n_vocab = runner_->n_vocab();

@@ -20,6 +20,7 @@
 #include "engine/loaded_model.h"
 #include "engine/metrics.h"
 #include "engine/request.h"
+#include "engine/spec_planner.h"
 #include "engine/speculation.h"
 
 namespace ferry::engine {
@@ -83,6 +84,7 @@ class Engine {
     void drain_inbox();
     void fork(Request& req, Sequence& parent, std::vector<Sequence*>& out);
     void propose_drafts();
+    void trim_to_grammar(Sequence& seq);
     void verify_and_emit(Sequence& seq, const float* logits);
     void record_prompt_logprobs(Request& r, const ScheduledSeq& s, const float* rows);
     void emit(Sequence& seq, int32_t tok, const float* logits);
@@ -104,6 +106,7 @@ class Engine {
     std::unique_ptr<Scheduler> scheduler_;
     std::unique_ptr<ModelRunner> runner_;
     std::unique_ptr<Proposer> ngram_, draft_;
+    SpecPlanner planner_;  // step costs and acceptance, for the cost policy
 
     // Owned by the engine thread (or whoever calls step()).
     std::unordered_map<RequestId, std::unique_ptr<Live>> live_;

@@ -9,12 +9,19 @@ constexpr int kBlock = 256;  // a single stream needs no fine-grained blocks
 double ms_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
+
+// One sequence's plan: how many of `max_k` draft tokens pay (engine/spec_planner.h).
+int planned_k(SpecPlanner& planner, const AcceptanceStats& acc, int max_k, double s_per_token) {
+    const DraftCandidate c{planner.acceptance(acc), max_k, s_per_token};
+    return planner.plan({&c, 1}, 1, 1.0).k[0];
+}
 }  // namespace
 
 Generator::Generator(const model::LlamaModel& model, std::shared_ptr<kernels::Backend> backend,
                      int64_t n_ctx, kv::KvFormat kv)
     : n_ctx_(n_ctx),
       runner_(model, std::move(backend), (n_ctx + kBlock - 1) / kBlock, kBlock, std::move(kv)),
+      planner_(static_cast<int>(std::min<int64_t>(n_ctx, 4096)) + 1),
       blocks_(static_cast<size_t>(runner_.kv().n_blocks())) {
     for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i] = static_cast<int32_t>(i);
 }
@@ -46,8 +53,9 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
     const int k_max = spec.proposer ? std::max(1, spec.k) : 0;
     auto t0 = std::chrono::steady_clock::now();
     std::span<const float> logits = feed(prompt, 1);
-    if (spec.proposer) spec.proposer->prefill(0, history_);
     st.prefill_ms = ms_since(t0);
+    planner_.record_step(static_cast<int64_t>(prompt.size()), st.prefill_ms * 1e-3);
+    if (spec.proposer) spec.proposer->prefill(0, history_);
 
     st.finish_reason = "length";
     auto t_decode = std::chrono::steady_clock::now();
@@ -56,11 +64,15 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
     st.ttft_ms = ms_since(t0);
     t_decode = std::chrono::steady_clock::now();
     Draft draft;
-    int k = k_max;
+    AcceptanceStats acceptance;
+    ShadowDraft shadow;
+    const uint64_t declined_before = planner_.declined_steps();
     for (;;) {
         bool done = false;
         for (int32_t tok : pending) {
             ++st.generated_tokens;
+            if (int proposed, accepted; shadow.observe(tok, &proposed, &accepted))
+                planner_.record_verification(acceptance, proposed, accepted);
             if ((is_eog && is_eog(tok)) || (on_token && !on_token(tok))) {
                 st.finish_reason = "stop";
                 done = true;
@@ -78,32 +90,52 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
         if (spec.proposer) {
             const int64_t room =
                 std::min<int64_t>(max_tokens - st.generated_tokens - 1, n_ctx() - position() - 1);
-            const int want = static_cast<int>(std::min<int64_t>(k, room));
+            int want = static_cast<int>(std::min<int64_t>(k_max, room));
+            const bool cost = spec.policy == SpecPolicy::Cost, cheap = spec.proposer->cheap();
+            // The draft model is told how many tokens pay; prompt lookup drafts the most and
+            // the plan trims.
+            if (want > 0 && cost && !cheap)
+                want = planned_k(planner_, acceptance, want, planner_.draft_seconds_per_token());
             if (want > 0) {
                 std::vector<int32_t> ctx = history_;
                 ctx.push_back(last);
                 ProposalJob job{0, ctx, want, &sampler, &draft};
+                const auto t_draft = std::chrono::steady_clock::now();
                 spec.proposer->propose({&job, 1});
+                if (!cheap)
+                    planner_.record_draft_time(static_cast<int64_t>(draft.tokens.size()),
+                                               ms_since(t_draft) * 1e-3);
             }
+            if (cost && cheap && !draft.tokens.empty()) {
+                const int keep =
+                    planned_k(planner_, acceptance, static_cast<int>(draft.tokens.size()), 0.0);
+                if (keep == 0 && !shadow.active()) shadow.start(draft.tokens);
+                draft.tokens.resize(static_cast<size_t>(keep));
+                if (keep > 0) shadow.clear();  // a real verification judges it
+            }
+            st.spec_declined_steps = static_cast<int>(planner_.declined_steps() - declined_before);
         }
+        const auto t_step = std::chrono::steady_clock::now();
         const int64_t before = position();
         std::vector<int32_t> run{last};
         run.insert(run.end(), draft.tokens.begin(), draft.tokens.end());
         logits = feed(run, static_cast<int>(run.size()));
         if (draft.tokens.empty()) {
             pending.assign(1, sampler.sample({logits.data(), size_t(n_vocab)}, history_));
+            planner_.record_step(1, ms_since(t_step) * 1e-3);
             continue;
         }
         // Roll back to the verified prefix: rejected positions are simply overwritten later.
         history_.resize(static_cast<size_t>(before + 1));
         std::vector<int32_t> hist = history_;
         pending = verify_draft(sampler, logits.data(), static_cast<int>(n_vocab), draft, hist);
+        planner_.record_step(static_cast<int64_t>(run.size()), ms_since(t_step) * 1e-3);
         const int accepted = static_cast<int>(pending.size()) - 1;
         history_.insert(history_.end(), draft.tokens.begin(), draft.tokens.begin() + accepted);
         ++st.spec_steps;
         st.spec_draft_tokens += static_cast<int>(draft.tokens.size());
         st.spec_accepted_tokens += accepted;
-        if (spec.adaptive) k = adapt_k(k, accepted, static_cast<int>(draft.tokens.size()), k_max);
+        planner_.record_verification(acceptance, static_cast<int>(draft.tokens.size()), accepted);
     }
     st.decode_ms = ms_since(t_decode);
     if (spec.proposer) spec.proposer->release(0);

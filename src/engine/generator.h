@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
+#include "engine/spec_planner.h"
 #include "engine/speculation.h"
 #include "kv/kv_store.h"
 #include "model/llama.h"
@@ -26,6 +27,7 @@ struct GenerationStats {
     int spec_steps = 0;         // verification passes that carried a draft
     int spec_draft_tokens = 0;  // tokens proposed and verified
     int spec_accepted_tokens = 0;
+    int spec_declined_steps = 0;  // steps the cost policy ran without the draft it could have had
 
     double prefill_tokens_per_s() const {
         return prefill_ms > 0 ? prompt_tokens / prefill_ms * 1e3 : 0;
@@ -35,11 +37,12 @@ struct GenerationStats {
     }
 };
 
-// Speculation for one stream: a proposer (nullptr: plain decoding) and its K.
+// Speculation for one stream: a proposer (nullptr: plain decoding), its K (the most, under the
+// cost policy) and the policy.
 struct SpecRun {
     Proposer* proposer = nullptr;
     int k = 4;
-    bool adaptive = false;
+    SpecPolicy policy = SpecPolicy::Cost;
 };
 
 class Generator {
@@ -55,6 +58,8 @@ class Generator {
     void reset() { history_.clear(); }
     const kv::KvStore& kv_store() const { return runner_.kv(); }
     kernels::Backend& backend() { return runner_.backend(); }
+    // What the speculation cost policy has learnt (step costs by width, acceptance).
+    const SpecPlanner& spec_planner() const { return planner_; }
     // Forgets everything after the first n tokens (their cache slots are simply overwritten).
     void truncate(int64_t n) {
         if (n < position()) history_.resize(static_cast<size_t>(n));
@@ -78,6 +83,9 @@ class Generator {
 
     int64_t n_ctx_;
     ModelRunner runner_;
+    // Step costs and acceptance, kept across calls (a benchmark's plain runs measure the
+    // one-token step the speculative runs compare with).
+    SpecPlanner planner_;
     std::vector<int32_t> blocks_;  // one stream: its blocks are simply 0, 1, 2, ...
     std::vector<int32_t> history_;
 };

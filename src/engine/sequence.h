@@ -11,6 +11,7 @@
 #include "engine/block_manager.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
+#include "engine/spec_planner.h"
 #include "engine/stop_text.h"
 
 namespace ferry::engine {
@@ -34,10 +35,12 @@ struct Sequence {
     int output_len() const { return static_cast<int>(tokens.size()) - prompt_len; }
     int num_uncomputed() const { return static_cast<int>(tokens.size()) - num_computed; }
 
-    // Speculation: the method, the current K, and this step's proposal (verified this step).
+    // Speculation: the method, this step's proposal (verified this step), and how much of its
+    // drafts the target has been accepting (the cost policy plans with it).
     SpecMethod spec = SpecMethod::Off;
-    int spec_k = 0;
     Draft draft;
+    AcceptanceStats spec_acceptance;
+    ShadowDraft spec_shadow;  // a declined lookup draft, judged by the tokens that follow
 
     std::unique_ptr<Sampler> sampler;
     std::unique_ptr<grammar::Matcher> matcher;  // set when the request is constrained

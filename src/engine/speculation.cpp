@@ -49,8 +49,12 @@ std::vector<int32_t> verify_draft(Sampler& sampler, const float* logits, int n_v
     std::vector<int32_t> out;
     const size_t k = draft.tokens.size();
     auto row = [&](size_t i) { return std::span<const float>(logits + i * n_vocab, n_vocab); };
-    if (sampler.params().greedy()) {
-        // The target's own choice at every position; the draft only decides how far we get.
+    if (draft.q.empty() || sampler.params().greedy()) {
+        // Greedy, or a point-mass draft (prompt lookup): the target draws each position exactly
+        // as plain decoding would, and the draft only decides how far one pass gets. For q = 1
+        // at d, accepting d when the draw is d is the rejection rule (accept with p(d), else a
+        // draw from p without d), and it spends the sampler's random stream as plain decoding
+        // does, so a seeded request gives the same text with speculation as without, whatever K.
         for (size_t i = 0; i <= k; ++i) {
             const int32_t t = sampler.sample(row(i), history);
             out.push_back(t);
@@ -63,7 +67,7 @@ std::vector<int32_t> verify_draft(Sampler& sampler, const float* logits, int n_v
         const auto p = sampler.candidates(row(i), history);
         const int32_t d = draft.tokens[i];
         const float pd = prob_of(p, d);
-        const float qd = draft.q.empty() ? 1.0f : prob_of(draft.q[i], d);
+        const float qd = prob_of(draft.q[i], d);
         // Accept with probability min(1, p/q).
         if (qd > 0 && sampler.uniform() * qd < pd) {
             out.push_back(d);
@@ -75,7 +79,7 @@ std::vector<int32_t> verify_draft(Sampler& sampler, const float* logits, int n_v
         std::vector<Sampler::Candidate> residual;
         double mass = 0;
         for (const auto& c : p) {
-            const float q = draft.q.empty() ? (c.id == d ? 1.0f : 0.0f) : prob_of(draft.q[i], c.id);
+            const float q = prob_of(draft.q[i], c.id);
             const float r = c.p - q;
             if (r > 0) {
                 residual.push_back({c.id, c.logit, r});
@@ -99,9 +103,14 @@ std::vector<int32_t> verify_draft(Sampler& sampler, const float* logits, int n_v
     return out;
 }
 
-int adapt_k(int k, int accepted, int proposed, int k_max) {
-    if (proposed > 0 && accepted == proposed) return std::min(k_max, k + 1);
-    return std::clamp(accepted + 1, 1, k_max);
+const char* spec_policy_name(SpecPolicy p) {
+    return p == SpecPolicy::Fixed ? "fixed" : "cost";
+}
+
+Expected<SpecPolicy> parse_spec_policy(const std::string& s) {
+    if (s == "cost") return SpecPolicy::Cost;
+    if (s == "fixed") return SpecPolicy::Fixed;
+    return make_error("unknown speculation policy '{}' (expected cost or fixed)", s);
 }
 
 Expected<std::unique_ptr<Proposer>> make_proposer(const SpecConfig& cfg, const LoadedModel& target,

@@ -27,16 +27,22 @@ enum class SpecMethod { Off, Ngram, Draft };
 const char* spec_method_name(SpecMethod m);  // "off", "ngram", "draft"
 Expected<SpecMethod> parse_spec_method(const std::string& s);
 
+// How many draft tokens a step verifies: Cost chooses 0..K per sequence and step from the
+// measured step costs and acceptance (engine/spec_planner.h), Fixed always drafts K.
+enum class SpecPolicy { Cost, Fixed };
+const char* spec_policy_name(SpecPolicy p);  // "cost", "fixed"
+Expected<SpecPolicy> parse_spec_policy(const std::string& s);
+
 struct SpecConfig {
     SpecMethod method = SpecMethod::Off;
-    int k = 4;          // tokens proposed per step (the most, when adaptive)
+    int k = 4;          // tokens proposed per step (the most, under the cost policy)
     int ngram_min = 2;  // prompt lookup: shortest suffix that may match
     int ngram_max = 4;  // longest suffix tried first
-    bool adaptive = false;
-    // Speculation is switched off for a step when more sequences than this decode together:
-    // a big batch already keeps the cores busy, and verifying K + 1 positions per sequence
-    // then costs nearly K + 1 times as much. 0: never switch off.
-    int disable_batch = 4;
+    SpecPolicy policy = SpecPolicy::Cost;
+    // Speculation is switched off for a step when more sequences than this decode together
+    // (0: never forced off). The cost policy already declines where a batch keeps the cores
+    // busy and K + 1 positions cost nearly K + 1 times as much; this is a hard cap on top.
+    int disable_batch = 0;
 };
 
 // What a proposer drafts for one sequence: tokens, and per token the distribution it was
@@ -61,6 +67,9 @@ struct ProposalJob {
 class Proposer {
   public:
     virtual ~Proposer() = default;
+    // Proposing costs nothing measurable (a lookup): it drafts the most and the plan trims,
+    // instead of being told how many to draft.
+    virtual bool cheap() const { return false; }
     virtual void propose(std::span<ProposalJob> jobs) = 0;
     virtual void release(uint64_t /*seq*/) {}  // the sequence ended or was preempted
     // Lets a stateful proposer take in a prompt during prefill (the draft model's own
@@ -75,6 +84,7 @@ class Proposer {
 class NgramProposer final : public Proposer {
   public:
     NgramProposer(int ngram_min, int ngram_max);
+    bool cheap() const override { return true; }
     void propose(std::span<ProposalJob> jobs) override;
     static std::vector<int32_t> lookup(std::span<const int32_t> tokens, int k, int ngram_min,
                                        int ngram_max);
@@ -89,9 +99,6 @@ class NgramProposer final : public Proposer {
 // history: the sequence so far (for penalties); the accepted tokens are appended to it.
 std::vector<int32_t> verify_draft(Sampler& sampler, const float* logits, int n_vocab,
                                   const Draft& draft, std::vector<int32_t>& history);
-
-// Running per-sequence K: grows after a fully accepted draft, shrinks to what was accepted.
-int adapt_k(int k, int accepted, int proposed, int k_max);
 
 // Makes the proposer a configuration asks for (nullptr for Off). The draft model must share
 // the target's vocabulary; it gets its own paged cache of `max_tokens` token slots, holding

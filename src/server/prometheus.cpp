@@ -101,6 +101,8 @@ std::string render_prometheus(const engine::EngineMetrics& m, const ServerCounte
               "Speculative draft tokens the target model accepted.");
     w.counter("ferry:spec_decode_num_steps_total", double(m.spec_steps),
               "Sequence steps that verified a draft.");
+    w.counter("ferry:spec_decode_num_declined_steps_total", double(m.spec_declined_steps),
+              "Steps the cost policy ran without drafts because they would not have paid.");
     w.histogram("ferry:time_to_first_token_seconds", m.ttft, "Time to first token.");
     w.histogram("ferry:inter_token_latency_seconds", m.itl, "Time between generated tokens.");
     w.histogram("ferry:e2e_request_latency_seconds", m.e2e, "End-to-end request latency.");

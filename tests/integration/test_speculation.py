@@ -1,6 +1,7 @@
 """Speculative decoding from the command line and the server: greedy output unchanged,
 acceptance reported, bad switches refused with one clear line."""
 import json
+import re
 
 import httpx
 import pytest
@@ -22,18 +23,29 @@ def run_text(model_path, *extra):
 
 def test_run_output_is_unchanged_by_either_proposer(model_path):
     plain, _ = run_text(model_path)
-    ngram, err = run_text(model_path, "--spec", "ngram", "--spec-k", "5")
+    ngram, err = run_text(model_path, "--spec", "ngram", "--spec-k", "5", "--spec-policy", "fixed")
     assert ngram == plain
-    assert "speculation (ngram)" in err and "accepted" in err
+    assert "speculation (ngram, fixed)" in err and "accepted" in err
+    ngram, err = run_text(model_path, "--spec", "ngram", "--spec-k", "5")  # the cost policy
+    assert ngram == plain
+    assert "speculation (ngram, cost)" in err
+    draft, err = run_text(model_path, "--spec", "draft", "--draft-model", model_path,
+                          "--spec-policy", "fixed")
+    assert draft == plain
+    assert "speculation (draft, fixed)" in err
+    # The model as its own draft costs a target step per draft token: the cost policy drafts a
+    # few tokens to learn that, then declines.
     draft, err = run_text(model_path, "--spec", "draft", "--draft-model", model_path)
     assert draft == plain
-    assert "speculation (draft)" in err
+    declined = re.search(r"speculation \(draft, cost\).*; (\d+) steps without a draft", err)
+    assert declined and int(declined.group(1)) > 0, err
 
 
 @pytest.mark.parametrize("args, needle", [
     (["--spec", "draft"], "--draft-model"),
     (["--spec", "magic"], "--spec"),
     (["--spec", "ngram", "--spec-ngram-min", "5", "--spec-ngram-max", "2"], "--spec-ngram-min"),
+    (["--spec", "ngram", "--spec-policy", "adaptive"], "--spec-policy"),
 ])
 def test_bad_switches_give_one_clear_error(model_path, args, needle):
     r = run_ferry("run", "-m", model_path, "-p", "Hello", "-n", "4", *args)
@@ -53,6 +65,8 @@ def test_bench_decode_reports_speculation(model_path, tmp_path):
                 "baseline_decode_tokens_per_s", "decode_tokens_per_s"):
         assert key in j, key
     assert j["spec_method"] == "ngram"
+    assert j["spec_policy"] == "cost"
+    assert j["spec_steps"] + j["spec_declined_steps"] > 0
     assert j["spec_output_identical"] is True
     assert 0 < j["spec_acceptance_rate"] <= 1
     assert j["spec_mean_accepted"] > 0
@@ -60,7 +74,7 @@ def test_bench_decode_reports_speculation(model_path, tmp_path):
 
 @pytest.fixture(scope="module")
 def spec_server(model_path):
-    s = Server("--spec", "ngram", "--spec-k", "4", "--spec-disable-batch", "0")
+    s = Server("--spec", "ngram", "--spec-k", "4", "--spec-policy", "fixed")
     yield s
     assert s.stop() == 0
 

@@ -143,13 +143,6 @@ TEST(Speculation, TheChiSquareTestCatchesABrokenRule) {
     EXPECT_GT(chi_square(resample_p, p0), 10 * kChi2Crit7);
 }
 
-TEST(Speculation, AdaptiveKGrowsAndShrinks) {
-    EXPECT_EQ(adapt_k(4, 4, 4, 8), 5);
-    EXPECT_EQ(adapt_k(8, 8, 8, 8), 8);
-    EXPECT_EQ(adapt_k(6, 2, 6, 8), 3);
-    EXPECT_EQ(adapt_k(6, 0, 6, 8), 1);
-}
-
 namespace {
 
 std::vector<std::vector<int32_t>> grounded_prompts() {
@@ -167,11 +160,10 @@ std::vector<std::vector<int32_t>> grounded_prompts() {
 }
 
 std::vector<int32_t> generate(Generator& g, const std::vector<int32_t>& prompt, int n,
-                              const SpecRun& spec, GenerationStats* stats = nullptr) {
+                              const SpecRun& spec, GenerationStats* stats = nullptr,
+                              SamplingParams sp = greedy(1).sampling) {
     std::vector<int32_t> out;
     g.reset();
-    SamplingParams sp;
-    sp.temperature = 0;
     auto st = g.generate(
         prompt, sp, n,
         [&](int32_t t) {
@@ -196,10 +188,15 @@ TEST(Speculation, GeneratorGreedyOutputIsIdenticalForBothProposers) {
         const auto plain = generate(gen, prompt, 24, {});
         for (int k : {1, 5}) {
             GenerationStats st;
-            EXPECT_EQ(generate(gen, prompt, 24, {&ngram, k, k == 5}, &st), plain)
+            EXPECT_EQ(generate(gen, prompt, 24, {&ngram, k, SpecPolicy::Fixed}, &st), plain)
                 << "ngram k " << k;
             accepted += st.spec_accepted_tokens;
-            EXPECT_EQ(generate(gen, prompt, 24, {draft->get(), k, false}, &st), plain)
+            // Whatever the cost policy plans, the output is the same.
+            EXPECT_EQ(generate(gen, prompt, 24, {&ngram, k, SpecPolicy::Cost}), plain)
+                << "ngram k " << k << ", cost policy";
+            EXPECT_EQ(generate(gen, prompt, 24, {draft->get(), k, SpecPolicy::Cost}), plain)
+                << "draft k " << k << ", cost policy";
+            EXPECT_EQ(generate(gen, prompt, 24, {draft->get(), k, SpecPolicy::Fixed}, &st), plain)
                 << "draft k " << k;
             // The draft is the target itself: every greedy proposal is right.
             EXPECT_EQ(st.spec_accepted_tokens, st.spec_draft_tokens);
@@ -208,6 +205,29 @@ TEST(Speculation, GeneratorGreedyOutputIsIdenticalForBothProposers) {
     }
     EXPECT_GT(accepted, 0);
     EXPECT_EQ((*draft)->blocks_in_use(), 0);
+}
+
+// Verifying a prompt-lookup draft draws every position as plain decoding does, so a seeded
+// sampled stream is the same text with speculation as without, whatever K the policy picks.
+TEST(Speculation, SeededSamplingGivesPlainDecodingsTextWithPromptLookup) {
+    Generator gen(*model().model, ferry::testing::cpu_backend(2), 512);
+    NgramProposer ngram(1, 3);
+    for (float temperature : {0.7f, 1.2f}) {
+        const SamplingParams sp = sampled(temperature);
+        int drafted = 0;
+        for (const auto& prompt : grounded_prompts()) {
+            const auto plain = generate(gen, prompt, 32, {}, nullptr, sp);
+            for (int k : {1, 3, 6}) {
+                GenerationStats st;
+                EXPECT_EQ(generate(gen, prompt, 32, {&ngram, k, SpecPolicy::Fixed}, &st, sp), plain)
+                    << "k " << k << ", temperature " << temperature;
+                drafted += st.spec_draft_tokens;
+                EXPECT_EQ(generate(gen, prompt, 32, {&ngram, k, SpecPolicy::Cost}, nullptr, sp),
+                          plain);
+            }
+        }
+        EXPECT_GT(drafted, 50) << "too few drafts to show anything";
+    }
 }
 
 TEST(Speculation, EngineGreedyOutputIsIdenticalInABatch) {
@@ -219,21 +239,26 @@ TEST(Speculation, EngineGreedyOutputIsIdenticalInABatch) {
     auto plain_engine = make_engine(small_config());
     Engine& plain = *plain_engine;
     const auto expected = run_all(plain, prompts, params);
-    for (SpecMethod m : {SpecMethod::Ngram, SpecMethod::Draft}) {
+    for (auto [m, policy] : {std::pair{SpecMethod::Ngram, SpecPolicy::Fixed},
+                             std::pair{SpecMethod::Draft, SpecPolicy::Fixed},
+                             std::pair{SpecMethod::Ngram, SpecPolicy::Cost},
+                             std::pair{SpecMethod::Draft, SpecPolicy::Cost}}) {
         auto cfg = small_config();
         cfg.spec.method = m;
         cfg.spec.k = 4;
         cfg.spec.ngram_min = 1;
-        cfg.spec.disable_batch = 0;  // speculate even with 16 sequences decoding
+        cfg.spec.policy = policy;  // fixed: speculate even with 16 sequences decoding
         cfg.draft_model = &model();
         auto spec_engine = make_engine(cfg);
         Engine& spec = *spec_engine;
         const auto got = run_all(spec, prompts, params);
         for (size_t i = 0; i < prompts.size(); ++i) {
             EXPECT_EQ(got[i].tokens.at(0), expected[i].tokens.at(0))
-                << spec_method_name(m) << " request " << i;
+                << spec_method_name(m) << " (" << spec_policy_name(policy) << ") request " << i;
             EXPECT_EQ(got[i].text.at(0), expected[i].text.at(0));
         }
+        expect_all_free(spec);
+        if (policy == SpecPolicy::Cost) continue;  // what it drafts depends on the timings
         const auto mt = spec.metrics();
         EXPECT_GT(mt.spec_draft_tokens, 0u);
         EXPECT_GT(mt.spec_accepted_tokens, 0u);
@@ -253,7 +278,7 @@ TEST(Speculation, RejectionsAndAbortsGiveBackEveryBlock) {
     cfg.spec.ngram_min = 1;
     cfg.spec.ngram_max = 1;
     cfg.spec.k = 7;
-    cfg.spec.disable_batch = 0;
+    cfg.spec.policy = SpecPolicy::Fixed;
     auto e_engine = make_engine(cfg);
     Engine& e = *e_engine;
     const auto prompts = mixed_prompts(24, 9);
@@ -274,27 +299,34 @@ TEST(Speculation, RejectionsAndAbortsGiveBackEveryBlock) {
     expect_all_free(e);
 }
 
-TEST(Speculation, SampledRequestsRunAndFollowTheirSeed) {
+TEST(Speculation, SampledRequestsGiveTheTextOfPlainDecodingWithTheirSeed) {
     auto cfg = small_config();
     cfg.spec.method = SpecMethod::Ngram;
     cfg.spec.ngram_min = 1;
-    cfg.spec.disable_batch = 0;
+    cfg.spec.policy = SpecPolicy::Fixed;
     auto p = greedy(30);
     p.sampling.temperature = 0.8f;
     p.sampling.seed = 42;
     p.sampling.has_seed = true;
     const auto prompts = grounded_prompts();
     std::vector<RequestParams> params(prompts.size(), p);
-    auto a_engine = make_engine(cfg), b_engine = make_engine(cfg);
-    Engine &a = *a_engine, &b = *b_engine;
+    auto cost_cfg = cfg, off_cfg = cfg;
+    cost_cfg.spec.policy = SpecPolicy::Cost;
+    off_cfg.spec.method = SpecMethod::Off;
+    auto a_engine = make_engine(cfg), b_engine = make_engine(cost_cfg),
+         c_engine = make_engine(off_cfg);
+    Engine &a = *a_engine, &b = *b_engine, &c = *c_engine;
     const auto x = run_all(a, prompts, params);
     const auto y = run_all(b, prompts, params);
+    const auto z = run_all(c, prompts, params);
     for (size_t i = 0; i < prompts.size(); ++i) {
-        EXPECT_EQ(x[i].tokens.at(0), y[i].tokens.at(0));
+        EXPECT_EQ(x[i].tokens.at(0), z[i].tokens.at(0)) << "fixed K, request " << i;
+        EXPECT_EQ(y[i].tokens.at(0), z[i].tokens.at(0)) << "cost policy, request " << i;
         EXPECT_EQ(x[i].tokens.at(0).size(), 30u);
     }
     EXPECT_GT(a.metrics().spec_draft_tokens, 0u);
     expect_all_free(a);
+    expect_all_free(b);
 }
 
 TEST(Speculation, DraftNeedsAModelAndPerRequestChoiceIsChecked) {
