@@ -98,6 +98,17 @@ FERRY_MATMUL(f16_49152x576, DType::F16, 49152, 576);  // an F16 head: from memor
 FERRY_MATMUL(bf16_1536x576, DType::BF16, 1536, 576);
 FERRY_MATMUL(f32_1536x576, DType::F32, 1536, 576);
 
+// Small batches, the widths a speculative verification or a few decoding sequences run at: what
+// one more token costs over one (the speculation cost policy plans with exactly this).
+#define FERRY_MATMUL_NARROW(name, type, rows, cols)               \
+    BENCHMARK_CAPTURE(BM_Matmul, name##_narrow, type, rows, cols) \
+        ->ArgsProduct({{1, 2, 3, 4, 5, 8}, {2}})                  \
+        ->ArgNames({"tokens", "threads"})                         \
+        ->UseRealTime()
+FERRY_MATMUL_NARROW(q4_1_1536x576, DType::Q4_1, 1536, 576);
+FERRY_MATMUL_NARROW(q8_0_49152x576, DType::Q8_0, 49152, 576);
+FERRY_MATMUL_NARROW(q4_0_65536x2048, DType::Q4_0, 65536, 2048);
+
 // One empty parallel region: the wake-up plus barrier a decode step pays per matmul group.
 void BM_PoolBarrier(benchmark::State& st) {
     ThreadPool pool(static_cast<int>(st.range(0)));
