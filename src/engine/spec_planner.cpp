@@ -6,10 +6,6 @@
 namespace ferry::engine {
 namespace {
 
-// A running mean over the first samples, then an exponential one: a cost measured under
-// yesterday's load fades within a few dozen steps.
-constexpr uint32_t kMeanWindow = 16;
-
 // Acceptance decays so the estimate follows a sequence whose output stops (or starts) copying
 // its input: a sequence's own record over its last ~10 verifications, the pool's over ~100.
 constexpr double kPoolDecay = 0.99;
@@ -24,13 +20,23 @@ DepthRates constant_rates(double a) {
 
 StepCostModel::StepCostModel(int max_tokens)
     : mean_(static_cast<size_t>(std::max(1, max_tokens)) + 1, 0.0),
-      count_(static_cast<size_t>(std::max(1, max_tokens)) + 1, 0) {}
+      count_(static_cast<size_t>(std::max(1, max_tokens)) + 1, 0),
+      recent_((static_cast<size_t>(std::max(1, max_tokens)) + 1) * kRecent, 0.0) {}
 
 void StepCostModel::record(int64_t tokens, double seconds) {
     if (tokens <= 0 || tokens >= static_cast<int64_t>(mean_.size()) || !(seconds > 0)) return;
+    // The median of the width's last kRecent steps: a step the OS descheduled (three times the
+    // others, on a shared machine) moves it by one place, not by a third, and a load that
+    // lasts takes over within kRecent / 2 steps.
     const auto i = static_cast<size_t>(tokens);
-    count_[i] = std::min(count_[i] + 1, kMeanWindow);
-    mean_[i] += (seconds - mean_[i]) / count_[i];
+    double* ring = recent_.data() + i * kRecent;
+    ring[count_[i] % kRecent] = seconds;
+    ++count_[i];
+    const size_t n = std::min<size_t>(count_[i], kRecent);
+    std::array<double, kRecent> sorted;
+    std::copy(ring, ring + n, sorted.begin());
+    std::sort(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(n));
+    mean_[i] = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
 }
 
 bool StepCostModel::measured(int64_t tokens) const {

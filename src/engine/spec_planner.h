@@ -26,8 +26,9 @@
 
 namespace ferry::engine {
 
-// Seconds a forward pass of n tokens takes, learned from the passes that ran (a running mean
-// per token count that follows a drifting machine), interpolated between the counts measured.
+// Seconds a forward pass of n tokens takes, learned from the passes that ran (the median of the
+// last few per token count, which follows a drifting machine and shrugs off a descheduled step),
+// interpolated between the counts measured.
 class StepCostModel {
   public:
     explicit StepCostModel(int max_tokens = 4096);
@@ -39,8 +40,10 @@ class StepCostModel {
     bool measured(int64_t tokens) const;
 
   private:
-    std::vector<double> mean_;
+    static constexpr size_t kRecent = 7;
+    std::vector<double> mean_;  // the estimate per count (the median of its recent steps)
     std::vector<uint32_t> count_;
+    std::vector<double> recent_;  // kRecent per count, a ring
 };
 
 constexpr int kMaxDraftTokens = 32;                      // --spec-k's ceiling
