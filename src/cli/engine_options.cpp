@@ -18,6 +18,12 @@ void EngineOptions::add_to(CLI::App& cmd) {
                    "but the token budget)")
         ->capture_default_str()
         ->check(CLI::Range(0, 1 << 20));
+    cmd.add_option("--max-tpot-ms", e.max_tpot_ms,
+                   "latency target: while requests decode, each step carries only the prefill "
+                   "tokens that keep its measured time within this (replaces "
+                   "--prefill-chunk-while-decoding once step times are known; 0: off)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1e6));
     cmd.add_option("--kv-cache-memory", e.kv_cache_memory,
                    "bytes for the KV block pool (0: 25% of available RAM, at most 2 GiB)")
         ->capture_default_str()

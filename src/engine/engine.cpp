@@ -218,6 +218,13 @@ void Engine::drain_inbox() {
     retire_finished();
 }
 
+int Engine::step_token_limit() const {
+    if (config_.max_tpot_ms <= 0) return 0;
+    const auto n = planner_.cost().max_tokens_within(config_.max_tpot_ms * 1e-3,
+                                                     config_.max_num_batched_tokens);
+    return n ? static_cast<int>(std::max<int64_t>(*n, 1)) : 0;  // unmeasured: the fixed chunk
+}
+
 void Engine::abort_now(RequestId id) {
     auto it = live_.find(id);
     if (it == live_.end()) return;
@@ -229,7 +236,7 @@ bool Engine::step() {
     drain_inbox();
     propose_drafts();
     const auto now = Clock::now();
-    SchedulerOutput out = scheduler_->schedule(now);
+    SchedulerOutput out = scheduler_->schedule(now, step_token_limit());
     if (out.empty()) {
         publish_metrics();
         return false;
@@ -669,6 +676,7 @@ void Engine::finish(Sequence& seq, FinishReason reason, TokenEvent* last) {
     m.prompt_tokens = static_cast<int>(r.prompt.size());
     m.output_tokens = r.output_tokens;
     m.cached_tokens = r.cached_tokens;
+    m.priority = r.params.priority;
     m.e2e_s = seconds(now - r.arrival_time);
     if (r.started) m.queue_s = seconds(r.scheduled_time - r.arrival_time);
     if (r.first_token_time != Clock::time_point{})
@@ -740,6 +748,7 @@ void Engine::publish_metrics() {
     metrics_.prefix_query_tokens = scheduler_->prefix_query_tokens();
     metrics_.prefix_hit_tokens = scheduler_->prefix_hit_tokens();
     metrics_.preemptions = scheduler_->preemptions();
+    metrics_.priority_preemptions = scheduler_->priority_preemptions();
     metrics_.kv_blocks_dropped = scheduler_->dropped_blocks();
 }
 

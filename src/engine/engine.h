@@ -95,6 +95,8 @@ class Engine {
     void fail(Request& r, std::string what);
     void fail_pending();
     void abort_now(RequestId id);
+    // The scheduler's step token limit under --max-tpot-ms (0: none yet, or no target).
+    int step_token_limit() const;
     void retire_finished();
     void publish_metrics();
 

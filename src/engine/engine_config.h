@@ -20,6 +20,11 @@ struct EngineConfig {
     // so a long prompt costs the others' next token a short step, not a whole budget's worth
     // (on a CPU a 512-token chunk is most of a second). 0: only the token budget applies.
     int prefill_chunk_while_decoding = 128;
+    // Latency target (Sarathi-Serve's rule with a time budget): while anyone decodes, a step
+    // carries only as many prefill tokens as keep its measured time within this, so running
+    // requests' TPOT holds while new prompts are admitted. Replaces the fixed chunk above once
+    // step times are known; 0: off.
+    double max_tpot_ms = 0;
     int64_t kv_cache_memory =
         0;                // bytes for the block pool; 0: 25 % of available RAM, capped at 2 GiB
     int block_size = 16;  // token slots per KV block

@@ -123,6 +123,10 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
         if (draft.tokens.empty()) {
             pending.assign(1, sampler.sample({logits.data(), size_t(n_vocab)}, history_));
             planner_.record_step(1, ms_since(t_step) * 1e-3);
+            if (spec.proposer) {
+                st.spec_step_drafted.push_back(0);
+                st.spec_step_accepted.push_back(0);
+            }
             continue;
         }
         // Roll back to the verified prefix: rejected positions are simply overwritten later.
@@ -135,6 +139,8 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
         ++st.spec_steps;
         st.spec_draft_tokens += static_cast<int>(draft.tokens.size());
         st.spec_accepted_tokens += accepted;
+        st.spec_step_drafted.push_back(static_cast<int>(draft.tokens.size()));
+        st.spec_step_accepted.push_back(accepted);
         planner_.record_verification(acceptance, static_cast<int>(draft.tokens.size()), accepted);
     }
     st.decode_ms = ms_since(t_decode);

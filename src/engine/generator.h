@@ -28,6 +28,9 @@ struct GenerationStats {
     int spec_draft_tokens = 0;  // tokens proposed and verified
     int spec_accepted_tokens = 0;
     int spec_declined_steps = 0;  // steps the cost policy ran without the draft it could have had
+    // With a proposer, every decode step's draft length and how many of it were accepted (0, 0
+    // for a step run without a draft), in order: acceptance along the generation.
+    std::vector<int> spec_step_drafted, spec_step_accepted;
 
     double prefill_tokens_per_s() const {
         return prefill_ms > 0 ? prompt_tokens / prefill_ms * 1e3 : 0;

@@ -35,7 +35,8 @@ struct EngineMetrics {
     uint64_t prompt_tokens_total = 0;
     uint64_t generation_tokens_total = 0;
     uint64_t preemptions = 0;
-    uint64_t kv_blocks_dropped = 0;  // given back out of every layer's sliding window
+    uint64_t priority_preemptions = 0;  // of those, to board a request of a better priority
+    uint64_t kv_blocks_dropped = 0;     // given back out of every layer's sliding window
     uint64_t steps = 0;
     uint64_t batched_tokens_total = 0;         // tokens run over all steps
     uint64_t batched_seqs_total = 0;           // sequences run over all steps
@@ -60,6 +61,7 @@ struct RequestMetrics {
     int prompt_tokens = 0;
     int output_tokens = 0;  // all completions together
     int cached_tokens = 0;
+    int priority = 0;
     double tpot_s() const {
         double s = 0;
         for (double x : itl_s) s += x;

@@ -121,21 +121,56 @@ void Scheduler::preempt(Sequence* victim, SchedulerOutput& out) {
     ++out.preempted;
 }
 
+void Scheduler::preempt_for_priority(SchedulerOutput& out) {
+    if (config_.batching == EngineConfig::Batching::Static) return;  // a batch runs to its end
+    const int bs = config_.block_size;
+    int64_t seats = config_.max_num_seqs - static_cast<int64_t>(running_.size());
+    int64_t free_blocks = blocks_.num_free();
+    // By index: a victim joins waiting_ (behind w, its priority being worse).
+    for (size_t i = 0; i < waiting_.size(); ++i) {  // best first
+        Sequence* w = waiting_[i];
+        // What boarding takes: a seat and the blocks of its first chunk (one more for the
+        // running ones' growth), prefix-cache hits ignored (they only make it cheaper).
+        const int chunk = std::min(w->num_uncomputed(), config_.max_num_batched_tokens);
+        const int64_t need = (chunk + bs - 1) / bs + 1;
+        while (seats < 1 || free_blocks < need) {
+            Sequence* victim = pick_victim();
+            if (!victim || victim->request->params.priority <= w->request->params.priority)
+                return;  // nobody worse runs: neither this one nor any later one can board
+            const int64_t before = blocks_.num_free();
+            boards_below_ = std::min(boards_below_, victim->request->params.priority);
+            preempt(victim, out);
+            ++priority_preemptions_;
+            ++seats;
+            free_blocks += blocks_.num_free() - before;
+        }
+        --seats;
+        free_blocks -= need;
+    }
+}
+
 bool Scheduler::admit_allowed() const {
     if (config_.batching == EngineConfig::Batching::Continuous) return true;
     return !waiting_.empty() && (static_batch_open_ || running_.empty());
 }
 
-SchedulerOutput Scheduler::schedule(Clock::time_point now) {
+SchedulerOutput Scheduler::schedule(Clock::time_point now, int step_token_limit) {
     SchedulerOutput out;
     int budget = config_.max_num_batched_tokens;
     std::stable_sort(running_.begin(), running_.end(), runs_before);
+    boards_below_ = std::numeric_limits<int>::max();
+    preempt_for_priority(out);
+    const int priority_preempted = out.preempted;
     // Prefill tokens this step may carry: fewer while someone waits for its next token.
-    const bool decoding = std::any_of(running_.begin(), running_.end(),
-                                      [](const Sequence* s) { return s->num_uncomputed() == 1; });
+    int decode_tokens = 0;
+    for (const Sequence* s : running_)
+        if (s->num_uncomputed() == 1) decode_tokens += 1 + static_cast<int>(s->draft.tokens.size());
+    const bool decoding = decode_tokens > 0;
     int prefill_left = decoding && config_.prefill_chunk_while_decoding > 0
                            ? config_.prefill_chunk_while_decoding
                            : config_.max_num_batched_tokens;
+    if (decoding && step_token_limit > 0)
+        prefill_left = std::max(kMinPrefillChunk, step_token_limit - decode_tokens);
 
     // 1. Sequences already running: decodes (1 token) and unfinished prefill chunks.
     for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
@@ -183,7 +218,7 @@ SchedulerOutput Scheduler::schedule(Clock::time_point now) {
         }
     }
     const bool is_static = config_.batching == EngineConfig::Batching::Static;
-    if (out.preempted == 0 && admit_allowed()) {
+    if (out.preempted == priority_preempted && admit_allowed()) {
         for (size_t i = 0; i < waiting_.size() && budget > 0 &&
                            static_cast<int>(running_.size()) < config_.max_num_seqs;) {
             Sequence* s = waiting_[i];
@@ -192,6 +227,9 @@ SchedulerOutput Scheduler::schedule(Clock::time_point now) {
                 continue;
             }
             if (prefill_left <= 0) break;
+            // A victim of this step's priority preemption does not board again at once (it
+            // would take back the blocks it just gave up), nor does anyone behind it.
+            if (s->request->params.priority >= boards_below_) break;
             const int hit = match_prefix(s);
             const int n = std::min({s->num_uncomputed(), budget, prefill_left, chunk_cap(s)});
             if (!ensure_blocks(s, n, out)) {

@@ -1,7 +1,8 @@
 // Decides, each step, which sequences run and how many tokens each, under a token budget and
 // a sequence cap, allocating their KV blocks (prefix-cache hits first) and preempting the
-// lowest-priority, most recent sequence by recomputation when blocks run out. One budget rule
-// covers prefill, decode and chunking: a sequence gets min(its uncomputed tokens, budget left).
+// lowest-priority, most recent sequence by recomputation when blocks run out, or when a request
+// of a better priority waits for a seat or blocks. One budget rule covers prefill, decode and
+// chunking: a sequence gets min(its uncomputed tokens, budget left).
 // It never touches tensors: block copies for copy-on-write are listed in its output, and the
 // blocks themselves are the block manager's.
 #pragma once
@@ -25,7 +26,11 @@ class Scheduler {
 
     void add(Sequence* seq);          // a new request's first sequence: waits
     void add_running(Sequence* seq);  // a forked sibling: already holds its blocks
-    SchedulerOutput schedule(Clock::time_point now);
+    // step_token_limit > 0: while anyone decodes, prefill adds at most this many tokens minus
+    // the decodes' (never under kMinPrefillChunk, so prompts keep boarding); the engine derives
+    // it from the latency target and measured step times.
+    SchedulerOutput schedule(Clock::time_point now, int step_token_limit = 0);
+    static constexpr int kMinPrefillChunk = 16;
     // After the model ran: the scheduled tokens are now in the cache (for a speculative
     // sequence, the real token now and the accepted draft tokens once verified).
     void on_computed(Sequence* seq, int num_tokens);
@@ -44,7 +49,8 @@ class Scheduler {
     const kv::BlockPool& pool() const { return blocks_.pool(); }
     uint64_t prefix_query_tokens() const { return prefix_query_tokens_; }
     uint64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
-    uint64_t preemptions() const { return preemptions_; }
+    uint64_t preemptions() const { return preemptions_; }  // all, priority ones included
+    uint64_t priority_preemptions() const { return priority_preemptions_; }
     // Blocks given back because they fell out of every layer's window.
     uint64_t dropped_blocks() const { return dropped_blocks_; }
     // Token slots held by running sequences that hold no token yet, over all held slots.
@@ -61,6 +67,9 @@ class Scheduler {
     void emit(Sequence* seq, int num_tokens, int num_draft, SchedulerOutput& out) const;
     void preempt(Sequence* victim, SchedulerOutput& out);
     Sequence* pick_victim() const;
+    // Makes room (a seat, the blocks of a first chunk) for waiting sequences by preempting
+    // running ones of a worse priority.
+    void preempt_for_priority(SchedulerOutput& out);
     void insert_waiting(Sequence* seq);
     int reserve_tokens(const Sequence* seq) const;  // contiguous baseline's up-front reservation
 
@@ -73,6 +82,8 @@ class Scheduler {
     std::vector<Sequence*> running_;
     bool static_batch_open_ = false;  // static batching: the current batch still runs
     uint64_t prefix_query_tokens_ = 0, prefix_hit_tokens_ = 0, preemptions_ = 0;
+    uint64_t priority_preemptions_ = 0;
+    int boards_below_ = 0;  // this step admits only priorities below this (its victims')
     uint64_t dropped_blocks_ = 0;
 };
 

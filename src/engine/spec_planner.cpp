@@ -64,6 +64,50 @@ std::optional<double> StepCostModel::estimate(int64_t tokens) const {
     return mean_[lo] + slope * double(tokens - lo);
 }
 
+std::optional<int64_t> StepCostModel::max_tokens_within(double seconds, int64_t limit) const {
+    const int64_t n = static_cast<int64_t>(mean_.size());
+    std::vector<int64_t> pts;  // the measured counts, ascending
+    for (int64_t i = 1; i < n; ++i)
+        if (count_[i] > 0) pts.push_back(i);
+    if (pts.empty()) return std::nullopt;
+    limit = std::max<int64_t>(limit, 1);
+    const int64_t last = pts.back();
+    if (limit > last) {
+        // Above the largest count measured nothing says how a step grows: assume no better
+        // than in proportion to its tokens (which counts the fixed cost of a step once per
+        // token), so the answer errs short and the next, longer step gets measured.
+        auto bound = [&](int64_t t) {
+            return std::max(*estimate(t), mean_[last] * double(t) / double(last));
+        };
+        if (bound(limit) <= seconds) return limit;
+        if (bound(last + 1) <= seconds) {
+            int64_t lo = last + 1, hi = limit;  // bound(lo) fits, bound(hi) does not
+            while (hi - lo > 1) {
+                const int64_t mid = lo + (hi - lo) / 2;
+                (bound(mid) <= seconds ? lo : hi) = mid;
+            }
+            return lo;
+        }
+    }
+    // Between measured counts the estimate is linear, so each piece, from the top down,
+    // either holds the answer or passes the search below it. Below the smallest count nothing
+    // is known.
+    for (size_t k = pts.size() - 1; k > 0; --k) {
+        const int64_t lo = pts[k - 1];
+        if (lo > limit) continue;
+        const int64_t hi = std::min(pts[k], limit);
+        const double f_lo = *estimate(lo), f_hi = *estimate(hi);
+        if (f_hi <= seconds) return hi;
+        if (f_lo <= seconds)
+            return lo + static_cast<int64_t>(std::floor((seconds - f_lo) / (f_hi - f_lo) *
+                                                        static_cast<double>(hi - lo)));
+    }
+    // The smallest measured count is the answer's ceiling when it fits (a step costs more with
+    // more tokens), else nothing known fits.
+    if (*estimate(pts[0]) <= seconds) return std::min(pts[0], limit);
+    return 0;
+}
+
 void AcceptanceStats::record(int proposed, int accepted_now, double decay) {
     proposed = std::min(proposed, kMaxDraftTokens);
     if (proposed <= 0) return;

@@ -38,6 +38,11 @@ class StepCostModel {
     // width gets tried once and then is known.
     std::optional<double> estimate(int64_t tokens) const;
     bool measured(int64_t tokens) const;
+    // The largest token count in [1, limit] whose estimated step time is at most `seconds`
+    // (0 when even the smallest count measured takes longer); nullopt while nothing is measured.
+    // Above the largest count measured a step is assumed to cost at least in proportion to its
+    // tokens, so an answer there errs short until a longer step has been measured.
+    std::optional<int64_t> max_tokens_within(double seconds, int64_t limit) const;
 
   private:
     static constexpr size_t kRecent = 7;

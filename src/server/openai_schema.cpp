@@ -298,6 +298,9 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
         s.has_seed = true;
     }
     if (f.get("n") && f.integer("n", i, 1, 64)) r.params.n = int(i);
+    // vLLM's extension: lower runs first, and boards by preempting a worse one when full.
+    if (f.get("priority") && f.integer("priority", i, -(int64_t{1} << 30), int64_t{1} << 30))
+        r.params.priority = int(i);
     f.boolean("stream", r.stream);
     f.boolean("ignore_eos", r.params.ignore_eos);
     if (const json* so = f.get("stream_options")) {

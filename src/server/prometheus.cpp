@@ -93,6 +93,8 @@ std::string render_prometheus(const engine::EngineMetrics& m, const ServerCounte
             w.sample("ferry:request_success_total", double(n),
                      fmt::format(",finished_reason=\"{}\"", escape_label(r)));
     w.counter("ferry:num_preemptions_total", double(m.preemptions), "Preempted sequences.");
+    w.counter("ferry:num_priority_preemptions_total", double(m.priority_preemptions),
+              "Sequences preempted to board a request of a better priority.");
     w.counter("ferry:kv_blocks_dropped_total", double(m.kv_blocks_dropped),
               "KV blocks given back because they left every layer's sliding window.");
     w.counter("ferry:spec_decode_num_draft_tokens_total", double(m.spec_draft_tokens),

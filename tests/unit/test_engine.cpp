@@ -9,6 +9,7 @@
 
 #include "engine/engine.h"
 #include "engine/generator.h"
+#include "engine/scheduler.h"
 #include "engine_test_util.h"
 
 using namespace ferry::engine;
@@ -470,4 +471,48 @@ TEST(Engine, ForwardIsBatchInvariant) {
         for (int v = 0; v < n_vocab; ++v)
             ASSERT_EQ(alone[v], logits[v]) << "batch of " << n << ", logit " << v;
     }
+}
+
+// --max-tpot-ms: once step times are measured, a prompt that arrives while another request
+// decodes is prefilled in chunks that keep each step within the target (at least the minimum
+// chunk when even the decodes alone take longer), and a generous target lets it run in one step;
+// the outputs are the same whatever the chunks.
+TEST(Engine, LatencyTargetSizesPrefillChunksFromMeasuredSteps) {
+    const auto prompts = mixed_prompts(2, 5);
+    std::vector<int32_t> long_prompt;
+    while (long_prompt.size() < 200)
+        long_prompt.insert(long_prompt.end(), prompts[1].begin(), prompts[1].end());
+    long_prompt.resize(200);
+    // Steps from the long prompt's arrival to its first token, and the tokens of both.
+    auto run = [&](double max_tpot_ms, std::vector<std::vector<int32_t>>& tokens) {
+        auto cfg = small_config();
+        cfg.max_tpot_ms = max_tpot_ms;
+        auto eng = make_engine(cfg);
+        tokens.assign(2, {});
+        int first_token_step = -1, steps = 0;
+        auto collect = [&](int i) {
+            return [&, i](const TokenEvent& e) {
+                if (e.token < 0) return;
+                tokens[i].push_back(e.token);
+                if (i == 1 && first_token_step < 0) first_token_step = steps;
+            };
+        };
+        EXPECT_TRUE(eng->add_request(prompts[0], greedy(40), collect(0)).ok());
+        for (int i = 0; i < 6; ++i) eng->step();  // measures decode steps and the first prefill
+        EXPECT_TRUE(eng->add_request(long_prompt, greedy(4), collect(1)).ok());
+        while (eng->has_work()) {
+            ++steps;
+            eng->step();
+        }
+        expect_all_free(*eng);
+        return first_token_step;
+    };
+    std::vector<std::vector<int32_t>> fixed, tight, loose;
+    EXPECT_EQ(run(0, fixed), 2) << "no target: 128-token chunks while decoding";
+    EXPECT_EQ(run(1e-6, tight),
+              (200 + Scheduler::kMinPrefillChunk - 1) / Scheduler::kMinPrefillChunk)
+        << "a target nothing meets: the minimum chunk";
+    EXPECT_EQ(run(1e6, loose), 1) << "a target everything meets: the token budget";
+    EXPECT_EQ(tight, fixed);
+    EXPECT_EQ(loose, fixed);
 }

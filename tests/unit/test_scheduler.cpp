@@ -210,3 +210,128 @@ TEST(Scheduler, PrefixHitReusesBlocksAndLeavesOneTokenToCompute) {
     EXPECT_EQ(out.seqs[0].num_tokens(), 16);
     EXPECT_EQ(sch.prefix_hit_tokens(), 32u);
 }
+
+namespace {
+
+// Runs a step's tokens as computed; a sequence that wanted logits gets its next token.
+void compute(Scheduler& sch, const SchedulerOutput& out) {
+    for (const auto& s : out.seqs) {
+        Sequence* q = sch.sequence(s.seq_id);
+        sch.on_computed(q, s.num_tokens());
+        if (s.wants_logits) q->tokens.push_back(1);
+    }
+}
+
+const ScheduledSeq* find(const SchedulerOutput& out, const Sequence* s) {
+    for (const auto& x : out.seqs)
+        if (x.seq_id == s->id) return &x;
+    return nullptr;
+}
+
+}  // namespace
+
+// With every seat taken, a request of a better priority boards at once by preempting the
+// worst, most recent running one (which resumes, recomputed, once a seat frees); a request of
+// the same priority waits its turn.
+TEST(Scheduler, ABetterPriorityPreemptsTheWorstRunning) {
+    auto cfg = base_config();
+    cfg.max_num_seqs = 2;
+    Scheduler sch(cfg, 4096, 512);
+    World w;
+    std::mt19937 rng(11);
+    Sequence* a = new_request(w, rng, 0, 20, 50, 1000);
+    Sequence* b = new_request(w, rng, 1, 20, 50, 1000);
+    a->request->params.priority = 1;
+    b->request->params.priority = 1;
+    sch.add(a);
+    sch.add(b);
+    compute(sch, sch.schedule(Clock::now()));
+    ASSERT_EQ(sch.num_running(), 2);
+
+    Sequence* same = new_request(w, rng, 2, 20, 5, 1000);
+    same->request->params.priority = 1;
+    sch.add(same);
+    auto out = sch.schedule(Clock::now());
+    EXPECT_EQ(find(out, same), nullptr) << "an equal priority does not preempt";
+    EXPECT_EQ(sch.priority_preemptions(), 0u);
+    compute(sch, out);
+
+    Sequence* urgent = new_request(w, rng, 3, 20, 5, 1000);
+    urgent->request->params.priority = 0;
+    sch.add(urgent);
+    out = sch.schedule(Clock::now());
+    ASSERT_NE(find(out, urgent), nullptr) << "boards in the step it arrived";
+    EXPECT_EQ(find(out, urgent)->num_tokens(), 20);
+    EXPECT_NE(find(out, a), nullptr) << "the earlier of the two keeps its seat";
+    EXPECT_EQ(find(out, b), nullptr);
+    EXPECT_EQ(b->status, SeqStatus::Waiting);
+    EXPECT_EQ(b->num_computed, 0) << "preempted by recomputation: its blocks went back";
+    EXPECT_EQ(sch.priority_preemptions(), 1u);
+    EXPECT_EQ(sch.preemptions(), 1u);
+    compute(sch, out);
+
+    // The urgent one finishes; the preempted one boards again before the later, equal one.
+    while (urgent->output_len() < 5) compute(sch, sch.schedule(Clock::now()));
+    sch.remove(urgent);
+    out = sch.schedule(Clock::now());
+    ASSERT_NE(find(out, b), nullptr);
+    // Its prompt and two output tokens again, the first full block found in the prefix cache.
+    EXPECT_EQ(find(out, b)->start_pos, 16);
+    EXPECT_EQ(find(out, b)->num_tokens(), 6);
+    EXPECT_EQ(find(out, same), nullptr);
+    EXPECT_EQ(sch.preemptions(), 1u);
+}
+
+// Blocks, not seats: a better priority that cannot get the blocks of its first chunk takes them
+// from the worst running one.
+TEST(Scheduler, ABetterPriorityTakesBlocksFromTheWorstRunning) {
+    auto cfg = base_config();
+    Scheduler sch(cfg, 4096, 8);  // 128 token slots
+    World w;
+    std::mt19937 rng(12);
+    Sequence* low = new_request(w, rng, 0, 100, 50, 1000);
+    low->request->params.priority = 5;
+    sch.add(low);
+    compute(sch, sch.schedule(Clock::now()));
+    compute(sch, sch.schedule(Clock::now()));
+    ASSERT_EQ(low->num_computed, 100);
+    Sequence* high = new_request(w, rng, 1, 60, 5, 1000);
+    high->request->params.priority = -3;
+    sch.add(high);
+    auto out = sch.schedule(Clock::now());
+    ASSERT_NE(find(out, high), nullptr);
+    EXPECT_EQ(find(out, low), nullptr);
+    EXPECT_EQ(sch.priority_preemptions(), 1u);
+    ASSERT_TRUE(sch.pool().consistent());
+}
+
+// The latency target's token limit: prefill fills what the decodes leave of it, and never
+// less than a minimum chunk, so a prompt keeps boarding behind a batch that alone is over it.
+TEST(Scheduler, StepTokenLimitBoundsPrefillWhileOthersDecode) {
+    auto cfg = base_config();
+    cfg.max_num_batched_tokens = 256;
+    Scheduler sch(cfg, 4096, 512);
+    World w;
+    std::mt19937 rng(13);
+    std::vector<Sequence*> decoders;
+    for (int i = 0; i < 3; ++i) {
+        decoders.push_back(new_request(w, rng, static_cast<uint64_t>(i), 8, 100, 1000));
+        sch.add(decoders.back());
+    }
+    compute(sch, sch.schedule(Clock::now(), 40));  // nobody decodes yet: the whole budget
+    Sequence* big = new_request(w, rng, 3, 1000, 10, 1000);
+    sch.add(big);
+    auto out = sch.schedule(Clock::now(), 40);
+    ASSERT_NE(find(out, big), nullptr);
+    EXPECT_EQ(find(out, big)->num_tokens(), 37) << "40 minus the three decodes";
+    EXPECT_EQ(out.total_tokens, 40);
+    compute(sch, out);
+    out = sch.schedule(Clock::now(), 5);
+    EXPECT_EQ(find(out, big)->num_tokens(), Scheduler::kMinPrefillChunk);
+    compute(sch, out);
+    out = sch.schedule(Clock::now());  // no limit: the fixed chunk while decoding
+    EXPECT_EQ(find(out, big)->num_tokens(), cfg.prefill_chunk_while_decoding);
+    compute(sch, out);
+    out = sch.schedule(Clock::now(), 1000);
+    EXPECT_EQ(out.total_tokens, 256) << "the token budget still caps the step";
+}

@@ -52,7 +52,7 @@ std::optional<GenRequest> parse(const std::string& body, Endpoint kind, ApiError
 TEST(ServerSchema, CompletionDefaultsAndParams) {
     ApiError err;
     auto r = parse(R"({"model":"m","prompt":"hi","temperature":0,"seed":7,"n":2,"stop":"x",
-                      "max_tokens":5,"logprobs":2,"top_k":-1,"ignore_eos":true})",
+                      "max_tokens":5,"logprobs":2,"top_k":-1,"ignore_eos":true,"priority":-2})",
                    Endpoint::Completions, err);
     ASSERT_TRUE(r) << err.message;
     EXPECT_EQ(r->prompts.size(), 1u);
@@ -64,10 +64,12 @@ TEST(ServerSchema, CompletionDefaultsAndParams) {
     EXPECT_TRUE(r->params.sampling.has_seed);
     EXPECT_EQ(r->params.sampling.top_k, 0);
     EXPECT_TRUE(r->params.ignore_eos);
+    EXPECT_EQ(r->params.priority, -2);
     auto d = parse(R"({"prompt":[[1,2],[3]]})", Endpoint::Completions, err);
     ASSERT_TRUE(d) << err.message;
     EXPECT_EQ(d->prompts.size(), 2u);
     EXPECT_EQ(d->params.max_tokens, 16);
+    EXPECT_EQ(d->params.priority, 0);
 }
 
 TEST(ServerSchema, ErrorsNameTheField) {
@@ -80,6 +82,8 @@ TEST(ServerSchema, ErrorsNameTheField) {
         {R"({"prompt":"hi","temperature":"hot"})", 400, "temperature"},
         {R"({"prompt":"hi","temperature":3})", 400, "temperature"},
         {R"({"prompt":"hi","n":0})", 400, "n"},
+        {R"({"prompt":"hi","priority":"high"})", 400, "priority"},
+        {R"({"prompt":"hi","priority":1.5})", 400, "priority"},
         {R"({"prompt":"hi","max_tokens":1.5})", 400, "max_tokens"},
         {R"({"prompt":"hi","max_tokens":1e300})", 400, "max_tokens"},
         {R"({"prompt":"hi","max_tokens":100})", 400, "max_tokens"},

@@ -66,6 +66,42 @@ TEST(StepCostModel, FollowsAMachineWhoseSpeedChanges) {
     EXPECT_NEAR(*m.estimate(3), 0.030, 1e-12);
 }
 
+TEST(StepCostModel, FindsTheLargestStepWithinATimeBudget) {
+    StepCostModel none(64);
+    EXPECT_FALSE(none.max_tokens_within(1.0, 64).has_value()) << "nothing measured";
+
+    // 2 ms plus 0.5 ms a token, measured at every count up to 40: the budget's own solution.
+    const StepCostModel m = linear_cost(0.002, 0.0005, 40);
+    EXPECT_EQ(*m.max_tokens_within(0.01205, 200), 20);  // 2 + 0.5 x 20 = 12 ms
+    EXPECT_EQ(*m.max_tokens_within(0.0124, 200), 20);   // 20.8 tokens: whole ones only
+    EXPECT_EQ(*m.max_tokens_within(0.01205, 15), 15) << "capped by the limit";
+    // Past 40 nothing is measured: no better than in proportion to the 40-token step (22 ms),
+    // so 54, where the measured line alone would say 56.
+    EXPECT_EQ(*m.max_tokens_within(0.0301, 200), 54);
+    EXPECT_EQ(*m.max_tokens_within(0.001, 200), 0) << "even one token takes longer";
+
+    // Sparse measurements: between them, the interpolated line; above them, in proportion.
+    StepCostModel s(512);
+    s.record(4, 0.010);
+    s.record(132, 0.074);  // 0.5 ms a token between
+    EXPECT_EQ(*s.max_tokens_within(0.0301, 512), 44);
+    EXPECT_EQ(*s.max_tokens_within(0.074, 100), 100);
+    StepCostModel one(512);
+    one.record(8, 0.010);
+    EXPECT_EQ(*one.max_tokens_within(0.020, 300), 16) << "one point: in proportion above it";
+    EXPECT_EQ(*one.max_tokens_within(0.012, 300), 9);
+    EXPECT_EQ(*one.max_tokens_within(0.020, 5), 5) << "cheaper below a count that fits";
+    EXPECT_EQ(*one.max_tokens_within(0.005, 300), 0);
+
+    // An estimate that is not monotone (a noisy width): the largest count that fits wins.
+    StepCostModel bumpy(64);
+    bumpy.record(10, 0.010);
+    bumpy.record(20, 0.030);
+    bumpy.record(30, 0.015);
+    bumpy.record(40, 0.040);
+    EXPECT_EQ(*bumpy.max_tokens_within(0.0201, 64), 32);  // 15 ms at 30, +2.5 ms a token
+}
+
 TEST(AcceptanceStats, StartsAtThePriorAndFollowsRecentVerifications) {
     AcceptanceStats a;
     EXPECT_DOUBLE_EQ(a.rates(0.6)[0], 0.6);
