@@ -29,7 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/loopback_http.h"
+#include "cli/http_client.h"
 
 namespace ferry::cli {
 namespace {
@@ -365,7 +365,12 @@ double parse_duration(const std::string& s) {
 }
 
 void run_soak(const SoakOptions& o) {
-    const Target target = parse_loopback_url(o.url);
+    const Target target = parse_http_url(o.url);
+    // The soak sends malformed, oversized and abandoned requests: only to this machine.
+    if (!is_loopback(target))
+        throw ExitError("--soak only targets a server on this machine (127.0.0.1, ::1, localhost)");
+    if (!target.base_path.empty())
+        throw ExitError("--soak: give the server's root URL (it reads /health and /metrics)");
     // The context, so the over-long prompts are over it.
     HttpReply models = fetch(target, "GET", "/v1/models", "", o.api_key, 10);
     int max_model_len = 0;

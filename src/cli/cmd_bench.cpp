@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_plot.h"
 #include "cli/commands.h"
 #include "cli/kv_options.h"
 #include "cli/model_options.h"
@@ -31,6 +32,7 @@ struct DecodeBenchOptions {
     int gen_tokens = 64;
     int repeats = 3;
     bool json = false;
+    std::string plot;
 };
 
 struct Summary {
@@ -120,6 +122,7 @@ void bench_decode(const DecodeBenchOptions& o) {
     const bool speculate = proposer != nullptr;
     std::vector<double> prefill, decode, ttft, tpot, base_decode, speedup;
     int64_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0, spec_declined = 0;
+    std::vector<int> trace_drafted, trace_accepted;  // the last measured run's, step by step
     bool identical = true;
     Progress bar("bench decode", (o.repeats + 1) * (speculate ? 2 : 1), !o.json);
     int done = 0;
@@ -157,6 +160,8 @@ void bench_decode(const DecodeBenchOptions& o) {
             spec_drafted += st.spec_draft_tokens;
             spec_accepted += st.spec_accepted_tokens;
             spec_declined += st.spec_declined_steps;
+            trace_drafted = st.spec_step_drafted;
+            trace_accepted = st.spec_step_accepted;
         }
     }
     bar.finish();
@@ -231,6 +236,7 @@ void bench_decode(const DecodeBenchOptions& o) {
         for (int n = 1; n <= spec_cfg.k + 1; ++n)
             if (cm.measured(n)) costs.push_back({{"tokens", n}, {"ms", *cm.estimate(n) * 1e3}});
         j["spec_step_ms"] = costs;
+        j["spec_trace"] = {{"drafted", trace_drafted}, {"accepted", trace_accepted}};
     }
     for (const auto& ph : phases) j["bottleneck"][ph.phase] = ph.to_json();
     const model::ExpertLoad load =
@@ -241,6 +247,8 @@ void bench_decode(const DecodeBenchOptions& o) {
           std::pair{"ttft_ms", tt}, std::pair{"tpot_ms", tp}})
         j["range"][key] = {{"median", s.median}, {"min", s.min}, {"max", s.max}};
     j["range"]["read_bandwidth_gbs"] = {{"median", bws.median}, {"min", bws.min}, {"max", bws.max}};
+    j["bench"] = "decode";
+    if (!o.plot.empty()) write_plot(j, o.plot);
     if (o.json) {
         std::printf("%s\n", j.dump(2).c_str());
         return;
@@ -308,6 +316,7 @@ void add_bench_command(CLI::App& app) {
     o->kv_dtype.add_to(*dec);
     o->spec.add_to(*dec, false);
     dec->add_flag("--json", o->json, "print JSON with stable keys");
+    add_plot_option(*dec, o->plot);
     dec->callback([o] { bench_decode(*o); });
     add_bench_throughput_command(*bench);
     add_bench_serve_command(*bench);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <optional>
 #include <random>
 #include <thread>
@@ -13,8 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_plot.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/latency_slo.h"
 #include "cli/model_options.h"
 #include "core/progress.h"
 #include "model/moe.h"
@@ -56,8 +59,11 @@ struct ThroughputOptions {
     float temperature = 0;
     int top_k = 0;
     float top_p = 1;
+    LatencySlo slo;
+    double high_priority_fraction = 0;  // of requests, at priority -1 (the rest at 0)
     bool compare = false;
     bool vs_unconstrained = false;
+    std::string plot;
     bool json = false;
 };
 
@@ -67,6 +73,7 @@ struct Item {
     double arrival_s;
     // A dataset line's response_format (or guided_json, grammar, ...), compiled.
     std::shared_ptr<const grammar::CompiledGrammar> grammar;
+    int priority = 0;
 };
 
 // What compiling the workload's distinct constraints cost (each is compiled once).
@@ -194,6 +201,10 @@ std::vector<Item> make_workload(const ThroughputOptions& o, const engine::Loaded
         double t = 0;
         for (auto& it : items) it.arrival_s = (t += gap(rng));
     }
+    if (o.high_priority_fraction > 0) {
+        std::bernoulli_distribution high(o.high_priority_fraction);
+        for (auto& it : items) it.priority = high(rng) ? -1 : 0;
+    }
     return items;
 }
 
@@ -220,7 +231,8 @@ struct Peaks {
 
 nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineConfig& cfg,
                             const std::vector<Item>& items, const std::string& label, bool quiet,
-                            const Peaks& peaks, const engine::SamplingParams& sampling,
+                            const Peaks& peaks, const LatencySlo& slo,
+                            const engine::SamplingParams& sampling,
                             std::vector<int>* out_lens = nullptr) {
     if (out_lens) out_lens->assign(items.size(), 0);
     const std::unique_ptr<engine::Engine> engine_ptr = take(engine::Engine::create(lm, cfg));
@@ -254,6 +266,7 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
             p.sampling.seed = sampling.seed + next;  // each run of --compare draws the same
             p.sampling.has_seed = true;
             p.grammar = items[next].grammar;
+            p.priority = items[next].priority;
             engine::TokenCallback cb;
             if (out_lens)
                 cb = [out_lens, i = next](const engine::TokenEvent& ev) {
@@ -281,11 +294,18 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
     const auto m = eng.metrics();
     int64_t in_tok = 0, out_tok = 0;
     std::vector<double> ttft, tpot;
+    std::map<int, std::vector<double>> ttft_by_priority, tpot_by_priority;
+    int64_t good = 0;
     for (const auto& r : finished) {
         in_tok += r.prompt_tokens;
         out_tok += r.output_tokens;
         ttft.push_back(r.ttft_s * 1e3);
-        if (!r.itl_s.empty()) tpot.push_back(r.tpot_s() * 1e3);
+        ttft_by_priority[r.priority].push_back(r.ttft_s * 1e3);
+        if (!r.itl_s.empty()) {
+            tpot.push_back(r.tpot_s() * 1e3);
+            tpot_by_priority[r.priority].push_back(r.tpot_s() * 1e3);
+        }
+        good += slo.met(r.ttft_s, r.tpot_s());
     }
     // Every step reads all weights once and does 2 x params FLOPs per token it runs.
     const double bytes = double(m.steps) * double(lm.model->weight_bytes_per_token(*lm.backend));
@@ -303,12 +323,20 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
         {"total_tokens_per_s", double(in_tok + out_tok) / wall},
         {"ttft_ms", to_json(stats_of(ttft))},
         {"tpot_ms", to_json(stats_of(tpot))},
+        {"goodput", double(good) / wall},
+        // Every request's, for distributions (--plot).
+        {"latencies", {{"ttft_ms", ttft}, {"tpot_ms", tpot}}},
+        {"slo_met_fraction", finished.empty() ? 0.0 : double(good) / double(finished.size())},
+        {"slo_ttft_ms", slo.ttft_ms},
+        {"slo_tpot_ms", slo.tpot_ms},
+        {"max_tpot_ms", cfg.max_tpot_ms},
         {"kv_waste_fraction", waste_steps ? waste_sum / double(waste_steps) : 0.0},
         {"peak_kv_blocks", peak_blocks},
         {"kv_blocks_total", m.kv_blocks_total},
         {"kv_dtype", quant::kv_dtype_name(cfg.kv_dtype)},
         {"kv_bytes_per_token", eng.kv_bytes_per_token()},
         {"preemptions", m.preemptions},
+        {"priority_preemptions", m.priority_preemptions},
         {"kv_blocks_dropped", m.kv_blocks_dropped},
         {"prefix_hit_fraction",
          m.prefix_query_tokens ? double(m.prefix_hit_tokens) / double(m.prefix_query_tokens) : 0.0},
@@ -329,6 +357,14 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
     const model::ExpertLoad load =
         model::expert_load(lm.model->config(), lm.model->expert_tokens());
     if (load.n_expert) row["experts"] = load.to_json();
+    if (ttft_by_priority.size() > 1) {
+        nlohmann::json by = nlohmann::json::object();
+        for (const auto& [prio, v] : ttft_by_priority)
+            by[std::to_string(prio)] = {{"requests", v.size()},
+                                        {"ttft_ms", to_json(stats_of(v))},
+                                        {"tpot_ms", to_json(stats_of(tpot_by_priority[prio]))}};
+        row["by_priority"] = by;
+    }
     if (!grammars.empty()) {
         // Masks computed during this run (the rest came from the per-state cache) and what
         // computing them cost, beside the forward passes.
@@ -348,14 +384,16 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
 }
 
 void print_row(const nlohmann::json& r) {
-    std::printf("%-22s %8.2f %10.1f %10.1f %9.1f %9.1f %9.1f %8.1f%% %7lld %6llu %7.1f%%\n",
-                r["label"].get<std::string>().c_str(), r["requests_per_s"].get<double>(),
-                r["output_tokens_per_s"].get<double>(), r["total_tokens_per_s"].get<double>(),
-                r["ttft_ms"]["p50"].get<double>(), r["ttft_ms"]["p99"].get<double>(),
-                r["tpot_ms"]["p50"].get<double>(), 100 * r["kv_waste_fraction"].get<double>(),
-                static_cast<long long>(r["peak_kv_blocks"].get<int64_t>()),
-                static_cast<unsigned long long>(r["preemptions"].get<uint64_t>()),
-                100 * r["prefix_hit_fraction"].get<double>());
+    std::printf(
+        "%-22s %8.2f %8.2f %10.1f %10.1f %9.1f %9.1f %9.1f %9.1f %8.1f%% %7lld %6llu %7.1f%%\n",
+        r["label"].get<std::string>().c_str(), r["requests_per_s"].get<double>(),
+        r["goodput"].get<double>(), r["output_tokens_per_s"].get<double>(),
+        r["total_tokens_per_s"].get<double>(), r["ttft_ms"]["p50"].get<double>(),
+        r["ttft_ms"]["p99"].get<double>(), r["tpot_ms"]["p50"].get<double>(),
+        r["tpot_ms"]["p99"].get<double>(), 100 * r["kv_waste_fraction"].get<double>(),
+        static_cast<long long>(r["peak_kv_blocks"].get<int64_t>()),
+        static_cast<unsigned long long>(r["preemptions"].get<uint64_t>()),
+        100 * r["prefix_hit_fraction"].get<double>());
 }
 
 void bench_throughput(const ThroughputOptions& o) {
@@ -382,7 +420,7 @@ void bench_throughput(const ThroughputOptions& o) {
         throw ExitError("--vs-unconstrained needs a --dataset whose lines constrain the output");
     if (!o.compare) {
         std::vector<int> lens;
-        rows.push_back(run_workload(lm, cfg, items, "as configured", o.json, peaks, sampling,
+        rows.push_back(run_workload(lm, cfg, items, "as configured", o.json, peaks, o.slo, sampling,
                                     o.vs_unconstrained ? &lens : nullptr));
         if (o.vs_unconstrained) {
             // The same prompts, free, each generating as many tokens as its constrained run
@@ -396,10 +434,11 @@ void bench_throughput(const ThroughputOptions& o) {
                 free_items[i].output_len = std::max(1, lens[i]);
             }
             rows.push_back(
-                run_workload(lm, cfg, free_items, "unconstrained", o.json, peaks, sampling));
+                run_workload(lm, cfg, free_items, "unconstrained", o.json, peaks, o.slo, sampling));
             rows.push_back(
-                run_workload(lm, cfg, free_items, "unconstrained", o.json, peaks, sampling));
-            rows.push_back(run_workload(lm, cfg, items, "as configured", o.json, peaks, sampling));
+                run_workload(lm, cfg, free_items, "unconstrained", o.json, peaks, o.slo, sampling));
+            rows.push_back(
+                run_workload(lm, cfg, items, "as configured", o.json, peaks, o.slo, sampling));
         }
     } else {
         using C = engine::EngineConfig;
@@ -409,26 +448,26 @@ void bench_throughput(const ThroughputOptions& o) {
             return c;
         };
         rows.push_back(run_workload(lm, with([](C&) {}), items, "continuous+paged+prefix", o.json,
-                                    peaks, sampling));
+                                    peaks, o.slo, sampling));
         rows.push_back(run_workload(lm, with([](C& c) { c.batching = C::Batching::Static; }), items,
-                                    "static batching", o.json, peaks, sampling));
+                                    "static batching", o.json, peaks, o.slo, sampling));
         rows.push_back(run_workload(lm, with([](C& c) { c.kv_layout = C::KvLayout::Contiguous; }),
-                                    items, "contiguous kv", o.json, peaks, sampling));
+                                    items, "contiguous kv", o.json, peaks, o.slo, sampling));
         rows.push_back(run_workload(lm, with([](C& c) { c.prefix_cache = false; }), items,
-                                    "prefix cache off", o.json, peaks, sampling));
+                                    "prefix cache off", o.json, peaks, o.slo, sampling));
         if (cfg.kv_dtype != quant::KvDType::F32)
             rows.push_back(run_workload(lm, with([](C& c) { c.kv_dtype = quant::KvDType::F32; }),
-                                        items, "f32 kv", o.json, peaks, sampling));
+                                        items, "f32 kv", o.json, peaks, o.slo, sampling));
         if (cfg.spec.method != engine::SpecMethod::Off)
             rows.push_back(run_workload(lm,
                                         with([](C& c) { c.spec.method = engine::SpecMethod::Off; }),
-                                        items, "speculation off", o.json, peaks, sampling));
+                                        items, "speculation off", o.json, peaks, o.slo, sampling));
         if (constrained) {
             // The cost of constraining: the same prompts, free.
             auto free_items = items;
             for (auto& it : free_items) it.grammar.reset();
             rows.push_back(
-                run_workload(lm, cfg, free_items, "unconstrained", o.json, peaks, sampling));
+                run_workload(lm, cfg, free_items, "unconstrained", o.json, peaks, o.slo, sampling));
         }
     }
     if (o.vs_unconstrained && !o.compare) {
@@ -444,31 +483,34 @@ void bench_throughput(const ThroughputOptions& o) {
         rows[0]["tpot_ratio_vs_unconstrained"] = ratio(0, 1);
         rows[3]["tpot_ratio_vs_unconstrained"] = ratio(3, 2);
     }
+    // The report as JSON (printed with --json, drawn with --plot).
+    const bool many = o.compare || o.vs_unconstrained;
+    nlohmann::json j = many ? nlohmann::json{{"runs", rows}} : rows.front();
+    if (o.vs_unconstrained && !o.compare)
+        j["tpot_ratio_vs_unconstrained"] = {
+            {"masks_computed", rows[0]["tpot_ratio_vs_unconstrained"]},
+            {"masks_cached", rows[3]["tpot_ratio_vs_unconstrained"]}};
+    j["model"] = lm.path;
+    j["num_prompts"] = items.size();
+    // What the prompts came to, after the shared prefix and any cut to the context.
+    int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0, sum = 0;
+    for (const auto& it : items) {
+        const auto n = static_cast<int64_t>(it.prompt.size());
+        lo = std::min(lo, n), hi = std::max(hi, n), sum += n;
+    }
+    j["prompt_len"] = {{"min", lo},
+                       {"mean", static_cast<double>(sum) / static_cast<double>(items.size())},
+                       {"max", hi}};
+    j["shared_prefix_len"] = o.dataset.empty() ? o.shared_prefix_len : 0;
+    j["threads"] = o.model.resolved_threads();
+    if (g_compile.grammars)
+        j["grammar_compile_ms"] = {{"grammars", g_compile.grammars},
+                                   {"mean", 1e3 * g_compile.total_s / g_compile.grammars},
+                                   {"max", 1e3 * g_compile.max_s}};
+    j["sampling"] = {{"temperature", o.temperature}, {"top_k", o.top_k}, {"top_p", o.top_p}};
+    j["bench"] = "throughput";
+    if (!o.plot.empty()) write_plot(j, o.plot);
     if (o.json) {
-        const bool many = o.compare || o.vs_unconstrained;
-        nlohmann::json j = many ? nlohmann::json{{"runs", rows}} : rows.front();
-        if (o.vs_unconstrained && !o.compare)
-            j["tpot_ratio_vs_unconstrained"] = {
-                {"masks_computed", rows[0]["tpot_ratio_vs_unconstrained"]},
-                {"masks_cached", rows[3]["tpot_ratio_vs_unconstrained"]}};
-        j["model"] = lm.path;
-        j["num_prompts"] = items.size();
-        // What the prompts came to, after the shared prefix and any cut to the context.
-        int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0, sum = 0;
-        for (const auto& it : items) {
-            const auto n = static_cast<int64_t>(it.prompt.size());
-            lo = std::min(lo, n), hi = std::max(hi, n), sum += n;
-        }
-        j["prompt_len"] = {{"min", lo},
-                           {"mean", static_cast<double>(sum) / static_cast<double>(items.size())},
-                           {"max", hi}};
-        j["shared_prefix_len"] = o.dataset.empty() ? o.shared_prefix_len : 0;
-        j["threads"] = o.model.resolved_threads();
-        if (g_compile.grammars)
-            j["grammar_compile_ms"] = {{"grammars", g_compile.grammars},
-                                       {"mean", 1e3 * g_compile.total_s / g_compile.grammars},
-                                       {"max", 1e3 * g_compile.max_s}};
-        j["sampling"] = {{"temperature", o.temperature}, {"top_k", o.top_k}, {"top_p", o.top_p}};
         std::printf("%s\n", j.dump(2).c_str());
         return;
     }
@@ -479,10 +521,24 @@ void bench_throughput(const ThroughputOptions& o) {
                                                 o.temperature, o.top_k, o.top_p)
                                         .c_str()
                                   : "greedy");
-    std::printf("%-22s %8s %10s %10s %9s %9s %9s %9s %7s %6s %8s\n", "run", "req/s", "out tok/s",
-                "tot tok/s", "ttft p50", "ttft p99", "tpot p50", "kv waste", "peak kv", "preem",
-                "prefix");
+    if (o.slo.ttft_ms > 0 || o.slo.tpot_ms > 0)
+        std::printf("goodput: requests per second with TTFT <= %s and TPOT <= %s\n",
+                    o.slo.ttft_ms > 0 ? fmt::format("{} ms", o.slo.ttft_ms).c_str() : "any",
+                    o.slo.tpot_ms > 0 ? fmt::format("{} ms", o.slo.tpot_ms).c_str() : "any");
+    std::printf("%-22s %8s %8s %10s %10s %9s %9s %9s %9s %9s %7s %6s %8s\n", "run", "req/s",
+                "goodput", "out tok/s", "tot tok/s", "ttft p50", "ttft p99", "tpot p50", "tpot p99",
+                "kv waste", "peak kv", "preem", "prefix");
     for (const auto& r : rows) print_row(r);
+    for (const auto& r : rows) {
+        if (!r.contains("by_priority")) continue;
+        for (const auto& [prio, b] : r["by_priority"].items())
+            std::printf(
+                "%-22s priority %s: %zu requests, ttft p50 %.1f p99 %.1f ms, tpot p50 "
+                "%.1f p99 %.1f ms\n",
+                r["label"].get<std::string>().c_str(), prio.c_str(), b["requests"].get<size_t>(),
+                b["ttft_ms"]["p50"].get<double>(), b["ttft_ms"]["p99"].get<double>(),
+                b["tpot_ms"]["p50"].get<double>(), b["tpot_ms"]["p99"].get<double>());
+    }
     for (const auto& r : rows)
         std::printf("%-22s %s\n", r["label"].get<std::string>().c_str(),
                     r["bottleneck"]["summary"].get<std::string>().c_str());
@@ -535,12 +591,19 @@ void add_bench_throughput_command(CLI::App& bench) {
     cmd->add_option("--top-p", o->top_p, "with --temperature: nucleus mass (1: off)")
         ->capture_default_str()
         ->check(kFinite & CLI::Range(0.0, 1.0));
+    o->slo.add_to(*cmd);
+    cmd->add_option("--high-priority-fraction", o->high_priority_fraction,
+                    "this fraction of the requests (drawn at random) runs at priority -1, the "
+                    "rest at 0; the report gives each priority's latencies")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
     cmd->add_flag("--compare", o->compare,
                   "run the workload under static batching, contiguous KV and prefix cache off too");
     cmd->add_flag("--vs-unconstrained", o->vs_unconstrained,
                   "with a --dataset that constrains outputs: run it again unconstrained, and "
                   "report the TPOT ratio (the cost of the grammar masks)");
     cmd->add_flag("--json", o->json, "print JSON with stable keys");
+    add_plot_option(*cmd, o->plot);
     cmd->callback([o] { bench_throughput(*o); });
 }
 

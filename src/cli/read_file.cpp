@@ -3,6 +3,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "cli/commands.h"
 
 namespace ferry::cli {
@@ -26,12 +28,13 @@ std::string read_file_or_exit(const std::string& path) {
 double parse_request_rate(const std::string& s) {
     if (s == "inf") return 0;
     double rate = 0;
+    size_t used = 0;
     try {
-        rate = std::stod(s);
+        rate = std::stod(s, &used);
     } catch (const std::exception&) {
     }
-    if (!(rate > 0) || !std::isfinite(rate))
-        throw ExitError("--request-rate must be a positive number or inf");
+    if (!(rate > 0) || !std::isfinite(rate) || used != s.size())
+        throw ExitError(fmt::format("--request-rate: '{}' is not a positive number or inf", s));
     return rate;
 }
 

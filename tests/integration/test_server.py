@@ -509,8 +509,6 @@ def test_bench_serve(server):
     for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
         assert set(j[k]) == {"mean", "p50", "p90", "p99"}
     assert j["goodput"] > 0
-    bad = run_ferry("bench", "serve", "--url", "http://example.com:80", "--num-prompts", 1)
-    assert bad.returncode != 0 and "loopback" in bad.stderr
 
 
 def test_serve_applies_activation_and_kv_options():
