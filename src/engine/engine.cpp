@@ -218,10 +218,18 @@ void Engine::drain_inbox() {
     retire_finished();
 }
 
-int Engine::step_token_limit() const {
+int Engine::step_token_limit(Clock::time_point now) const {
     if (config_.max_tpot_ms <= 0) return 0;
-    const auto n = planner_.cost().max_tokens_within(config_.max_tpot_ms * 1e-3,
-                                                     config_.max_num_batched_tokens);
+    std::vector<TpotProgress> decoding;
+    for (const Sequence* s : scheduler_->running()) {
+        const Request& r = *s->request;
+        if (s->num_uncomputed() != 1 || s->output_len() < 1 ||
+            r.first_token_time == Clock::time_point{})
+            continue;
+        decoding.push_back({s->output_len(), seconds(now - r.first_token_time)});
+    }
+    const double allowed = step_time_allowance(config_.max_tpot_ms * 1e-3, decoding);
+    const auto n = planner_.cost().max_tokens_within(allowed, config_.max_num_batched_tokens);
     return n ? static_cast<int>(std::max<int64_t>(*n, 1)) : 0;  // unmeasured: the fixed chunk
 }
 
@@ -236,7 +244,7 @@ bool Engine::step() {
     drain_inbox();
     propose_drafts();
     const auto now = Clock::now();
-    SchedulerOutput out = scheduler_->schedule(now, step_token_limit());
+    SchedulerOutput out = scheduler_->schedule(now, step_token_limit(now));
     if (out.empty()) {
         publish_metrics();
         return false;

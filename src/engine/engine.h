@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -95,8 +96,9 @@ class Engine {
     void fail(Request& r, std::string what);
     void fail_pending();
     void abort_now(RequestId id);
-    // The scheduler's step token limit under --max-tpot-ms (0: none yet, or no target).
-    int step_token_limit() const;
+    // The scheduler's step token limit under --max-tpot-ms (0: none yet, or no target): the
+    // tokens a step can carry within the running requests' TPOT slack, by the measured costs.
+    int step_token_limit(std::chrono::steady_clock::time_point now) const;
     void retire_finished();
     void publish_metrics();
 

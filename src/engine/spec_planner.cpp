@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace ferry::engine {
 namespace {
@@ -106,6 +107,13 @@ std::optional<int64_t> StepCostModel::max_tokens_within(double seconds, int64_t 
     // more tokens), else nothing known fits.
     if (*estimate(pts[0]) <= seconds) return std::min(pts[0], limit);
     return 0;
+}
+
+double step_time_allowance(double target_s, std::span<const TpotProgress> decoding) {
+    double allowed = std::numeric_limits<double>::infinity();
+    for (const TpotProgress& p : decoding)
+        allowed = std::min(allowed, std::max(target_s, target_s * p.tokens - p.since_first_s));
+    return std::isfinite(allowed) ? allowed : target_s;
 }
 
 void AcceptanceStats::record(int proposed, int accepted_now, double decay) {

@@ -51,6 +51,19 @@ class StepCostModel {
     std::vector<double> recent_;  // kRecent per count, a ring
 };
 
+// A TPOT target (--max-tpot-ms) is a bound on each request's mean time per output token, not
+// on every step: a decoding request that has come in under it has slack to spend on the others'
+// prefill. One request's progress: tokens out so far and seconds since its first.
+struct TpotProgress {
+    int tokens = 0;
+    double since_first_s = 0;
+};
+// The time the next step may take so that every request's mean TPOT stays within target_s
+// (Sarathi-Serve's budget with each request's slack): the least of target_s x tokens - elapsed
+// over the decoding requests, never under target_s itself (a request already behind holds the
+// step to the target, which steps without prefill then beat). target_s when none decodes.
+double step_time_allowance(double target_s, std::span<const TpotProgress> decoding);
+
 constexpr int kMaxDraftTokens = 32;                      // --spec-k's ceiling
 using DepthRates = std::array<double, kMaxDraftTokens>;  // [j]: draft token j + 1
 

@@ -265,3 +265,19 @@ TEST(ShadowDraft, JudgesADeclinedDraftByTheTokensThatFollow) {
     s.clear();
     EXPECT_FALSE(s.observe(7, &proposed, &accepted)) << "cleared: a real verification judges it";
 }
+
+// A TPOT target bounds each request's mean: a request that came in under it lends its slack to
+// the step (a longer prefill chunk), the tightest request decides, and one already behind holds
+// the step to the target itself.
+TEST(StepTimeAllowance, SpendsTheTightestRequestsSlack) {
+    EXPECT_DOUBLE_EQ(step_time_allowance(0.05, {}), 0.05) << "nobody decodes";
+    // 10 tokens in 0.2 s against 50 ms: the 11th may come 0.3 s later (0.5 s for 10 gaps).
+    const TpotProgress fast{10, 0.2};
+    EXPECT_DOUBLE_EQ(step_time_allowance(0.05, std::vector{fast}), 0.3);
+    const TpotProgress tight{4, 0.16};  // 40 ms a token so far: 40 ms of slack, under the target
+    EXPECT_DOUBLE_EQ(step_time_allowance(0.05, std::vector{fast, tight}), 0.05);
+    const TpotProgress snug{20, 0.85};  // 150 ms left
+    EXPECT_NEAR(step_time_allowance(0.05, std::vector{fast, snug}), 0.15, 1e-12);
+    const TpotProgress behind{10, 0.9};
+    EXPECT_DOUBLE_EQ(step_time_allowance(0.05, std::vector{fast, behind}), 0.05);
+}
