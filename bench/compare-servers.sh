@@ -8,7 +8,7 @@
 #   llama.cpp (native): `llama-server`, when one is on PATH or given with --llama-server
 #
 # usage: bench/compare-servers.sh [-m MODEL]... [-t THREADS] [--slots N] [--rates "1 2 4 inf"]
-#          [--num-prompts N] [--dataset FILE] [--shared-prefix-len N] [--rounds N]
+#          [--num-prompts N] [--endpoint chat] [--dataset FILE] [--shared-prefix-len N] [--rounds N]
 #          [--servers "ferry llama-server llama-cpp-python"] [--slo-ttft-ms MS] [--slo-tpot-ms MS]
 #          [--out results.json] [--plot FILE] [--ferry BIN] [--llama-server BIN]
 # Every option after the script's own is passed to bench/compare_servers.py (--help there).

@@ -66,6 +66,10 @@ def bench(a, url, rates, label, extra_seed=0):
            "--request-rate", ",".join(rates), "--max-concurrency", str(a.max_concurrency),
            "--seed", str(a.seed + extra_seed), "--label", label, "--timeout", str(a.timeout),
            "--json"]
+    if a.endpoint:
+        cmd += ["--endpoint", a.endpoint]
+    if label == "llama-cpp-python":  # no ignore_eos there: it fixes lengths with min_tokens
+        cmd += ["--min-tokens"]
     if a.dataset:
         cmd += ["--dataset", a.dataset]
     else:
@@ -145,6 +149,7 @@ def main():
     ap.add_argument("--num-prompts", type=int, default=64)
     ap.add_argument("--max-concurrency", type=int, default=64)
     ap.add_argument("--dataset", default="")
+    ap.add_argument("--endpoint", default="", help="completions or chat (bench serve's default)")
     ap.add_argument("--input-len", default="50-400")
     ap.add_argument("--output-len", default="32-160")
     ap.add_argument("--shared-prefix-len", type=int, default=0)
@@ -180,6 +185,7 @@ def main():
 
     results = {"bench": "compare-servers", "threads": a.threads, "slots": a.slots, "ctx": a.ctx,
                "rates": rates, "num_prompts": a.num_prompts, "dataset": a.dataset,
+               "endpoint": a.endpoint,
                "input_len": a.input_len if not a.dataset else None,
                "output_len": a.output_len if not a.dataset else None,
                "shared_prefix_len": a.shared_prefix_len, "rounds": a.rounds,

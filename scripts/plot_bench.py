@@ -177,8 +177,13 @@ def plot_rate_sweep(series):
             ys = [r[key][sub] if sub else r[key] for r in runs]
             ax.plot(xs, ys, marker="o", label=name or "server")
             ax.set_title(title, fontsize=10)
-            ax.set_ylim(bottom=0)
     for ax in axes:
+        # Latencies of servers far apart read best on a log scale; else from zero.
+        ys = [y for line in ax.get_lines() for y in line.get_ydata() if y > 0]
+        if ys and max(ys) / min(ys) > 20:
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
     return fig
 

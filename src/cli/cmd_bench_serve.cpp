@@ -42,6 +42,7 @@ struct BenchServeOptions {
     int max_concurrency = 64;
     std::vector<int> input_len{64, 64}, output_len{64, 64};
     bool ignore_eos = true;
+    bool min_tokens = false;
     double temperature = 0;
     LatencySlo slo;
     double timeout_s = 600;
@@ -279,6 +280,7 @@ Workload make_workload(const BenchServeOptions& o, const std::string& model) {
         b["max_tokens"] = out_len;
         b["temperature"] = o.temperature;
         if (o.ignore_eos) b["ignore_eos"] = true;
+        if (o.min_tokens) b["min_tokens"] = out_len;
         b["stream"] = true;
         b["stream_options"] = {{"include_usage", true}};
         if (!model.empty()) b["model"] = model;
@@ -440,6 +442,7 @@ void bench_serve(const BenchServeOptions& o) {
               {"max_concurrency", o.max_concurrency},
               {"shared_prefix_len", o.shared_prefix_len},
               {"ignore_eos", o.ignore_eos},
+              {"min_tokens", o.min_tokens},
               {"temperature", o.temperature},
               {"slo_ttft_ms", o.slo.ttft_ms},
               {"slo_tpot_ms", o.slo.tpot_ms}};
@@ -531,6 +534,9 @@ void add_bench_serve_command(CLI::App& bench) {
                   "ask for exactly max_tokens (ignore_eos; servers that do not take it stop "
                   "early, which the report counts)")
         ->capture_default_str();
+    cmd->add_flag("--min-tokens", o->min_tokens,
+                  "also send min_tokens = max_tokens, for servers that fix the length that way "
+                  "(vLLM, llama-cpp-python's server)");
     cmd->add_option("--temperature", o->temperature)
         ->capture_default_str()
         ->check(CLI::Range(0.0, 2.0));

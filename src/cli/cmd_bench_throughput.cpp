@@ -502,6 +502,9 @@ void bench_throughput(const ThroughputOptions& o) {
                        {"mean", static_cast<double>(sum) / static_cast<double>(items.size())},
                        {"max", hi}};
     j["shared_prefix_len"] = o.dataset.empty() ? o.shared_prefix_len : 0;
+    // The arrivals as drawn: a Poisson sample's rate is the asked one only on average.
+    if (!items.empty() && items.back().arrival_s > 0)
+        j["offered_request_rate"] = static_cast<double>(items.size()) / items.back().arrival_s;
     j["threads"] = o.model.resolved_threads();
     if (g_compile.grammars)
         j["grammar_compile_ms"] = {{"grammars", g_compile.grammars},

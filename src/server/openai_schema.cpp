@@ -464,6 +464,10 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
     // implemented, never ignored.
     if (const json* v = f.get("suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
         f.fail("'suffix' (fill-in-the-middle) is not supported", "suffix");
+    if (const json* v = f.get("min_tokens");
+        v && !(v->is_number_integer() && v->get<int64_t>() == 0))
+        f.fail("'min_tokens' is not supported ('ignore_eos': true asks for exactly max_tokens)",
+               "min_tokens");
     for (const char* name : {"include_stop_str_in_output", "continue_final_message"})
         if (const json* v = f.get(name); v && !(v->is_boolean() && !v->get<bool>()))
             f.fail(fmt::format("'{}' is not supported", name), name);

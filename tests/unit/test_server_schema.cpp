@@ -102,6 +102,7 @@ TEST(ServerSchema, ErrorsNameTheField) {
         {R"({"prompt":"hi","response_format":{"type":"json_object"}})", 400, "response_format"},
         {R"({"prompt":"hi","best_of":3})", 400, "best_of"},
         {R"({"prompt":"hi","suffix":"end"})", 400, "suffix"},
+        {R"({"prompt":"hi","min_tokens":8})", 400, "min_tokens"},
         {R"({"prompt":"hi","include_stop_str_in_output":true})", 400, "include_stop_str_in_output"},
         {R"({"prompt":"hi","prompt_logprobs":21})", 400, "prompt_logprobs"},
         {R"({"prompt":"hi","max_tokens":0})", 400, "max_tokens"},
@@ -127,7 +128,8 @@ TEST(ServerSchema, ErrorsNameTheField) {
     // Their no-op values, which clients send by default, pass.
     EXPECT_TRUE(parse(R"({"prompt":"hi","logit_bias":{},"tools":[],"tool_choice":"none",
                           "response_format":{"type":"text"},"best_of":2,"n":2,"suffix":"",
-                          "include_stop_str_in_output":false,"modalities":["text"]})",
+                          "include_stop_str_in_output":false,"modalities":["text"],
+                          "min_tokens":0})",
                       Endpoint::Completions, err))
         << err.message;
     std::string long_prompt(100, 'a');
