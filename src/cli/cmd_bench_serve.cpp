@@ -174,8 +174,11 @@ constexpr const char* kPassThrough[] = {"response_format", "guided_json",    "gu
                                         "guided_choice",   "guided_grammar", "grammar",
                                         "json_schema",     "tools",          "tool_choice"};
 
-Workload make_workload(const BenchServeOptions& o, const std::string& model) {
-    std::mt19937_64 rng(o.seed);
+// The requests of the `round`-th rate: each rate gets prompts of its own (the dataset's next
+// lines, or fresh random words), so a later rate does not find the earlier one's in a prefix
+// cache. The shared prefix is the same for all: it is meant to be cached.
+Workload make_workload(const BenchServeOptions& o, const std::string& model, size_t round) {
+    std::mt19937_64 rng(o.seed + round);
     auto draw = [&](const std::vector<int>& range) {
         int lo = range[0], hi = range.size() > 1 ? range[1] : range[0];
         return std::uniform_int_distribution<int>(std::min(lo, hi), std::max(lo, hi))(rng);
@@ -185,7 +188,7 @@ Workload make_workload(const BenchServeOptions& o, const std::string& model) {
         std::ifstream in = open_or_exit(o.dataset);
         std::string line;
         int line_no = 0;
-        while (int(lines.size()) < o.num_prompts && std::getline(in, line)) {
+        while (std::getline(in, line)) {
             ++line_no;
             if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
             auto bad = [&](const std::string& why) {
@@ -249,7 +252,7 @@ Workload make_workload(const BenchServeOptions& o, const std::string& model) {
         json b = json::object();
         int out_len = draw(o.output_len);
         if (!lines.empty()) {
-            const json& j = lines[size_t(i) % lines.size()];
+            const json& j = lines[(round * size_t(o.num_prompts) + size_t(i)) % lines.size()];
             if (w.chat)
                 b["messages"] = j["messages"];
             else
@@ -287,9 +290,13 @@ Workload make_workload(const BenchServeOptions& o, const std::string& model) {
         w.bodies.push_back(b.dump());
         w.output_len.push_back(out_len);
     }
-    if (!lines.empty() && int(lines.size()) < o.num_prompts)
-        std::fprintf(stderr, "bench serve: %s has %zu prompts; each is sent again in turn\n",
-                     o.dataset.c_str(), lines.size());
+    if (round == 0 && !lines.empty() &&
+        lines.size() < size_t(o.num_prompts) * o.request_rates.size())
+        std::fprintf(stderr,
+                     "bench serve: %s has %zu prompts for %zu requests; they are sent again in "
+                     "turn (a server with a prefix cache may find them there)\n",
+                     o.dataset.c_str(), lines.size(),
+                     size_t(o.num_prompts) * o.request_rates.size());
     return w;
 }
 
@@ -419,9 +426,11 @@ void bench_serve(const BenchServeOptions& o) {
     const Target target = parse_http_url(o.url, "--base-url");
     for (const auto& r : o.request_rates) parse_request_rate(r);  // a bad one fails before any run
     const std::string model = o.model.empty() ? server_model(target, o.api_key) : o.model;
-    const Workload w = make_workload(o, model);
     json runs = json::array();
+    std::string route;
     for (size_t k = 0; k < o.request_rates.size(); ++k) {
+        const Workload w = make_workload(o, model, k);
+        route = w.route;
         if (!o.json_out && o.request_rates.size() > 1)
             std::fprintf(stderr, "bench serve: request rate %s (%zu of %zu) ...\n",
                          o.request_rates[k].c_str(), k + 1, o.request_rates.size());
@@ -431,12 +440,12 @@ void bench_serve(const BenchServeOptions& o) {
     json j = {{"bench", "serve"},
               {"label", o.label},
               {"base_url", o.url},
-              {"endpoint", w.route},
+              {"endpoint", route},
               {"request_url",
                fmt::format("http://{}:{}{}",
                            target.host.find(':') != std::string::npos ? "[" + target.host + "]"
                                                                       : target.host,
-                           target.port, route_path(target, w.route))},
+                           target.port, route_path(target, route))},
               {"model", model},
               {"burstiness", o.burstiness},
               {"max_concurrency", o.max_concurrency},
@@ -485,7 +494,7 @@ void bench_serve(const BenchServeOptions& o) {
     }
     if (completed == 0)
         throw ExitError(fmt::format("no request completed (is a server answering {}{}?)", o.url,
-                                    route_path(target, w.route).substr(target.base_path.size())));
+                                    route_path(target, route).substr(target.base_path.size())));
 }
 
 }  // namespace

@@ -69,6 +69,9 @@ def test_against_ferry_chat_and_completions_with_a_rate_sweep(tmp_path):
             assert run["completed"] == 5 and run["total_output_tokens"] == 20
             assert run["goodput"] > 0 and run["slo_met_fraction"] == 1.0
             assert all(x["prompt_tokens"] > 30 for x in run["requests"])
+        # Each rate sends prompts of its own, so the second does not find the first's cached.
+        lens = [[x["prompt_tokens"] for x in run["requests"]] for run in j["runs"]]
+        assert lens[0] != lens[1]
     finally:
         s.stop()
 
