@@ -54,10 +54,12 @@ def server_cmd(kind, a, model, port):
                 "-t", str(a.threads), "-tb", str(a.threads), "-np", str(a.slots),
                 "-c", str(a.ctx * a.slots), "--cont-batching", "--jinja"]
     if kind == "llama-cpp-python":
-        # One request at a time: the Python server serialises generation behind a lock.
+        # One request at a time: the Python server serialises generation behind a lock, and by
+        # default a new request interrupts the running one (its stream ends at once), so it is
+        # told to queue them instead.
         return [a.llama_python, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1",
                 "--port", str(port), "--n_threads", str(a.threads), "--n_threads_batch",
-                str(a.threads), "--n_ctx", str(a.ctx)]
+                str(a.threads), "--n_ctx", str(a.ctx), "--interrupt_requests", "False"]
     raise ValueError(kind)
 
 

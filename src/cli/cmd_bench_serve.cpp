@@ -116,9 +116,13 @@ Result run_one(const Target& t, const std::string& path, const std::string& body
                 break;
             }
             if (j.contains("usage") && j["usage"].is_object()) {
-                r.output_tokens = j["usage"].value("completion_tokens", 0);
-                r.prompt_tokens = j["usage"].value("prompt_tokens", 0);
-                r.usage = true;
+                const json& u = j["usage"];
+                auto count = [&](const char* k) {
+                    return u.contains(k) && u[k].is_number_integer() ? u[k].get<int>() : 0;
+                };
+                r.output_tokens = count("completion_tokens");
+                r.prompt_tokens = count("prompt_tokens");
+                r.usage = u.contains("completion_tokens") && u["completion_tokens"].is_number();
             }
             if (!event_text(j, chat).empty()) {
                 const double now = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -135,7 +139,7 @@ Result run_one(const Target& t, const std::string& path, const std::string& body
     if (in.status() != 0 && in.status() != 200) {
         r.error = std::to_string(in.status());
     } else if (!done && r.error.empty()) {
-        // A server that ends the stream without [DONE] but whose body did end is not a failure.
+        // An OpenAI stream ends with [DONE]: one whose body ended without it is counted as failed.
         r.error = in.ended() ? "no [DONE]" : in.error().empty() ? "incomplete" : in.error();
     }
     if (!r.usage) r.output_tokens = r.chunks;
