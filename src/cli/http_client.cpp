@@ -148,10 +148,7 @@ HttpReply fetch(const Target& t, const std::string& method, const std::string& p
 
 namespace ferry::cli {
 
-bool ResponseStream::feed_body(const std::string& raw, std::string& out) {
-    raw_ += raw;
-    head_done_ = true;
-    chunked_ = true;
+bool ResponseStream::dechunk(std::string& out) {
     while (!ended_) {
         if (chunk_crlf_due_) {
             if (raw_.size() < 2) return true;
@@ -236,9 +233,7 @@ bool ResponseStream::next(std::string& out, Clock::time_point deadline) {
             continue;
         }
         if (chunked_) {
-            std::string pending;
-            pending.swap(raw_);
-            if (!feed_body(pending, out)) {
+            if (!dechunk(out)) {
                 error_ = "malformed chunk";
                 break;
             }

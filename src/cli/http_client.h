@@ -57,12 +57,11 @@ class ResponseStream {
     bool ended() const { return ended_; }
     const std::string& error() const { return error_; }
 
-    // The de-chunking alone, for tests: feeds raw body bytes, appends what they carry.
-    // False on a malformed chunk size.
-    bool feed_body(const std::string& raw, std::string& out);
-
   private:
     bool read_more(Clock::time_point deadline);
+    // Chunked framing: takes what raw_ holds, appends the data it carries to `out`, keeps a
+    // partial size line or chunk for the next call. False on a malformed size line.
+    bool dechunk(std::string& out);
     int fd_;
     std::string raw_;  // received and not yet consumed
     bool head_done_ = false, chunked_ = false, ended_ = false;
