@@ -40,7 +40,7 @@ fi
 # ---- toolchain ------------------------------------------------------------------------------
 host_pkgs=(g++-aarch64-linux-gnu qemu-user cmake make pkg-config nlohmann-json3-dev libboost-dev
            libcli11-dev)
-arm_pkgs=(libgtest-dev:arm64 libfmt-dev:arm64 libpcre2-dev:arm64)
+arm_pkgs=(libgtest-dev:arm64 libfmt-dev:arm64 libpcre2-dev:arm64 libedit-dev:arm64)
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=()
 for p in "${host_pkgs[@]}" "${arm_pkgs[@]}"; do installed "$p" || missing+=("$p"); done

@@ -1,12 +1,13 @@
 // `ferry chat`: a multi-turn conversation in the terminal through the model's chat template.
 // Each turn re-renders the whole conversation and only feeds the tokens the cache lacks.
-#include <unistd.h>
-
+// Ctrl-C stops a reply (kept as far as it got) or drops the line being typed; the oldest turns
+// give way when the conversation outgrows the context.
 #include <cstdio>
-#include <iostream>
 
 #include "cli/commands.h"
+#include "cli/interrupt.h"
 #include "cli/kv_options.h"
+#include "cli/line_editor.h"
 #include "cli/model_options.h"
 #include "engine/generator.h"
 
@@ -20,6 +21,7 @@ struct ChatOptions {
     std::string system;
     int max_tokens = 512;
     bool stats = false;
+    std::string history_file = LineEditor::default_history_file();
 };
 
 size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
@@ -34,8 +36,11 @@ void chat(const ChatOptions& o) {
     const auto& tok = *lm.tokenizer;
     const int ctx = o.model.resolved_ctx(lm);
     engine::Generator gen(*lm.model, lm.backend, ctx, o.kv_dtype.format(lm));
-    const bool tty = isatty(STDIN_FILENO);
+    interrupt::Catcher catcher;
+    LineEditor input("ferry", o.history_file);
+    const bool tty = input.interactive();
     std::vector<tokenizer::ChatMessage> msgs;
+    const size_t first_turn = o.system.empty() ? 0 : 1;
     if (!o.system.empty()) {
         msgs.push_back({"system", o.system});
         // A system message the context cannot hold with a turn would fail every turn.
@@ -48,16 +53,22 @@ void chat(const ChatOptions& o) {
                 "a conversation (raise --ctx or shorten --system)",
                 n, ctx));
     }
-    const char* help = "/reset starts over, /exit or Ctrl-D leaves, /help shows this";
+    const char* help =
+        "/reset starts over, /exit or Ctrl-D leaves, Ctrl-C stops a reply, /help shows this";
     if (tty) std::fprintf(stderr, "ferry chat: %s\n", help);
+    // A reply needs room too: the oldest turns give way until the prompt leaves this much.
+    const int64_t reply_room = std::min<int64_t>(o.max_tokens, std::max(1, ctx / 4));
 
-    std::string line;
-    for (;;) {
-        if (tty) std::fputs("\n> ", stdout), std::fflush(stdout);
-        if (!std::getline(std::cin, line)) break;
+    for (bool first = true;; first = false) {
+        if (tty && !first) std::fputc('\n', stdout);
+        auto in = input.read("> ");
+        if (in.status == LineEditor::Status::End) break;
+        if (in.status == LineEditor::Status::Interrupted) continue;
+        std::string line = std::move(in.line);
+        input.remember(line);
         if (line == "/exit" || line == "/quit") break;
         if (line == "/reset") {
-            msgs.resize(o.system.empty() ? 0 : 1);
+            msgs.resize(first_turn);
             gen.reset();
             continue;
         }
@@ -73,21 +84,43 @@ void chat(const ChatOptions& o) {
         }
         if (line.rfind("//", 0) == 0) line.erase(0, 1);
         msgs.push_back({"user", line});
-        auto text = lm.chat_template->apply(msgs, true);
-        if (!text) {  // the template refused the conversation: say why, keep the session
-            std::fprintf(stderr, "ferry: error: %s\n", text.error().message.c_str());
+        std::vector<int32_t> ids;
+        size_t dropped = 0;
+        bool failed = false;
+        for (;;) {
+            auto text = lm.chat_template->apply(msgs, true);
+            if (!text) {  // the template refused the conversation: say why, keep the session
+                std::fprintf(stderr, "ferry: error: %s\n", text.error().message.c_str());
+                failed = true;
+                break;
+            }
+            ids = tok.encode(*text, false, true);
+            if (static_cast<int64_t>(ids.size()) + reply_room <= ctx) break;
+            // Drop the oldest turn: from the first message after the system one up to the
+            // next user message, so the conversation still starts with a user turn.
+            size_t end = first_turn + 1;
+            while (end < msgs.size() && msgs[end].role != "user") ++end;
+            if (end >= msgs.size()) {                                   // only this message is left
+                if (static_cast<int64_t>(ids.size()) + 1 < ctx) break;  // a short reply fits
+                std::fprintf(stderr,
+                             "ferry: this message (%zu tokens with the template) does not fit "
+                             "the context of %d; it was not sent\n",
+                             ids.size(), ctx);
+                failed = true;
+                break;
+            }
+            dropped += end - first_turn;
+            msgs.erase(msgs.begin() + long(first_turn), msgs.begin() + long(end));
+        }
+        if (failed) {
             msgs.pop_back();
             continue;
         }
-        auto ids = tok.encode(*text, false, true);
-        if (static_cast<int64_t>(ids.size()) + 1 >= ctx) {
+        if (dropped)
             std::fprintf(stderr,
-                         "ferry: the conversation (%zu tokens) no longer fits the context "
-                         "of %d; /reset to start over\n",
-                         ids.size(), ctx);
-            msgs.pop_back();
-            continue;
-        }
+                         "ferry chat: dropped the %zu oldest message%s to fit the context of %d "
+                         "tokens\n",
+                         dropped, dropped == 1 ? "" : "s", ctx);
         const size_t keep = common_prefix(gen.history(), ids);
         // At least one new token must be fed so there are logits to sample from.
         gen.truncate(std::min(keep, ids.size() - 1));
@@ -96,6 +129,8 @@ void chat(const ChatOptions& o) {
         tokenizer::StreamDecoder dec(tok);
         std::string reply;
         const int budget = std::min<int64_t>(o.max_tokens, ctx - static_cast<int64_t>(ids.size()));
+        interrupt::clear();
+        bool stopped = false;
         auto st = take(gen.generate(
             fresh, o.sampling.resolved(lm.generation), budget,
             [&](int32_t t) {
@@ -103,7 +138,8 @@ void chat(const ChatOptions& o) {
                 reply += s;
                 std::fwrite(s.data(), 1, s.size(), stdout);
                 std::fflush(stdout);
-                return true;
+                stopped = interrupt::pending();
+                return !stopped;
             },
             [&](int32_t t) { return tok.is_eog(t); }));
         std::string rest = dec.flush();
@@ -111,6 +147,8 @@ void chat(const ChatOptions& o) {
         std::fputs(rest.c_str(), stdout);
         std::fputc('\n', stdout);
         std::fflush(stdout);
+        interrupt::clear();
+        if (stopped) std::fputs("ferry chat: reply stopped (kept as far as it got)\n", stderr);
         msgs.push_back({"assistant", reply});
         if (o.stats)
             std::fprintf(stderr, "[%d new prompt tokens, ttft %.0f ms, %d tokens at %.1f tok/s]\n",
@@ -131,6 +169,9 @@ void add_chat_command(CLI::App& app) {
         ->capture_default_str()
         ->check(CLI::Range(1, 1 << 24));
     cmd->add_flag("--stats", o->stats, "print timings after each reply");
+    cmd->add_option("--history-file", o->history_file,
+                    "where typed lines are kept across sessions (empty: this session only)")
+        ->capture_default_str();
     o->kv_dtype.add_to(*cmd);
     cmd->callback([o] { chat(*o); });
 }

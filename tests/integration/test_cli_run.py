@@ -1,7 +1,8 @@
 """The command line as a new user meets it: a prompt answered, a chat, clear errors."""
+import os
 import struct
 
-from conftest import run_ferry
+from conftest import ferry_bin, run_ferry
 
 
 def test_greedy_run_answers_the_capital_of_france(model_path):
@@ -154,9 +155,7 @@ def test_more_threads_than_cpus_are_capped(model_path):
 
 
 def test_bad_environment_levels_are_named(model_path):
-    import os
     import subprocess
-    from conftest import ferry_bin
     for var, val in (("FERRY_CPU_LEVEL", "bogus"), ("FERRY_ACTIVATIONS", "INT8")):
         env = dict(os.environ, **{var: val})
         r = subprocess.run([ferry_bin(), "run", "-p", "Hi", "-n", "2", "--no-stats"], env=env,
@@ -177,3 +176,87 @@ def test_chat_system_message_larger_than_context(model_path):
     r = run_ferry("chat", "--ctx", "32", "--system", "You are a helpful assistant. " * 10,
                   input="hi\n")
     expect_clean_error(r, "system message", "context")
+
+
+def test_chat_drops_the_oldest_turns_when_the_context_is_full(model_path):
+    turns = ("Tell me about the history of Paris in detail.\n"
+             "And what about London, its bridges and its river?\n"
+             "What is the capital of Germany?\n/exit\n")
+    r = run_ferry("chat", "--ctx", "128", "-n", "40", "--temperature", "0", input=turns)
+    assert r.returncode == 0, r.stderr
+    assert "dropped the 2 oldest messages to fit the context of 128 tokens" in r.stderr
+    assert "Berlin" in r.stdout  # the last question is answered, not refused
+    assert "no longer fits" not in r.stderr and "error" not in r.stderr
+
+
+def test_chat_message_alone_longer_than_the_context_is_refused_and_the_session_goes_on(
+        model_path):
+    long_line = "word " * 200
+    r = run_ferry("chat", "--ctx", "128", "-n", "12", "--temperature", "0",
+                  input=f"{long_line}\nWhat is the capital of France?\n/exit\n")
+    assert r.returncode == 0, r.stderr
+    assert "does not fit the context of 128" in r.stderr and "it was not sent" in r.stderr
+    assert "Paris" in r.stdout
+
+
+class Terminal:
+    """`ferry chat` on a pseudo-terminal, as a person types at it (libedit is on)."""
+
+    def __init__(self, *args, env=None):
+        import pty
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: become ferry chat
+            os.execve(ferry_bin(), ["ferry", "chat", *map(str, args)], env)
+        self.buf = b""
+
+    def until(self, text, timeout=90):
+        import select
+        import time
+        want = text.encode()
+        end = time.time() + timeout
+        while want not in self.buf:
+            assert time.time() < end, f"no {text!r} in {self.buf[-600:]!r}"
+            r, _, _ = select.select([self.fd], [], [], 0.1)
+            if r:
+                try:
+                    self.buf += os.read(self.fd, 4096)
+                except OSError:
+                    break
+        i = self.buf.index(want) + len(want)
+        seen, self.buf = self.buf[:i], self.buf[i:]
+        return seen.decode(errors="replace")
+
+    def type(self, keys):
+        os.write(self.fd, keys.encode() if isinstance(keys, str) else keys)
+
+    def wait(self):
+        return os.waitpid(self.pid, 0)[1]
+
+
+def test_chat_ctrl_c_stops_the_reply_not_the_program_and_lines_have_history(model_path,
+                                                                           tmp_path):
+    import time
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path))
+    t = Terminal("--temperature", "0", "-n", "400", env=env)
+    t.until("Ctrl-C stops a reply")
+    t.until("> ")
+    t.type("Write a long story about a dragon.\r")
+    t.until("Write a long story about a dragon.")
+    time.sleep(1.5)  # some of the reply has streamed
+    t.type("\x03")
+    t.until("reply stopped")
+    t.until("> ")
+    # The conversation is still there: a second question is answered.
+    t.type("What is the capital of France?\r")
+    assert "Paris" in t.until("> ")
+    # Ctrl-C at the prompt drops the line typed so far, and the program goes on.
+    t.type("half a line\x03")
+    t.until("^C")
+    t.until("> ")
+    # The up arrow recalls the previous line; /exit ends with status 0.
+    t.type("\x1b[A")
+    t.until("capital of France?")
+    t.type("\x15/exit\r")
+    assert t.wait() == 0
+    history = (tmp_path / "ferry" / "chat_history").read_text()
+    assert "France?" in history.replace("\\040", " ") and "half a line" not in history

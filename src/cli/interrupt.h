@@ -1,0 +1,20 @@
+// Ctrl-C as a request, not a kill: while a Catcher lives, SIGINT only sets a flag that the
+// interactive commands poll (stop the reply, drop the line being typed) and the program goes
+// on. Installed without SA_RESTART, so a blocking terminal read returns with EINTR at once.
+#pragma once
+
+namespace ferry::cli::interrupt {
+
+class Catcher {
+  public:
+    Catcher();
+    ~Catcher();
+    Catcher(const Catcher&) = delete;
+    Catcher& operator=(const Catcher&) = delete;
+};
+
+// Whether Ctrl-C came since the last clear().
+bool pending();
+void clear();
+
+}  // namespace ferry::cli::interrupt
