@@ -48,11 +48,12 @@ class EngineService : public server::Service {
     }
     Expected<std::string> apply_chat(const std::vector<tokenizer::ChatMessage>& msgs,
                                      const nlohmann::ordered_json& tools,
-                                     const nlohmann::ordered_json& extra) const override {
+                                     const nlohmann::ordered_json& extra,
+                                     bool add_generation_prompt) const override {
         if (!lm_.chat_template)
             return make_error("this model's chat template cannot be used ({}); use /v1/completions",
                               lm_.chat_template_error);
-        return lm_.chat_template->apply(msgs, true, tools, extra);
+        return lm_.chat_template->apply(msgs, add_generation_prompt, tools, extra);
     }
     std::string chat_template_source() const override {
         return lm_.chat_template ? lm_.chat_template->source() : std::string();

@@ -204,7 +204,8 @@ void Engine::drain_inbox() {
         seq->awaiting_trigger = r.params.grammar && !r.params.grammar_trigger.empty();
         if (r.params.prompt_logprobs >= 0 && r.prompt.size() == 1)  // nothing before it to score
             r.prompt_lp_done = std::make_shared<const PromptLogprobs>();
-        seq->text = std::make_unique<StopText>(*model_.tokenizer, r.params.stop);
+        seq->text =
+            std::make_unique<StopText>(*model_.tokenizer, r.params.stop, r.params.include_stop_str);
         seq->spec = r.params.spec.value_or(config_.spec.method);
         scheduler_->add(seq.get());
         live->seqs.push_back(std::move(seq));
@@ -386,7 +387,8 @@ void Engine::fork(Request& req, Sequence& parent, std::vector<Sequence*>& out) {
         if (parent.matcher) child->matcher = std::make_unique<grammar::Matcher>(*parent.matcher);
         child->awaiting_trigger = parent.awaiting_trigger;
         child->trigger_window = parent.trigger_window;
-        child->text = std::make_unique<StopText>(*model_.tokenizer, req.params.stop);
+        child->text = std::make_unique<StopText>(*model_.tokenizer, req.params.stop,
+                                                 req.params.include_stop_str);
         child->spec = parent.spec;
         child->spec_acceptance = parent.spec_acceptance;
         scheduler_->share_blocks(parent, *child);

@@ -22,6 +22,7 @@ struct RequestParams {
     int max_tokens = 256;           // per completion (each of the n)
     int n = 1;                      // parallel samples sharing the prompt's KV blocks
     std::vector<std::string> stop;  // stop strings; the text stops before the match
+    bool include_stop_str = false;  // ... or right after it (vLLM's include_stop_str_in_output)
     std::vector<int32_t> stop_token_ids;
     bool ignore_eos = false;
     int priority = 0;       // lower value runs first (vLLM's convention); ties are FCFS

@@ -21,13 +21,17 @@ std::string StopText::flush() {
 }
 
 std::string StopText::release() {
-    // A complete stop string: everything before the earliest one is the last text.
-    size_t cut = std::string::npos;
+    // A complete stop string: everything before the earliest one is the last text (the first
+    // listed wins a tie, which matters only when it is included).
+    size_t cut = std::string::npos, len = 0;
     for (const auto& s : stops_)
-        if (!s.empty()) cut = std::min(cut, held_.find(s));
+        if (size_t at = s.empty() ? std::string::npos : held_.find(s); at < cut) {
+            cut = at;
+            len = s.size();
+        }
     if (cut != std::string::npos) {
         stopped_ = true;
-        std::string out = held_.substr(0, cut);
+        std::string out = held_.substr(0, cut + (include_ ? len : 0));
         held_.clear();
         return out;
     }

@@ -3,7 +3,8 @@
 namespace ferry::server {
 
 // Kept as plain HTML + vanilla JS so it reads like the OpenAI API it drives: a streamed
-// /v1/chat/completions call whose SSE chunks are appended as they arrive.
+// /v1/chat/completions call whose SSE chunks are rendered (markdown, built as DOM nodes, never
+// as HTML) as they arrive; a conversation that outgrows the context drops its oldest turns.
 const std::string& chat_page_html() {
     static const std::string page = R"HTML(<!doctype html>
 <html lang="en">
@@ -29,6 +30,23 @@ const std::string& chat_page_html() {
   .msg.user { align-self:flex-end; background:var(--me); }
   .msg.assistant { align-self:flex-start; background:var(--bot); }
   .msg.error { align-self:center; background:#fee2e2; color:#991b1b; }
+  .msg.notice { align-self:center; background:#fef9c3; color:#713f12; font-size:.85rem; }
+  .msg.assistant { white-space:normal; }
+  .msg.assistant .content > :first-child { margin-top:0; } .msg.assistant .content > :last-child { margin-bottom:0; }
+  .msg.assistant p, .msg.assistant ul, .msg.assistant ol, .msg.assistant blockquote { margin:.35rem 0; }
+  .msg.assistant h1, .msg.assistant h2, .msg.assistant h3, .msg.assistant h4, .msg.assistant h5,
+  .msg.assistant h6 { margin:.5rem 0 .3rem; font-size:1.05rem; }
+  .msg.assistant h1 { font-size:1.2rem; } .msg.assistant h2 { font-size:1.12rem; }
+  .msg.assistant ul, .msg.assistant ol { padding-left:1.4rem; }
+  .msg.assistant blockquote { border-left:3px solid #cfd3d8; padding-left:.6rem; color:var(--muted); }
+  .msg.assistant code { font:13px/1.4 ui-monospace, monospace; background:#f1f3f5; padding:0 .2rem; border-radius:.2rem; }
+  .msg.assistant pre { background:#1f2328; color:#e6edf3; padding:.6rem .7rem; border-radius:.4rem;
+                       overflow-x:auto; white-space:pre; }
+  .msg.assistant pre code { background:none; padding:0; color:inherit; }
+  .msg.assistant .error-text { color:#991b1b; white-space:pre-wrap; }
+  #system { width:100%; display:none; }
+  #system.show { display:block; }
+  #system textarea { width:100%; height:3.2rem; padding:.4rem; font:inherit; border:1px solid #cfd3d8; border-radius:.4rem; }
   .stats { display:block; margin-top:.35rem; font-size:.78rem; color:var(--muted); white-space:normal; }
   form { display:flex; gap:.5rem; padding:.75rem 1rem; background:#fff; border-top:1px solid #e3e5e8; }
   textarea { flex:1; resize:none; height:3.2rem; padding:.5rem; font:inherit; border:1px solid #cfd3d8; border-radius:.4rem; }
@@ -44,8 +62,10 @@ const std::string& chat_page_html() {
   <label>max tokens <input id="max_tokens" type="number" min="1" value="256"></label>
   <label>temperature <input id="temperature" type="number" min="0" max="2" step="0.1" value="0.7"></label>
   <button type="button" class="secondary" id="clear">New chat</button>
+  <button type="button" class="secondary" id="system_toggle">System prompt</button>
   <span id="keybox"><label for="apikey">API key</label><input id="apikey" type="password" style="width:14rem">
     <button type="button" id="savekey">Use key</button></span>
+  <div id="system"><textarea id="system_prompt" placeholder="System prompt (sent first with every message; empty: none)"></textarea></div>
 </header>
 <main id="log"></main>
 <form id="form">
@@ -56,9 +76,107 @@ const std::string& chat_page_html() {
 <script>
 "use strict";
 const $ = (id) => document.getElementById(id);
-const history = [];
+// The conversation as sent: {msg: {role, content}, el: its bubble}, so turns dropped to fit
+// the context can be shown as dropped.
+const turns = [];
 let controller = null;
 let apiKey = localStorage.getItem("ferry_api_key") || "";
+let maxModelLen = 0;
+
+// Markdown to DOM nodes, never through innerHTML: the model's output stays text, the only
+// markup is what this renderer builds (no raw HTML; links only to http and https).
+const INLINE = /(`+)([\s\S]*?[^`])\1(?!`)|\*\*(?=\S)([\s\S]+?)\*\*|__(?=\S)([\s\S]+?)__|\*([^*\s](?:[^*]*?[^*\s])?)\*|(?<![\w])_([^_\s](?:[^_]*?[^_\s])?)_(?![\w])|\[([^\]]+)\]\((https?:\/\/[^\s)]+)\)/g;
+function renderInline(text, parent) {
+  const re = new RegExp(INLINE.source, "g");
+  let last = 0, m;
+  while ((m = re.exec(text))) {
+    if (m.index > last) parent.appendChild(document.createTextNode(text.slice(last, m.index)));
+    let el;
+    if (m[1]) { el = document.createElement("code"); el.textContent = m[2]; }
+    else if (m[3] !== undefined || m[4] !== undefined) {
+      el = document.createElement("strong"); renderInline(m[3] !== undefined ? m[3] : m[4], el);
+    } else if (m[5] !== undefined || m[6] !== undefined) {
+      el = document.createElement("em"); renderInline(m[5] !== undefined ? m[5] : m[6], el);
+    } else {
+      el = document.createElement("a"); el.href = m[8]; el.target = "_blank"; el.rel = "noopener noreferrer";
+      renderInline(m[7], el);
+    }
+    parent.appendChild(el);
+    last = re.lastIndex;
+  }
+  if (last < text.length) parent.appendChild(document.createTextNode(text.slice(last)));
+}
+function renderMarkdown(src) {
+  const root = document.createElement("div");
+  const lines = src.replace(/\r\n?/g, "\n").split("\n");
+  let para = null, list = null;
+  const endBlock = () => { para = null; list = null; };
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i];
+    let m;
+    if ((m = line.match(/^\s{0,3}(`{3,}|~{3,})\s*([\w+#.-]*)[^`]*$/))) {
+      // A fence runs to its closing fence, or to the end while the reply still streams.
+      endBlock();
+      const pre = document.createElement("pre"), code = document.createElement("code");
+      if (m[2]) code.className = "language-" + m[2];
+      const body = [];
+      let j = i + 1;
+      while (j < lines.length && !lines[j].trim().startsWith(m[1])) body.push(lines[j++]);
+      code.textContent = body.join("\n");
+      pre.appendChild(code);
+      root.appendChild(pre);
+      i = j;
+      continue;
+    }
+    if (!line.trim()) { endBlock(); continue; }
+    if ((m = line.match(/^\s{0,3}(#{1,6})\s+(.*?)(\s+#+)?\s*$/))) {
+      endBlock();
+      const h = document.createElement("h" + m[1].length);
+      renderInline(m[2], h);
+      root.appendChild(h);
+      continue;
+    }
+    if (/^\s{0,3}([-*_])(\s*\1){2,}\s*$/.test(line)) {
+      endBlock();
+      root.appendChild(document.createElement("hr"));
+      continue;
+    }
+    if (/^\s{0,3}>/.test(line)) {
+      endBlock();
+      const quoted = [];
+      while (i < lines.length && (m = lines[i].match(/^\s{0,3}>\s?(.*)$/))) { quoted.push(m[1]); i++; }
+      i--;
+      const bq = document.createElement("blockquote");
+      bq.append(...renderMarkdown(quoted.join("\n")).childNodes);
+      root.appendChild(bq);
+      continue;
+    }
+    const ul = line.match(/^\s{0,3}[-*+]\s+(.*)$/), ol = line.match(/^\s{0,3}(\d{1,9})[.)]\s+(.*)$/);
+    if (ul || ol) {
+      const tag = ul ? "UL" : "OL";
+      if (!list || list.tagName !== tag) {
+        list = document.createElement(tag);
+        if (ol && ol[1] !== "1") list.start = parseInt(ol[1], 10);
+        root.appendChild(list);
+      }
+      para = null;
+      const li = document.createElement("li");
+      renderInline(ul ? ul[1] : ol[2], li);
+      list.appendChild(li);
+      continue;
+    }
+    if (list && /^\s+\S/.test(line)) {  // an indented line continues the last item
+      list.lastChild.appendChild(document.createElement("br"));
+      renderInline(line.trim(), list.lastChild);
+      continue;
+    }
+    list = null;
+    if (!para) { para = document.createElement("p"); root.appendChild(para); }
+    else para.appendChild(document.createElement("br"));
+    renderInline(line, para);
+  }
+  return root;
+}
 
 function headers() {
   const h = { "Content-Type": "application/json" };
@@ -76,41 +194,71 @@ $("savekey").onclick = () => {
   $("keybox").classList.remove("show");
   loadModel();
 };
-function addBubble(role, text) {
+function addBubble(role, text, before) {
   const div = document.createElement("div");
   div.className = "msg " + role;
   const body = document.createElement("span");
   body.className = "content";
   body.textContent = text;
   div.appendChild(body);
-  $("log").appendChild(div);
+  if (before) $("log").insertBefore(div, before); else $("log").appendChild(div);
   $("log").scrollTop = $("log").scrollHeight;
   return div;
+}
+function markDropped(el, why) {
+  el.style.opacity = "0.45";
+  el.title = why;
 }
 async function loadModel() {
   try {
     const r = await fetch("/v1/models", { headers: headers() });
     if (r.status === 401) { askForKey(); return; }
     const j = await r.json();
-    if (j.data && j.data.length) $("model").textContent = j.data[0].id;
+    if (j.data && j.data.length) {
+      $("model").textContent = j.data[0].id;
+      maxModelLen = j.data[0].max_model_len || 0;
+    }
   } catch (e) { $("model").textContent = "(server unreachable)"; }
 }
 function busy(on) {
   $("send").disabled = on;
   $("stop").disabled = !on;
 }
+$("system_prompt").value = localStorage.getItem("ferry_system") || "";
+if ($("system_prompt").value) $("system").classList.add("show");
+$("system_prompt").oninput = () => localStorage.setItem("ferry_system", $("system_prompt").value);
+$("system_toggle").onclick = () => { $("system").classList.toggle("show"); $("system_prompt").focus(); };
 $("stop").onclick = () => { if (controller) controller.abort(); };
-$("clear").onclick = () => { if (controller) controller.abort(); history.length = 0; $("log").innerHTML = ""; };
+$("clear").onclick = () => { if (controller) controller.abort(); turns.length = 0; $("log").innerHTML = ""; };
 $("input").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("form").requestSubmit(); }
 });
+function messages() {
+  const sys = $("system_prompt").value.trim();
+  return (sys ? [{ role: "system", content: sys }] : []).concat(turns.map((t) => t.msg));
+}
+class ServerError extends Error {
+  constructor(status, error) {
+    super((error && error.message) || ("HTTP " + status));
+    this.status = status;
+    this.code = error && error.code;
+  }
+}
+// The oldest turn, up to the next user message, so the conversation still opens with a user.
+function dropOldestTurn() {
+  let end = 1;
+  while (end < turns.length && turns[end].msg.role !== "user") end++;
+  if (end >= turns.length) return 0;
+  for (const t of turns.splice(0, end)) markDropped(t.el, "dropped to fit the model's context");
+  return end;
+}
 $("form").onsubmit = async (e) => {
   e.preventDefault();
   const text = $("input").value.trim();
   if (!text || controller) return;
   $("input").value = "";
-  history.push({ role: "user", content: text });
-  addBubble("user", text);
+  const userTurn = { msg: { role: "user", content: text }, el: addBubble("user", text) };
+  turns.push(userTurn);
   const bubble = addBubble("assistant", "");
   const content = bubble.querySelector(".content");
   const stats = document.createElement("span");
@@ -119,18 +267,35 @@ $("form").onsubmit = async (e) => {
   controller = new AbortController();
   busy(true);
   const t0 = performance.now();
-  let tFirst = 0, chunks = 0, usage = null, finish = "", reply = "";
+  let tFirst = 0, chunks = 0, usage = null, finish = "", reply = "", dropped = 0, drawPending = false;
+  const draw = () => {
+    content.replaceChildren(...renderMarkdown(reply).childNodes);
+    $("log").scrollTop = $("log").scrollHeight;
+  };
   try {
-    const r = await fetch("/v1/chat/completions", {
-      method: "POST", headers: headers(), signal: controller.signal,
-      body: JSON.stringify({ messages: history, stream: true, stream_options: { include_usage: true },
-                             max_tokens: parseInt($("max_tokens").value) || 256,
-                             temperature: parseFloat($("temperature").value) || 0 }),
-    });
-    if (r.status === 401) { history.pop(); bubble.remove(); askForKey(); return; }
-    if (!r.ok) {
+    let r;
+    for (;;) {
+      r = await fetch("/v1/chat/completions", {
+        method: "POST", headers: headers(), signal: controller.signal,
+        body: JSON.stringify({ messages: messages(), stream: true, stream_options: { include_usage: true },
+                               max_tokens: parseInt($("max_tokens").value) || 256,
+                               temperature: parseFloat($("temperature").value) || 0 }),
+      });
+      if (r.ok || r.status === 401) break;
       const j = await r.json().catch(() => ({}));
-      throw new Error((j.error && j.error.message) || ("HTTP " + r.status));
+      const err = new ServerError(r.status, j.error);
+      // Too long for the context: the oldest turns give way, as long as there are any.
+      if (err.code === "context_length_exceeded") {
+        const n = dropOldestTurn();
+        if (n) { dropped += n; continue; }
+      }
+      throw err;
+    }
+    if (dropped)
+      addBubble("notice", `Dropped the ${dropped} oldest message${dropped === 1 ? "" : "s"} to fit ` +
+                `the model's context${maxModelLen ? " of " + maxModelLen + " tokens" : ""}.`, userTurn.el);
+    if (r.status === 401) {
+      turns.pop(); userTurn.el.remove(); bubble.remove(); askForKey(); return;
     }
     const reader = r.body.getReader();
     const dec = new TextDecoder();
@@ -148,6 +313,7 @@ $("form").onsubmit = async (e) => {
           const data = line.slice(6);
           if (data === "[DONE]") continue;
           const j = JSON.parse(data);
+          if (j.error) throw new ServerError(200, j.error);  // failed after the stream began
           if (j.usage) usage = j.usage;
           for (const c of j.choices || []) {
             const piece = (c.delta && c.delta.content) || "";
@@ -155,8 +321,10 @@ $("form").onsubmit = async (e) => {
               if (!tFirst) tFirst = performance.now();
               chunks++;
               reply += piece;
-              content.textContent = reply;
-              $("log").scrollTop = $("log").scrollHeight;
+              if (!drawPending) {
+                drawPending = true;
+                requestAnimationFrame(() => { drawPending = false; draw(); });
+              }
             }
             if (c.finish_reason) finish = c.finish_reason;
           }
@@ -165,15 +333,29 @@ $("form").onsubmit = async (e) => {
     }
   } catch (err) {
     if (err.name === "AbortError") finish = "stopped";
-    else { bubble.classList.add("error"); content.textContent = reply + "\n[" + err.message + "]"; }
+    else {
+      finish = "error";
+      bubble.classList.add("error");
+      const note = document.createElement("div");
+      note.className = "error-text";
+      note.textContent = "[" + err.message + "]";
+      bubble.insertBefore(note, stats);
+    }
   } finally {
+    draw();
+    // No reply (an error, or stopped at once): the message leaves the conversation, so the
+    // next one neither fails on it again nor follows it as a second user turn.
+    if (!reply && turns.includes(userTurn)) {
+      turns.splice(turns.indexOf(userTurn), 1);
+      markDropped(userTurn.el, "not in the conversation: no reply");
+    }
     const tEnd = performance.now();
     const tokens = usage ? usage.completion_tokens : chunks;
     const ttft = tFirst ? (tFirst - t0) : (tEnd - t0);
     const rate = tFirst && tEnd > tFirst && tokens > 1 ? (tokens - 1) / ((tEnd - tFirst) / 1000) : 0;
     stats.textContent = `TTFT ${ttft.toFixed(0)} ms · ${rate.toFixed(1)} tok/s · ${tokens} tokens` +
                         (finish ? ` · ${finish}` : "");
-    if (reply) history.push({ role: "assistant", content: reply });
+    if (reply) turns.push({ msg: { role: "assistant", content: reply }, el: bubble });
     controller = null;
     busy(false);
     $("input").focus();

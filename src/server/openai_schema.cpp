@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -468,11 +469,28 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
         v && !(v->is_number_integer() && v->get<int64_t>() == 0))
         f.fail("'min_tokens' is not supported ('ignore_eos': true asks for exactly max_tokens)",
                "min_tokens");
-    for (const char* name : {"include_stop_str_in_output", "continue_final_message"})
-        if (const json* v = f.get(name); v && !(v->is_boolean() && !v->get<bool>()))
-            f.fail(fmt::format("'{}' is not supported", name), name);
-    if (const json* v = f.get("add_generation_prompt"); v && !(v->is_boolean() && v->get<bool>()))
-        f.fail("'add_generation_prompt' other than true is not supported", "add_generation_prompt");
+    f.boolean("include_stop_str_in_output", r.params.include_stop_str);
+    // vLLM's prefill: the final assistant message is left open and the model continues it
+    // (the reply holds only the continuation). It needs the generation prompt off, which is
+    // taken as meant when left out.
+    bool continue_final = false, add_generation_prompt = true;
+    f.boolean("continue_final_message", continue_final);
+    if (const json* v = f.get("add_generation_prompt"); v && v->is_boolean())
+        add_generation_prompt = v->get<bool>();
+    else if (v)
+        f.type_error("add_generation_prompt", "a boolean", *v);
+    else if (continue_final)
+        add_generation_prompt = false;
+    if (kind != Endpoint::Chat && (continue_final || !add_generation_prompt))
+        f.fail("'continue_final_message' and 'add_generation_prompt' are chat fields",
+               continue_final ? "continue_final_message" : "add_generation_prompt");
+    if (continue_final && add_generation_prompt)
+        f.fail(
+            "'continue_final_message' continues the last message, so it needs "
+            "'add_generation_prompt': false",
+            "continue_final_message");
+    if (continue_final && r.parses_tool_calls())
+        f.fail("'continue_final_message' with 'tools' is not supported", "continue_final_message");
     if (f.get("reasoning_effort"))
         f.fail(fmt::format("'reasoning_effort' is not supported ({} has no reasoning switch ferry "
                            "knows; Qwen 3's enable_thinking goes in 'chat_template_kwargs')",
@@ -512,10 +530,39 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
         if (!tt.renders_tools || !tt.renders_tool_calls) lower_tool_messages(msgs);
         // chat_template_kwargs (vLLM's): extra template variables, e.g. enable_thinking.
         const json* kwargs = f.get("chat_template_kwargs");
-        auto text = service.apply_chat(msgs, tools, kwargs ? *kwargs : json(nullptr));
+        if (continue_final && (msgs.empty() || msgs.back().role != "assistant" ||
+                               !msgs.back().content || msgs.back().content->empty()))
+            return f.fail(
+                       "'continue_final_message' needs the last message to be the "
+                       "assistant's, with text to continue",
+                       "continue_final_message"),
+                   std::nullopt;
+        auto text = service.apply_chat(msgs, tools, kwargs ? *kwargs : json(nullptr),
+                                       add_generation_prompt);
         if (!text) {
             err = bad_request(text.error().message, "messages");
             return std::nullopt;
+        }
+        if (continue_final) {
+            // The template closes the final turn after its text; the prompt ends with the text.
+            // Templates that trim a message are met with the trimmed text.
+            const std::string& last = *msgs.back().content;
+            std::string_view want = last;
+            size_t at = text->rfind(want);
+            if (at == std::string::npos) {
+                const size_t b = want.find_first_not_of(" \t\r\n");
+                want = b == std::string::npos
+                           ? std::string_view{}
+                           : want.substr(b, want.find_last_not_of(" \t\r\n") - b + 1);
+                if (!want.empty()) at = text->rfind(want);
+            }
+            if (at == std::string::npos)
+                return f.fail(
+                           "'continue_final_message': the chat template does not write the "
+                           "last message's text as given, so it cannot be continued",
+                           "continue_final_message"),
+                       std::nullopt;
+            text->resize(at + want.size());
         }
         r.prompts.push_back(service.encode(*text, true));
         r.prompt_texts.push_back(*text);
@@ -572,6 +619,7 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
                            "must be at most {} tokens to leave room for one generated token",
                            longest, ctx, ctx - 1),
                kind == Endpoint::Chat ? "messages" : "prompt");
+        f.err.code = "context_length_exceeded";  // OpenAI's code: clients trim on it
         return std::nullopt;
     }
     const int room = ctx - int(longest);
@@ -586,6 +634,7 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
                                "{} asks for {} more, but only {} fit",
                                ctx, longest, mt, i, i, room),
                    mt);
+            f.err.code = "context_length_exceeded";
             return std::nullopt;
         }
         r.params.max_tokens = int(i);

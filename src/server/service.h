@@ -36,10 +36,12 @@ class Service {
     virtual std::string token_piece(int32_t id) const = 0;  // raw bytes, for logprobs
     // The conversation rendered through the model's chat template, or why it cannot be.
     // `tools`: an OpenAI tools list for templates that render one (null: none); `extra`:
-    // more template variables (an object, or null).
+    // more template variables (an object, or null); `add_generation_prompt`: open the
+    // assistant's turn at the end (false: the conversation as it stands).
     virtual Expected<std::string> apply_chat(const std::vector<tokenizer::ChatMessage>& msgs,
                                              const nlohmann::ordered_json& tools,
-                                             const nlohmann::ordered_json& extra) const = 0;
+                                             const nlohmann::ordered_json& extra,
+                                             bool add_generation_prompt = true) const = 0;
     // The chat template's Jinja text (empty when there is none).
     virtual std::string chat_template_source() const { return {}; }
     // A request's output constraint compiled against the served vocabulary (cached by

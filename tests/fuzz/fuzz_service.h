@@ -105,8 +105,9 @@ class FuzzService : public server::Service {
     }
     Expected<std::string> apply_chat(const std::vector<tokenizer::ChatMessage>& m,
                                      const nlohmann::ordered_json& tools,
-                                     const nlohmann::ordered_json& extra) const override {
-        return template_.apply(m, true, tools, extra);
+                                     const nlohmann::ordered_json& extra,
+                                     bool add_generation_prompt) const override {
+        return template_.apply(m, add_generation_prompt, tools, extra);
     }
     std::string chat_template_source() const override { return template_.source(); }
     Expected<std::shared_ptr<const grammar::CompiledGrammar>> compile_constraint(

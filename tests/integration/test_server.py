@@ -242,8 +242,14 @@ def test_errors_via_openai_client(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=m, prompt="word " * 5000, max_tokens=4)
     assert "tokens" in str(e.value) and "context" in str(e.value)
-    with pytest.raises(openai.BadRequestError):
+    assert e.value.code == "context_length_exceeded" and e.value.param == "prompt"
+    with pytest.raises(openai.BadRequestError) as e:  # the prompt fits, the answer asked for not
+        client.chat.completions.create(model=m, messages=[{"role": "user", "content": "hi"}],
+                                       max_tokens=1 << 20)
+    assert e.value.code == "context_length_exceeded" and e.value.param == "max_tokens"
+    with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=m, messages=[{"role": "wizard", "content": "x"}])
+    assert e.value.code != "context_length_exceeded"
 
 
 def test_http_errors(server):
@@ -525,3 +531,51 @@ def test_serve_applies_activation_and_kv_options():
         s.stop()
     log = s.output()
     assert "f32 activations, f32 KV cache" in log, log
+
+
+def test_continue_final_message_continues_the_assistant_text(client):
+    m = model_id(client)
+    msgs = [{"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "What is the capital of France?"},
+            {"role": "assistant", "content": "The capital of France is"}]
+    r = client.chat.completions.create(model=m, messages=msgs, max_tokens=8, temperature=0,
+                                       extra_body={"continue_final_message": True,
+                                                   "add_generation_prompt": False})
+    text = r.choices[0].message.content
+    assert "Paris" in text and not text.startswith("The capital")
+    # The same prompt written out by hand in SmolLM2's ChatML, left open after the text.
+    raw = ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+           "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
+           "<|im_start|>assistant\nThe capital of France is")
+    c = client.completions.create(model=m, prompt=raw, max_tokens=8, temperature=0)
+    assert text == c.choices[0].text
+    assert r.usage.prompt_tokens == c.usage.prompt_tokens
+    # Streamed, the same; without the flag the final turn is closed and a new one opened.
+    stream = client.chat.completions.create(model=m, messages=msgs, max_tokens=8, temperature=0,
+                                            stream=True,
+                                            extra_body={"continue_final_message": True})
+    assert "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices) == text
+    plain = client.chat.completions.create(model=m, messages=msgs, max_tokens=8, temperature=0)
+    assert plain.usage.prompt_tokens > r.usage.prompt_tokens
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=m, messages=msgs[:2], max_tokens=4,
+                                       extra_body={"continue_final_message": True})
+    assert e.value.param == "continue_final_message"
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=m, messages=msgs, max_tokens=4, tools=[tool],
+                                       extra_body={"continue_final_message": True})
+    assert e.value.param == "continue_final_message"
+
+
+def test_include_stop_str_in_output(client):
+    m = model_id(client)
+    args = dict(model=m, prompt="1, 2, 3, 4, 5,", max_tokens=20, temperature=0, stop=[" 8"])
+    cut = client.completions.create(**args)
+    kept = client.completions.create(**args, extra_body={"include_stop_str_in_output": True})
+    assert cut.choices[0].text == " 6, 7,"
+    assert kept.choices[0].text == " 6, 7, 8"
+    assert kept.choices[0].finish_reason == "stop"
+    stream = client.completions.create(**args, stream=True,
+                                       extra_body={"include_stop_str_in_output": True})
+    assert "".join(ch.choices[0].text for ch in stream if ch.choices) == " 6, 7, 8"

@@ -308,6 +308,14 @@ TEST(Engine, StopStringsAndStopTokens) {
     EXPECT_EQ(out[0].reason[0], FinishReason::Stop);
     EXPECT_EQ(out[0].text[0], " 6, 7,");
     expect_all_free(e);
+
+    // Included, the text ends with the stop string that completed first.
+    p.stop = {", 9", " 8"};
+    p.include_stop_str = true;
+    out = run_all(e, {prompt}, {p});
+    EXPECT_EQ(out[0].reason[0], FinishReason::Stop);
+    EXPECT_EQ(out[0].text[0], " 6, 7, 8");
+    expect_all_free(e);
 }
 
 TEST(Engine, AbortsFreeEverything) {

@@ -34,10 +34,11 @@ class ByteService : public Service {
     }
     std::string token_piece(int32_t id) const override { return std::string(1, char(id - 1)); }
     Expected<std::string> apply_chat(const std::vector<tokenizer::ChatMessage>& m,
-                                     const nlohmann::ordered_json&,
-                                     const nlohmann::ordered_json&) const override {
+                                     const nlohmann::ordered_json&, const nlohmann::ordered_json&,
+                                     bool add_generation_prompt) const override {
         std::string s;
         for (const auto& x : m) s += x.role + ":" + x.content.value_or("") + "\n";
+        if (add_generation_prompt) s += "assistant:";
         return s;
     }
 };
@@ -103,7 +104,7 @@ TEST(ServerSchema, ErrorsNameTheField) {
         {R"({"prompt":"hi","best_of":3})", 400, "best_of"},
         {R"({"prompt":"hi","suffix":"end"})", 400, "suffix"},
         {R"({"prompt":"hi","min_tokens":8})", 400, "min_tokens"},
-        {R"({"prompt":"hi","include_stop_str_in_output":true})", 400, "include_stop_str_in_output"},
+        {R"({"prompt":"hi","include_stop_str_in_output":1})", 400, "include_stop_str_in_output"},
         {R"({"prompt":"hi","prompt_logprobs":21})", 400, "prompt_logprobs"},
         {R"({"prompt":"hi","max_tokens":0})", 400, "max_tokens"},
         {R"({"prompt":"hi","reasoning_effort":"low"})", 400, "reasoning_effort"},
@@ -215,9 +216,9 @@ TEST(ServerSchema, ChatShapes) {
                       "stream_options":{"include_usage":true}})",
                    Endpoint::Chat, err);
     ASSERT_TRUE(r) << err.message;
-    EXPECT_EQ(r->prompt_texts[0], "user:hi\n");
+    EXPECT_EQ(r->prompt_texts[0], "user:hi\nassistant:");
     EXPECT_EQ(r->params.top_logprobs, 1);
-    EXPECT_EQ(r->params.max_tokens, 64 - 8);
+    EXPECT_EQ(r->params.max_tokens, 64 - 18);
     ByteService b;
     Choice c;
     c.text = "ok";
@@ -234,6 +235,53 @@ TEST(ServerSchema, ChatShapes) {
     EXPECT_EQ(chunk["choices"][0]["delta"]["role"], "assistant");
     EXPECT_TRUE(chunk["usage"].is_null());
     EXPECT_EQ(sse_event("x"), "data: x\n\n");
+}
+
+TEST(ServerSchema, ContinueFinalMessageEndsThePromptWithItsText) {
+    ApiError err;
+    const char* convo = R"("messages":[{"role":"user","content":"hi"},
+                                      {"role":"assistant","content":" The answer is "}])";
+    // Left open (the template's "\n" after it cut), with the generation prompt off by
+    // default; the trimmed text is found too.
+    auto r =
+        parse(fmt::format(R"({{{},"continue_final_message":true}})", convo), Endpoint::Chat, err);
+    ASSERT_TRUE(r) << err.message;
+    EXPECT_EQ(r->prompt_texts[0], "user:hi\nassistant: The answer is ");
+    r = parse(fmt::format(R"({{{},"add_generation_prompt":false}})", convo), Endpoint::Chat, err);
+    ASSERT_TRUE(r) << err.message;
+    EXPECT_EQ(r->prompt_texts[0], "user:hi\nassistant: The answer is \n");
+    // The plain request opens a new assistant turn after it.
+    r = parse(fmt::format(R"({{{}}})", convo), Endpoint::Chat, err);
+    ASSERT_TRUE(r) << err.message;
+    EXPECT_EQ(r->prompt_texts[0], "user:hi\nassistant: The answer is \nassistant:");
+
+    struct Case {
+        std::string body;
+        Endpoint kind;
+        const char* param;
+    };
+    const Case refused[] = {
+        {fmt::format(R"({{{},"continue_final_message":true,"add_generation_prompt":true}})", convo),
+         Endpoint::Chat, "continue_final_message"},
+        {R"({"messages":[{"role":"user","content":"hi"}],"continue_final_message":true})",
+         Endpoint::Chat, "continue_final_message"},
+        {R"({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":""}],
+             "continue_final_message":true})",
+         Endpoint::Chat, "continue_final_message"},
+        {fmt::format(R"({{{},"continue_final_message":"yes"}})", convo), Endpoint::Chat,
+         "continue_final_message"},
+        {fmt::format(R"({{{},"add_generation_prompt":1}})", convo), Endpoint::Chat,
+         "add_generation_prompt"},
+        {R"({"prompt":"hi","continue_final_message":true})", Endpoint::Completions,
+         "continue_final_message"},
+        {R"({"prompt":"hi","add_generation_prompt":false})", Endpoint::Completions,
+         "add_generation_prompt"},
+    };
+    for (const auto& c : refused) {
+        EXPECT_FALSE(parse(c.body, c.kind, err)) << c.body;
+        EXPECT_EQ(err.status, 400) << c.body;
+        EXPECT_EQ(err.param, c.param) << c.body << ": " << err.message;
+    }
 }
 
 TEST(ServerAuth, Bearer) {
