@@ -249,6 +249,7 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
     for (const auto* g : grammars) {
         const auto s = g->stats();
         g0.computed += s.computed, g0.hits += s.hits, g0.compute_s += s.compute_s;
+        g0.tops_computed += s.tops_computed;
     }
 
     const auto t0 = std::chrono::steady_clock::now();
@@ -372,13 +373,17 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
         for (const auto* g : grammars) {
             const auto s = g->stats();
             g1.computed += s.computed, g1.hits += s.hits, g1.compute_s += s.compute_s;
+            g1.tops_computed += s.tops_computed;
         }
         int64_t constrained = 0;
         for (const auto& it : items) constrained += it.grammar != nullptr;
         row["grammar"] = {{"constrained_requests", constrained},
                           {"masks_computed", g1.computed - g0.computed},
                           {"mask_cache_hits", g1.hits - g0.hits},
-                          {"mask_compute_s", g1.compute_s - g0.compute_s}};
+                          {"mask_compute_s", g1.compute_s - g0.compute_s},
+                          // Stack tops walked over the vocabulary; the other masks were
+                          // unions of tops already known and a short check.
+                          {"top_masks_computed", g1.tops_computed - g0.tops_computed}};
     }
     return row;
 }

@@ -10,6 +10,9 @@ namespace {
 // States beyond this many are dropped wholesale: a recursive grammar can reach unboundedly
 // many, and a mask costs n_vocab / 8 bytes.
 constexpr size_t kMaxCachedMasks = 4096;
+// A walker that has interned more than this many stacks, sets and steps (tens of MB) is
+// dropped rather than kept for the next mask.
+constexpr size_t kMaxWalkerEntries = size_t{1} << 20;
 
 std::string state_key(const std::vector<Stack>& stacks, const std::string& pending) {
     std::string k;
@@ -39,7 +42,25 @@ std::shared_ptr<const TokenMask> CompiledGrammar::mask(const std::vector<Stack>&
         }
     }
     const auto t0 = std::chrono::steady_clock::now();
-    auto m = std::make_shared<const TokenMask>(compute_mask(grammar_, *vocab_, stacks, pending));
+    std::shared_ptr<const TokenMask> m;
+    MaskWalkerPtr w = take_walker();
+    if (pending.empty()) {
+        std::vector<std::shared_ptr<const TopMask>> held;
+        std::vector<const TopMask*> tops;
+        std::vector<Stack> distinct;
+        for (const Stack& s : stacks)
+            if (!s.empty()) distinct.push_back(stack_top(s));
+        std::sort(distinct.begin(), distinct.end());
+        distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+        for (const Stack& t : distinct) {
+            held.push_back(top_mask(*w, t));
+            tops.push_back(held.back().get());
+        }
+        m = std::make_shared<const TokenMask>(mask_from_tops(*w, *vocab_, stacks, tops));
+    } else {  // a token split a character: rare, walked whole
+        m = std::make_shared<const TokenMask>(compute_mask(*w, *vocab_, stacks, pending));
+    }
+    give_back(std::move(w));
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::lock_guard lock(mu_);
     ++stats_.computed;
@@ -47,6 +68,38 @@ std::shared_ptr<const TokenMask> CompiledGrammar::mask(const std::vector<Stack>&
     if (cache_.size() >= kMaxCachedMasks) cache_.clear();
     cache_.emplace(std::move(key), m);
     return m;
+}
+
+MaskWalkerPtr CompiledGrammar::take_walker() const {
+    {
+        std::lock_guard lock(mu_);
+        if (!walkers_.empty()) {
+            MaskWalkerPtr w = std::move(walkers_.back());
+            walkers_.pop_back();
+            return w;
+        }
+    }
+    return make_mask_walker(grammar_);
+}
+
+void CompiledGrammar::give_back(MaskWalkerPtr w) const {
+    if (mask_walker_size(*w) > kMaxWalkerEntries) return;  // a recursive grammar's sprawl
+    std::lock_guard lock(mu_);
+    walkers_.push_back(std::move(w));
+}
+
+std::shared_ptr<const TopMask> CompiledGrammar::top_mask(MaskWalker& w, const Stack& top) const {
+    std::string key(reinterpret_cast<const char*>(top.data()), top.size() * sizeof(uint32_t));
+    {
+        std::lock_guard lock(mu_);
+        if (auto it = tops_.find(key); it != tops_.end()) return it->second;
+    }
+    auto t = std::make_shared<const TopMask>(compute_top_mask(w, *vocab_, top));
+    std::lock_guard lock(mu_);
+    ++stats_.tops_computed;
+    if (tops_.size() >= kMaxCachedMasks) tops_.clear();
+    tops_.emplace(std::move(key), t);
+    return t;
 }
 
 CompiledGrammar::Stats CompiledGrammar::stats() const {

@@ -21,6 +21,31 @@
 
 namespace ferry::grammar {
 
+// What a stack's top entries allow whatever lies below them: `allowed`, the tokens they take
+// whole, and `context`, those (as indices into Vocabulary::sorted, ascending) that pop below
+// them with bytes left, which the rest of the stack decides. Two entries: the position in a
+// character's rule and the repetition it returns to, so a string's characters stay above
+// what is below (one entry pops after every character).
+constexpr size_t kTopDepth = 2;
+inline Stack stack_top(const Stack& s) {
+    return Stack(s.end() - static_cast<long>(std::min(s.size(), kTopDepth)), s.end());
+}
+struct TopMask {
+    TokenMask allowed;
+    std::vector<uint32_t> context;
+};
+
+// The memoised stepper behind the masks (token_mask.cpp): stacks interned as shared nodes,
+// one step per (set of stacks, character) computed once. Kept across one grammar's masks, so
+// a later mask steps through what earlier ones already worked out.
+class MaskWalker;
+struct MaskWalkerDeleter {
+    void operator()(MaskWalker* w) const;
+};
+using MaskWalkerPtr = std::unique_ptr<MaskWalker, MaskWalkerDeleter>;
+MaskWalkerPtr make_mask_walker(const Grammar& g);
+size_t mask_walker_size(const MaskWalker& w);
+
 class CompiledGrammar {
   public:
     CompiledGrammar(Grammar g, std::shared_ptr<const Vocabulary> vocab);
@@ -36,6 +61,7 @@ class CompiledGrammar {
     struct Stats {
         int64_t computed = 0, hits = 0;
         double compute_s = 0;
+        int64_t tops_computed = 0;  // top masks walked (computed masks reuse the rest)
     };
     Stats stats() const;
 
@@ -45,13 +71,32 @@ class CompiledGrammar {
     std::vector<Stack> start_;
     mutable std::mutex mu_;
     mutable std::unordered_map<std::string, std::shared_ptr<const TokenMask>> cache_;
+    mutable std::unordered_map<std::string, std::shared_ptr<const TopMask>> tops_;
     mutable Stats stats_;
+
+    // Walkers not in use (one per thread computing a mask at the same time, at most).
+    mutable std::vector<MaskWalkerPtr> walkers_;
+
+    std::shared_ptr<const TopMask> top_mask(MaskWalker& w, const Stack& top) const;
+    MaskWalkerPtr take_walker() const;
+    void give_back(MaskWalkerPtr w) const;
 };
 
-// Computes a state's mask from scratch (what CompiledGrammar caches; tests compare it with
-// the reference acceptor).
+// Computes a state's mask from scratch by walking the whole vocabulary from its stacks (the
+// reference the faster path below is tested against, and the path for a split character).
 TokenMask compute_mask(const Grammar& g, const Vocabulary& v, const std::vector<Stack>& stacks,
                        const std::string& pending);
+TokenMask compute_mask(MaskWalker& w, const Vocabulary& v, const std::vector<Stack>& stacks,
+                       const std::string& pending);
+
+TopMask compute_top_mask(const Grammar& g, const Vocabulary& v, const Stack& top);
+TopMask compute_top_mask(MaskWalker& w, const Vocabulary& v, const Stack& top);
+// A state's mask (no split character pending) from its stacks' top masks: their union, and
+// their context tokens checked against the whole stacks. Equal to compute_mask.
+TokenMask mask_from_tops(const Grammar& g, const Vocabulary& v, const std::vector<Stack>& stacks,
+                         const std::vector<const TopMask*>& tops);
+TokenMask mask_from_tops(MaskWalker& w, const Vocabulary& v, const std::vector<Stack>& stacks,
+                         const std::vector<const TopMask*>& tops);
 
 // Whether the first bytes of a UTF-8 character can still become one some stack accepts.
 bool partial_viable(const Grammar& g, const std::vector<Stack>& stacks, std::string_view pending);

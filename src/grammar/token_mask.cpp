@@ -4,6 +4,14 @@
 // same node), so a set of stacks is a small sorted list of ids and one step over a character
 // is memoised per (set, character): inside a string, almost every byte of every token is one
 // hash lookup.
+//
+// Most of a mask depends on the top of a stack alone (XGrammar's context-independent tokens):
+// inside a JSON string every token without a quote is allowed whatever object the string is
+// in. So a mask is kept per stack top too (TopMask: the top kTopDepth entries; the tokens
+// they take whole, and the few that pop below them), and a state's mask is the union of its
+// tops' masks plus those few tokens checked against the whole stacks. States that differ only
+// below the top (the same string rule in another property, another array item, deeper
+// recursion) then cost a union and a short check instead of a walk of the vocabulary.
 #include <algorithm>
 #include <array>
 #include <unordered_map>
@@ -13,32 +21,38 @@
 
 namespace ferry::grammar {
 
-namespace {
+class MaskWalker {
+    struct VecHash {
+        size_t operator()(const std::vector<int32_t>& v) const {
+            uint64_t h = 1469598103934665603ull;
+            for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ull;
+            return h;
+        }
+    };
 
-struct VecHash {
-    size_t operator()(const std::vector<int32_t>& v) const {
-        uint64_t h = 1469598103934665603ull;
-        for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ull;
-        return h;
-    }
-};
-
-class Walker {
   public:
-    explicit Walker(const Grammar& g) : g_(g) {
+    explicit MaskWalker(const Grammar& g) : g_(g) {
         sets_.emplace_back();  // set 0: no stacks, the dead state
         ascii_.emplace_back();
         ascii_.back().fill(0);
         set_ids_.emplace(std::vector<int32_t>{}, 0);
+        // Below a lone top: what is there is unknown, so popping to it gives kContext.
+        sentinel_ = node(UINT32_MAX, -1);
     }
 
+    // Heads: kContext (a stack that popped below its top's rule, where the rest of the stack
+    // would decide), kEmpty (a complete stack), else a node.
+    static constexpr int32_t kContext = -2, kEmpty = -1;
+
     // A state: a set of stacks and the first bytes of an unfinished character.
+    // Eight bytes, so a walk's array of states is written and read a word at a time.
     struct State {
         uint32_t set = 0;
-        uint32_t acc = 0;  // the unfinished character's bits so far
-        uint8_t need = 0;  // continuation bytes still to come
-        uint8_t len = 0;   // the character's whole length in bytes
+        uint32_t acc : 24 = 0;  // the unfinished character's bits so far (at most 21)
+        uint32_t need : 4 = 0;  // continuation bytes still to come
+        uint32_t len : 4 = 0;   // the character's whole length in bytes
     };
+    static_assert(sizeof(State) == 8);
 
     uint32_t from_stacks(const std::vector<Stack>& stacks) {
         std::vector<int32_t> heads;
@@ -50,17 +64,24 @@ class Walker {
         return intern_set(std::move(heads));
     }
 
+    // A stack's top entries (bottom first) with nothing known below them.
+    uint32_t from_top(const Stack& top) {
+        int32_t n = sentinel_;
+        for (uint32_t p : top) n = node(p, n);
+        return intern_set({n});
+    }
+
     State step_byte(State s, unsigned char b) {
         if (s.need == 0) {
             if (b < 0x80) return {step(s.set, b), 0, 0, 0};
             const int n = utf8_continuations(b);
             if (n < 0) return {};
-            State t{s.set, static_cast<uint32_t>(b & (0x3f >> n)), static_cast<uint8_t>(n),
-                    static_cast<uint8_t>(n + 1)};
+            State t{s.set, static_cast<uint32_t>(b & (0x3f >> n)), static_cast<uint32_t>(n),
+                    static_cast<uint32_t>(n + 1)};
             return range_ok(t) ? t : State{};
         }
         if ((b >> 6) != 2) return {};
-        State t{s.set, (s.acc << 6) | (b & 0x3fu), static_cast<uint8_t>(s.need - 1), s.len};
+        State t{s.set, (s.acc << 6) | (b & 0x3fu), s.need - 1u, s.len};
         if (t.need == 0)
             return utf8_scalar_ok(t.acc, t.len) ? State{step(t.set, t.acc), 0, 0, 0} : State{};
         return range_ok(t) ? t : State{};
@@ -91,8 +112,8 @@ class Walker {
         while (true) {
             const Element& e = g_.element(pos);
             if (e.kind == Element::End) {
-                if (parent < 0) {
-                    out.push_back(-1);
+                if (parent < 0 || parent == sentinel_) {
+                    out.push_back(parent < 0 ? kEmpty : kContext);
                     return;
                 }
                 pos = nodes_[parent].pos;
@@ -140,7 +161,7 @@ class Walker {
 
     // Some character starting with the bytes so far is accepted by some stack.
     bool range_ok(const State& s) {
-        const uint32_t lo = std::max(s.acc << (6 * s.need), utf8_min_scalar(s.len));
+        const uint32_t lo = std::max<uint32_t>(s.acc << (6 * s.need), utf8_min_scalar(s.len));
         const uint32_t hi =
             std::min<uint32_t>((s.acc << (6 * s.need)) | ((1u << (6 * s.need)) - 1), 0x10FFFF);
         // The scalars left, less the surrogates: at most two ranges.
@@ -181,6 +202,7 @@ class Walker {
         int32_t parent;
     };
     const Grammar& g_;
+    int32_t sentinel_ = -1;
     std::vector<Node> nodes_;
     std::unordered_map<uint64_t, int32_t> intern_;
     std::vector<std::vector<int32_t>> sets_;
@@ -190,34 +212,58 @@ class Walker {
     std::vector<std::array<uint32_t, 128>> ascii_;  // per set: the set after each ASCII char
 
   public:
-    bool has_empty(uint32_t set) const { return !sets_[set].empty() && sets_[set].front() == -1; }
+    bool has_empty(uint32_t set) const {
+        return std::binary_search(sets_[set].begin(), sets_[set].end(), kEmpty);
+    }
+    bool has_context(uint32_t set) const {
+        return !sets_[set].empty() && sets_[set].front() == kContext;
+    }
+    // Interned entries so far: a walker kept across masks is dropped past a bound.
+    size_t size() const { return nodes_.size() + sets_.size() + memo_.size(); }
 };
 
-}  // namespace
+void MaskWalkerDeleter::operator()(MaskWalker* w) const {
+    delete w;
+}
+MaskWalkerPtr make_mask_walker(const Grammar& g) {
+    return MaskWalkerPtr(new MaskWalker(g));
+}
+size_t mask_walker_size(const MaskWalker& w) {
+    return w.size();
+}
 
-TokenMask compute_mask(const Grammar& g, const Vocabulary& v, const std::vector<Stack>& stacks,
-                       const std::string& pending) {
-    TokenMask mask(v.n_vocab());
-    Walker w(g);
-    Walker::State start{w.from_stacks(stacks)};
-    for (unsigned char b : pending) start = w.step_byte(start, b);
-    if (start.set == 0) return mask;
-    if (start.need == 0 && w.has_empty(start.set))
-        for (int32_t id : v.end_tokens) mask.set(id);
+namespace {
 
-    // states[d]: the state after the first d bytes of the current token.
-    std::vector<Walker::State> states(1, start);
-    size_t valid = 0;        // states[0..valid] belong to the current token's prefix
+// Walks `pieces` (ascending byte order; lcp[k]: the bytes piece k shares with piece k - 1) from
+// `start`, reusing the states of a shared prefix and skipping every piece that extends a
+// rejected one. verdict(k, v) is called for each piece: Accepted when some stack takes it
+// whole; otherwise Context when, before it died, a stack had popped below its top with bytes
+// of the piece left (the rest of the stack, unknown here, would decide them), else Rejected.
+enum class Verdict { Accepted, Rejected, Context };
+template <class Piece, class Lcp, class OnVerdict>
+void walk_sorted(MaskWalker& w, MaskWalker::State start, size_t n, Piece piece, Lcp lcp_of,
+                 OnVerdict verdict) {
+    std::vector<MaskWalker::State> states(1, start);
+    // context[d]: a stack popped below its top within the first d bytes, with bytes left.
+    std::vector<char> context(1, 0);
+    size_t valid = 0;        // states[0..valid] belong to the current piece's prefix
     size_t dead = SIZE_MAX;  // the previous walk died after this many bytes
-    for (size_t i = 0; i < v.sorted.size(); ++i) {
-        const int32_t id = v.sorted[i];
-        const std::string& s = v.pieces[id];
-        const size_t lcp = i == 0 ? 0 : v.lcp[i];
-        if (dead != SIZE_MAX && lcp >= dead) continue;  // shares the rejected prefix
+    Verdict died = Verdict::Rejected;
+    for (size_t k = 0; k < n; ++k) {
+        const std::string_view s = piece(k);
+        const size_t lcp = k == 0 ? 0 : lcp_of(k);
+        if (dead != SIZE_MAX && lcp >= dead) {  // extends the prefix that died
+            verdict(k, died);
+            continue;
+        }
         size_t d = std::min(lcp, valid);
-        if (states.size() < s.size() + 1) states.resize(s.size() + 1);
+        if (states.size() < s.size() + 1) {
+            states.resize(s.size() + 1);
+            context.resize(s.size() + 1);
+        }
         dead = SIZE_MAX;
         for (; d < s.size(); ++d) {
+            context[d + 1] = context[d] || (states[d].need == 0 && w.has_context(states[d].set));
             states[d + 1] = w.step_byte(states[d], static_cast<unsigned char>(s[d]));
             if (states[d + 1].set == 0) {
                 dead = d + 1;
@@ -226,17 +272,97 @@ TokenMask compute_mask(const Grammar& g, const Vocabulary& v, const std::vector<
         }
         if (dead != SIZE_MAX) {
             valid = dead - 1;
-            continue;
+            died = context[dead] ? Verdict::Context : Verdict::Rejected;
+            verdict(k, died);
+        } else {
+            valid = s.size();
+            verdict(k, Verdict::Accepted);
         }
-        valid = s.size();
-        mask.set(id);
     }
+}
+
+}  // namespace
+
+TokenMask compute_mask(const Grammar& g, const Vocabulary& v, const std::vector<Stack>& stacks,
+                       const std::string& pending) {
+    MaskWalker w(g);
+    return compute_mask(w, v, stacks, pending);
+}
+
+TokenMask compute_mask(MaskWalker& w, const Vocabulary& v, const std::vector<Stack>& stacks,
+                       const std::string& pending) {
+    TokenMask mask(v.n_vocab());
+    MaskWalker::State start{w.from_stacks(stacks)};
+    for (unsigned char b : pending) start = w.step_byte(start, b);
+    if (start.set == 0) return mask;
+    if (start.need == 0 && w.has_empty(start.set))
+        for (int32_t id : v.end_tokens) mask.set(id);
+    walk_sorted(
+        w, start, v.sorted.size(), [&](size_t k) { return v.sorted_piece(k); },
+        [&](size_t k) { return size_t{v.lcp[k]}; },
+        [&](size_t k, Verdict r) {
+            if (r == Verdict::Accepted) mask.set(v.sorted[k]);
+        });
+    return mask;
+}
+
+TopMask compute_top_mask(const Grammar& g, const Vocabulary& v, const Stack& top) {
+    MaskWalker w(g);
+    return compute_top_mask(w, v, top);
+}
+
+TopMask compute_top_mask(MaskWalker& w, const Vocabulary& v, const Stack& top) {
+    TopMask t{TokenMask(v.n_vocab()), {}};
+    walk_sorted(
+        w, MaskWalker::State{w.from_top(top)}, v.sorted.size(),
+        [&](size_t k) { return v.sorted_piece(k); }, [&](size_t k) { return size_t{v.lcp[k]}; },
+        [&](size_t k, Verdict r) {
+            if (r == Verdict::Accepted) t.allowed.set(v.sorted[k]);
+            if (r == Verdict::Context) t.context.push_back(static_cast<uint32_t>(k));
+        });
+    return t;
+}
+
+TokenMask mask_from_tops(const Grammar& g, const Vocabulary& v, const std::vector<Stack>& stacks,
+                         const std::vector<const TopMask*>& tops) {
+    MaskWalker w(g);
+    return mask_from_tops(w, v, stacks, tops);
+}
+
+TokenMask mask_from_tops(MaskWalker& w, const Vocabulary& v, const std::vector<Stack>& stacks,
+                         const std::vector<const TopMask*>& tops) {
+    TokenMask mask(v.n_vocab());
+    std::vector<uint32_t> check;  // sorted-vocabulary indices the rest of the stacks decide
+    for (const TopMask* t : tops) {
+        for (size_t i = 0; i < mask.bits.size(); ++i) mask.bits[i] |= t->allowed.bits[i];
+        check.insert(check.end(), t->context.begin(), t->context.end());
+    }
+    if (tops.size() > 1) {
+        std::sort(check.begin(), check.end());
+        check.erase(std::unique(check.begin(), check.end()), check.end());
+    }
+    std::erase_if(check, [&](uint32_t k) { return mask.test(v.sorted[k]); });
+    const MaskWalker::State start{w.from_stacks(stacks)};
+    if (w.has_empty(start.set))
+        for (int32_t id : v.end_tokens) mask.set(id);
+    auto piece = [&](size_t k) { return v.sorted_piece(check[k]); };
+    walk_sorted(
+        w, start, check.size(), piece,
+        [&](size_t k) {
+            const std::string_view a = piece(k - 1), b = piece(k);
+            size_t n = 0;
+            while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+            return n;
+        },
+        [&](size_t k, Verdict r) {
+            if (r == Verdict::Accepted) mask.set(v.sorted[check[k]]);
+        });
     return mask;
 }
 
 bool partial_viable(const Grammar& g, const std::vector<Stack>& stacks, std::string_view pending) {
-    Walker w(g);
-    Walker::State s{w.from_stacks(stacks)};
+    MaskWalker w(g);
+    MaskWalker::State s{w.from_stacks(stacks)};
     for (unsigned char b : pending) s = w.step_byte(s, b);
     return s.set != 0;
 }

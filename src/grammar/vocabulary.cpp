@@ -15,6 +15,11 @@ Vocabulary::Vocabulary(std::vector<std::string> p, std::vector<bool> usable,
         if (usable[id] && !pieces[id].empty()) sorted.push_back(id);
     std::sort(sorted.begin(), sorted.end(),
               [&](int32_t a, int32_t b) { return pieces[a] < pieces[b]; });
+    sorted_at.push_back(0);
+    for (int32_t id : sorted) {
+        sorted_text += pieces[id];
+        sorted_at.push_back(static_cast<uint32_t>(sorted_text.size()));
+    }
     lcp.assign(sorted.size(), 0);
     for (size_t i = 1; i < sorted.size(); ++i) {
         const std::string& a = pieces[sorted[i - 1]];

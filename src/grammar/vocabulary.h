@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ferry::grammar {
@@ -21,6 +22,13 @@ struct Vocabulary {
     std::vector<int32_t> end_tokens;
     std::vector<int32_t> sorted;  // usable, non-empty token ids in byte order of their pieces
     std::vector<uint32_t> lcp;    // lcp[i]: common prefix of sorted[i - 1]'s and sorted[i]'s piece
+    // The sorted pieces back to back (sorted_text[sorted_at[i] .. sorted_at[i + 1]]): a mask
+    // walks them in this order, and one buffer read front to back keeps that walk in cache.
+    std::string sorted_text;
+    std::vector<uint32_t> sorted_at;
+    std::string_view sorted_piece(size_t i) const {
+        return {sorted_text.data() + sorted_at[i], sorted_at[i + 1] - sorted_at[i]};
+    }
 };
 
 // One bit per token id.

@@ -3,12 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <random>
 #include <set>
 
+#include "engine/constraint.h"
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
 #include "grammar/stack.h"
+#include "test_util.h"
 
 namespace ferry::grammar {
 namespace {
@@ -128,6 +131,21 @@ bool reference_allows(const Grammar& g, const std::vector<Stack>& stacks,
     return true;
 }
 
+// Steps the plain stacks over `buf`'s whole characters; returns the bytes of an unfinished
+// last character.
+std::string feed(const Grammar& g, std::vector<Stack>& stacks, const std::string& buf) {
+    size_t i = 0;
+    while (i < buf.size()) {
+        const auto b = static_cast<unsigned char>(buf[i]);
+        const int n = b < 0x80 ? 0 : (b >> 5) == 6 ? 1 : (b >> 4) == 14 ? 2 : 3;
+        if (i + n >= buf.size()) break;
+        size_t j = i;
+        stacks = advance(g, stacks, decode_utf8(buf, j));
+        i = j;
+    }
+    return buf.substr(i);
+}
+
 // Random tokens over the characters the grammar talks about, with multi-byte characters whole
 // and split, walked along random valid paths: at every state the mask equals the reference.
 TEST(GrammarMask, EqualsTheReferenceOnRandomWalks) {
@@ -202,17 +220,7 @@ item ::= [a-c]+ | "[" root "]" | "中" [\u00e0-\u00ff]?)",
                 const int32_t pick = allowed[rng() % allowed.size()];
                 ASSERT_TRUE(m.accept(pick));
                 // follow the same step on the reference side
-                std::string buf = pending + pieces[pick];
-                size_t i = 0;
-                while (i < buf.size()) {
-                    const auto b = static_cast<unsigned char>(buf[i]);
-                    const int n = b < 0x80 ? 0 : (b >> 5) == 6 ? 1 : (b >> 4) == 14 ? 2 : 3;
-                    if (i + n >= buf.size()) break;
-                    size_t j = i;
-                    stacks = advance(cg->grammar(), stacks, decode_utf8(buf, j));
-                    i = j;
-                }
-                pending = buf.substr(i);
+                pending = feed(cg->grammar(), stacks, pending + pieces[pick]);
             }
         }
     }
@@ -273,6 +281,75 @@ TEST(GrammarMask, SharedAcrossSequencesInTheSameState) {
     const auto st = cg->stats();
     EXPECT_EQ(st.computed, 1);
     EXPECT_EQ(st.hits, 2);
+}
+
+// The fast path (each top's own mask, the context tokens checked against the whole stacks)
+// against the whole-vocabulary walk, on SmolLM2's 49,152 tokens and the grammars requests
+// bring: nested objects, arrays of objects, bounded strings, recursion, a regex, any JSON.
+// Random walks pick among the allowed tokens, so strings, numbers, keys and whitespace states
+// all come up; the tops are shared across states as the server shares them.
+TEST(GrammarMask, TopMasksEqualTheWholeWalkOnARealVocabulary) {
+    const auto vocab = engine::grammar_vocabulary(*testing::default_model().tokenizer);
+    using Kind = engine::Constraint::Kind;
+    std::vector<engine::Constraint> constraints(5);
+    constraints[0].kind = Kind::JsonSchema;
+    constraints[0].schema = nlohmann::ordered_json::parse(R"({"type":"object","properties":{
+        "name":{"type":"string","maxLength":12},"tags":{"type":"array","items":{"type":"object",
+        "properties":{"k":{"type":"string"},"v":{"type":"integer","minimum":-5,"maximum":500}},
+        "required":["k","v"]}},"ok":{"type":"boolean"}},"required":["name","tags","ok"]})");
+    constraints[1].kind = Kind::JsonSchema;
+    constraints[1].schema = nlohmann::ordered_json::parse(R"({"$defs":{"node":{"type":"object",
+        "properties":{"label":{"type":"string"},"children":{"type":"array",
+        "items":{"$ref":"#/$defs/node"}}},"required":["label","children"]}},
+        "$ref":"#/$defs/node"})");
+    constraints[2].kind = Kind::Regex;
+    constraints[2].text = R"((\+?[0-9]{1,3} )?[0-9]{3}-[0-9]{4}|[a-z]+@[a-z]+\.(com|org))";
+    constraints[3].kind = Kind::JsonObject;
+    constraints[4].kind = Kind::JsonSchema;
+    constraints[4].schema = nlohmann::ordered_json::parse(
+        R"({"type":"object","properties":{"when":{"type":"string","format":"date-time"},
+        "id":{"type":"string","format":"uuid"},"n":{"type":"number"}},"required":["when","id"]})");
+    engine::ConstraintCompiler compiler(vocab);
+    std::mt19937 rng(11);
+    int compared = 0, with_context = 0;
+    for (size_t c = 0; c < constraints.size(); ++c) {
+        SCOPED_TRACE("constraint " + std::to_string(c));
+        auto cg = compiler.compile(constraints[c]);
+        ASSERT_TRUE(cg.ok()) << cg.error().message;
+        const Grammar& g = (*cg)->grammar();
+        std::map<Stack, TopMask> tops;
+        for (int walk = 0; walk < 3; ++walk) {
+            std::vector<Stack> stacks = (*cg)->start();
+            std::string pending;
+            for (int step = 0; step < 40; ++step) {
+                const TokenMask want = compute_mask(g, *vocab, stacks, pending);
+                if (pending.empty()) {
+                    std::vector<const TopMask*> ts;
+                    std::set<Stack> seen;
+                    for (const Stack& s : stacks)
+                        if (!s.empty() && seen.insert(stack_top(s)).second) {
+                            const Stack top = stack_top(s);
+                            auto it = tops.find(top);
+                            if (it == tops.end())
+                                it = tops.emplace(top, compute_top_mask(g, *vocab, top)).first;
+                            ts.push_back(&it->second);
+                            with_context += !it->second.context.empty();
+                        }
+                    const TokenMask got = mask_from_tops(g, *vocab, stacks, ts);
+                    ASSERT_EQ(got.bits, want.bits) << "walk " << walk << " step " << step;
+                    ++compared;
+                }
+                std::vector<int32_t> allowed;
+                for (int32_t id : vocab->sorted)
+                    if (want.test(id)) allowed.push_back(id);
+                if (allowed.empty()) break;
+                pending = feed(g, stacks, pending + vocab->pieces[allowed[rng() % allowed.size()]]);
+                ASSERT_FALSE(stacks.empty());
+            }
+        }
+    }
+    EXPECT_GT(compared, 300);
+    EXPECT_GT(with_context, 0);  // the check against the whole stacks was exercised
 }
 
 }  // namespace
