@@ -3,6 +3,7 @@
 // Ctrl-C stops a reply (kept as far as it got) or drops the line being typed; the oldest turns
 // give way when the conversation outgrows the context.
 #include <cstdio>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/interrupt.h"
@@ -36,9 +37,11 @@ void chat(const ChatOptions& o) {
     const auto& tok = *lm.tokenizer;
     const int ctx = o.model.resolved_ctx(lm);
     engine::Generator gen(*lm.model, lm.backend, ctx, o.kv_dtype.format(lm));
-    interrupt::Catcher catcher;
     LineEditor input("ferry", o.history_file);
     const bool tty = input.interactive();
+    // At a terminal Ctrl-C stops a reply; reading a file, it ends the program as usual.
+    std::optional<interrupt::Catcher> catcher;
+    if (tty) catcher.emplace();
     std::vector<tokenizer::ChatMessage> msgs;
     const size_t first_turn = o.system.empty() ? 0 : 1;
     if (!o.system.empty()) {
@@ -83,12 +86,14 @@ void chat(const ChatOptions& o) {
             continue;
         }
         if (line.rfind("//", 0) == 0) line.erase(0, 1);
-        msgs.push_back({"user", line});
+        // Trimmed on a copy: a message that cannot be sent leaves the conversation as it was.
+        std::vector<tokenizer::ChatMessage> trial = msgs;
+        trial.push_back({"user", line});
         std::vector<int32_t> ids;
         size_t dropped = 0;
         bool failed = false;
         for (;;) {
-            auto text = lm.chat_template->apply(msgs, true);
+            auto text = lm.chat_template->apply(trial, true);
             if (!text) {  // the template refused the conversation: say why, keep the session
                 std::fprintf(stderr, "ferry: error: %s\n", text.error().message.c_str());
                 failed = true;
@@ -99,8 +104,8 @@ void chat(const ChatOptions& o) {
             // Drop the oldest turn: from the first message after the system one up to the
             // next user message, so the conversation still starts with a user turn.
             size_t end = first_turn + 1;
-            while (end < msgs.size() && msgs[end].role != "user") ++end;
-            if (end >= msgs.size()) {                                   // only this message is left
+            while (end < trial.size() && trial[end].role != "user") ++end;
+            if (end >= trial.size()) {                                  // only this message is left
                 if (static_cast<int64_t>(ids.size()) + 1 < ctx) break;  // a short reply fits
                 std::fprintf(stderr,
                              "ferry: this message (%zu tokens with the template) does not fit "
@@ -110,12 +115,10 @@ void chat(const ChatOptions& o) {
                 break;
             }
             dropped += end - first_turn;
-            msgs.erase(msgs.begin() + long(first_turn), msgs.begin() + long(end));
+            trial.erase(trial.begin() + long(first_turn), trial.begin() + long(end));
         }
-        if (failed) {
-            msgs.pop_back();
-            continue;
-        }
+        if (failed) continue;
+        msgs = std::move(trial);
         if (dropped)
             std::fprintf(stderr,
                          "ferry chat: dropped the %zu oldest message%s to fit the context of %d "

@@ -10,7 +10,14 @@ namespace {
 volatile std::sig_atomic_t g_pending = 0;
 struct sigaction g_previous {};
 
+// A second Ctrl-C before the first was acted on (a long prompt still being read, say) ends
+// the program the usual way.
 void on_sigint(int) {
+    if (g_pending) {
+        signal(SIGINT, SIG_DFL);
+        raise(SIGINT);
+        return;
+    }
     g_pending = 1;
 }
 

@@ -1,6 +1,7 @@
 // Ctrl-C as a request, not a kill: while a Catcher lives, SIGINT only sets a flag that the
 // interactive commands poll (stop the reply, drop the line being typed) and the program goes
-// on. Installed without SA_RESTART, so a blocking terminal read returns with EINTR at once.
+// on; a second Ctrl-C before the first was acted on ends the program. The terminal reader
+// (line_editor) looks at the flag between short waits, whichever thread took the signal.
 #pragma once
 
 namespace ferry::cli::interrupt {

@@ -1,8 +1,11 @@
 #include "cli/line_editor.h"
 
 #include <histedit.h>
+#include <poll.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <clocale>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -19,6 +22,46 @@ struct LineEditor::Impl {
     std::string history_file;
     bool warned = false;
 
+    // libedit's reader, replaced: a Ctrl-C that lands just before the read starts would
+    // leave the built-in blocking read() waiting; this one waits in slices and looks at the
+    // flag before each, so the line is dropped within a tenth of a second either way.
+    static int read_char(EditLine*, wchar_t* out) {
+        unsigned char b = 0;
+        for (;;) {
+            if (interrupt::pending()) {
+                errno = EINTR;
+                return -1;
+            }
+            pollfd p{STDIN_FILENO, POLLIN, 0};
+            const int r = poll(&p, 1, 100);
+            if (r <= 0) continue;  // a timeout, or EINTR: look at the flag again
+            const ssize_t n = ::read(STDIN_FILENO, &b, 1);
+            if (n == 0) return 0;
+            if (n < 0) {
+                if (errno == EINTR || errno == EAGAIN) continue;
+                return -1;
+            }
+            break;
+        }
+        // One UTF-8 character; a byte that does not start one stands for itself.
+        const int more = b < 0x80         ? 0
+                         : (b >> 5) == 6  ? 1
+                         : (b >> 4) == 14 ? 2
+                         : (b >> 3) == 30 ? 3
+                                          : -1;
+        uint32_t cp = more <= 0 ? b : (b & (0x3fu >> more));
+        for (int k = 0; k < more; ++k) {
+            unsigned char c = 0;
+            if (::read(STDIN_FILENO, &c, 1) != 1 || (c >> 6) != 2) {
+                cp = b;
+                break;
+            }
+            cp = (cp << 6) | (c & 0x3fu);
+        }
+        *out = static_cast<wchar_t>(cp);
+        return 1;
+    }
+
     static const char* prompt_of(EditLine* el) {
         void* self = nullptr;
         el_get(el, EL_CLIENTDATA, &self);
@@ -29,6 +72,9 @@ struct LineEditor::Impl {
 LineEditor::LineEditor(const char* program, std::string history_file)
     : impl_(std::make_unique<Impl>()) {
     if (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO)) return;
+    // The terminal's character set (UTF-8 in any current locale), so libedit keeps what is
+    // typed beyond ASCII; the tokenizer does not depend on the locale.
+    std::setlocale(LC_CTYPE, "");
     Impl& m = *impl_;
     m.history_file = std::move(history_file);
     m.el = el_init(program, stdin, stdout, stderr);
@@ -43,6 +89,7 @@ LineEditor::LineEditor(const char* program, std::string history_file)
     el_set(m.el, EL_EDITOR, "emacs");
     el_set(m.el, EL_SIGNAL, 0);  // Ctrl-C is ours (interrupt::Catcher), not a reset of the tty
     el_set(m.el, EL_HIST, history, m.hist);
+    el_set(m.el, EL_GETCFN, &Impl::read_char);
     el_source(m.el, nullptr);  // the user's ~/.editrc, as every libedit program reads it
 }
 
