@@ -10,9 +10,11 @@ namespace {
 // States beyond this many are dropped wholesale: a recursive grammar can reach unboundedly
 // many, and a mask costs n_vocab / 8 bytes.
 constexpr size_t kMaxCachedMasks = 4096;
-// A walker that has interned more than this many stacks, sets and steps (tens of MB) is
-// dropped rather than kept for the next mask.
-constexpr size_t kMaxWalkerEntries = size_t{1} << 20;
+// A walker whose memo has grown past this is dropped rather than kept for the next mask (a
+// recursive grammar's sets keep growing); one is kept per thread computing masks at once.
+constexpr size_t kMaxWalkerBytes = size_t{16} << 20;
+// Top masks kept beside the state masks: states share tops, so fewer are needed.
+constexpr size_t kMaxCachedTops = 1024;
 
 std::string state_key(const std::vector<Stack>& stacks, const std::string& pending) {
     std::string k;
@@ -83,7 +85,7 @@ MaskWalkerPtr CompiledGrammar::take_walker() const {
 }
 
 void CompiledGrammar::give_back(MaskWalkerPtr w) const {
-    if (mask_walker_size(*w) > kMaxWalkerEntries) return;  // a recursive grammar's sprawl
+    if (mask_walker_bytes(*w) > kMaxWalkerBytes) return;
     std::lock_guard lock(mu_);
     walkers_.push_back(std::move(w));
 }
@@ -97,7 +99,7 @@ std::shared_ptr<const TopMask> CompiledGrammar::top_mask(MaskWalker& w, const St
     auto t = std::make_shared<const TopMask>(compute_top_mask(w, *vocab_, top));
     std::lock_guard lock(mu_);
     ++stats_.tops_computed;
-    if (tops_.size() >= kMaxCachedMasks) tops_.clear();
+    if (tops_.size() >= kMaxCachedTops) tops_.clear();
     tops_.emplace(std::move(key), t);
     return t;
 }

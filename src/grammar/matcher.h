@@ -44,7 +44,7 @@ struct MaskWalkerDeleter {
 };
 using MaskWalkerPtr = std::unique_ptr<MaskWalker, MaskWalkerDeleter>;
 MaskWalkerPtr make_mask_walker(const Grammar& g);
-size_t mask_walker_size(const MaskWalker& w);
+size_t mask_walker_bytes(const MaskWalker& w);
 
 class CompiledGrammar {
   public:

@@ -218,8 +218,9 @@ class MaskWalker {
     bool has_context(uint32_t set) const {
         return !sets_[set].empty() && sets_[set].front() == kContext;
     }
-    // Interned entries so far: a walker kept across masks is dropped past a bound.
-    size_t size() const { return nodes_.size() + sets_.size() + memo_.size(); }
+    // About what the memo holds, in bytes (a set is its heads, its 512-byte table of ASCII
+    // steps and its index entry): a walker kept across masks is dropped past a bound.
+    size_t bytes() const { return nodes_.size() * 40 + sets_.size() * 640 + memo_.size() * 40; }
 };
 
 void MaskWalkerDeleter::operator()(MaskWalker* w) const {
@@ -228,8 +229,8 @@ void MaskWalkerDeleter::operator()(MaskWalker* w) const {
 MaskWalkerPtr make_mask_walker(const Grammar& g) {
     return MaskWalkerPtr(new MaskWalker(g));
 }
-size_t mask_walker_size(const MaskWalker& w) {
-    return w.size();
+size_t mask_walker_bytes(const MaskWalker& w) {
+    return w.bytes();
 }
 
 namespace {

@@ -80,12 +80,13 @@ const $ = (id) => document.getElementById(id);
 // the context can be shown as dropped.
 const turns = [];
 let controller = null;
+let epoch = 0;  // New chat starts a new one: a reply still finishing belongs to the old
 let apiKey = localStorage.getItem("ferry_api_key") || "";
 let maxModelLen = 0;
 
 // Markdown to DOM nodes, never through innerHTML: the model's output stays text, the only
 // markup is what this renderer builds (no raw HTML; links only to http and https).
-const INLINE = /(`+)([\s\S]*?[^`])\1(?!`)|\*\*(?=\S)([\s\S]+?)\*\*|__(?=\S)([\s\S]+?)__|\*([^*\s](?:[^*]*?[^*\s])?)\*|(?<![\w])_([^_\s](?:[^_]*?[^_\s])?)_(?![\w])|\[([^\]]+)\]\((https?:\/\/[^\s)]+)\)/g;
+const INLINE = /(`+)([\s\S]*?[^`])\1(?!`)|\*\*(?=\S)([\s\S]+?)\*\*|__(?=\S)([\s\S]+?)__|\*([^*\s](?:[^*]*?[^*\s])?)\*|(^|[^\w])_([^_\s](?:[^_]*?[^_\s])?)_(?![\w])|\[([^\]]+)\]\((https?:\/\/[^\s)]+)\)/g;
 function renderInline(text, parent) {
   const re = new RegExp(INLINE.source, "g");
   let last = 0, m;
@@ -95,11 +96,14 @@ function renderInline(text, parent) {
     if (m[1]) { el = document.createElement("code"); el.textContent = m[2]; }
     else if (m[3] !== undefined || m[4] !== undefined) {
       el = document.createElement("strong"); renderInline(m[3] !== undefined ? m[3] : m[4], el);
-    } else if (m[5] !== undefined || m[6] !== undefined) {
-      el = document.createElement("em"); renderInline(m[5] !== undefined ? m[5] : m[6], el);
+    } else if (m[5] !== undefined || m[7] !== undefined) {
+      // _x_ only between non-word characters (so snake_case stays text); the character
+      // before it is matched (no lookbehind: older Safari refuses the whole script) and kept.
+      if (m[6]) parent.appendChild(document.createTextNode(m[6]));
+      el = document.createElement("em"); renderInline(m[5] !== undefined ? m[5] : m[7], el);
     } else {
-      el = document.createElement("a"); el.href = m[8]; el.target = "_blank"; el.rel = "noopener noreferrer";
-      renderInline(m[7], el);
+      el = document.createElement("a"); el.href = m[9]; el.target = "_blank"; el.rel = "noopener noreferrer";
+      renderInline(m[8], el);
     }
     parent.appendChild(el);
     last = re.lastIndex;
@@ -229,7 +233,12 @@ if ($("system_prompt").value) $("system").classList.add("show");
 $("system_prompt").oninput = () => localStorage.setItem("ferry_system", $("system_prompt").value);
 $("system_toggle").onclick = () => { $("system").classList.toggle("show"); $("system_prompt").focus(); };
 $("stop").onclick = () => { if (controller) controller.abort(); };
-$("clear").onclick = () => { if (controller) controller.abort(); turns.length = 0; $("log").innerHTML = ""; };
+$("clear").onclick = () => {
+  epoch++;
+  if (controller) controller.abort();
+  turns.length = 0;
+  $("log").innerHTML = "";
+};
 $("input").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("form").requestSubmit(); }
 });
@@ -242,15 +251,15 @@ class ServerError extends Error {
     super((error && error.message) || ("HTTP " + status));
     this.status = status;
     this.code = error && error.code;
+    this.param = error && error.param;
   }
 }
-// The oldest turn, up to the next user message, so the conversation still opens with a user.
-function dropOldestTurn() {
+// Takes the oldest turn out, up to the next user message, so the conversation still opens
+// with a user; none when only the new message is left.
+function takeOldestTurn() {
   let end = 1;
   while (end < turns.length && turns[end].msg.role !== "user") end++;
-  if (end >= turns.length) return 0;
-  for (const t of turns.splice(0, end)) markDropped(t.el, "dropped to fit the model's context");
-  return end;
+  return end >= turns.length ? [] : turns.splice(0, end);
 }
 $("form").onsubmit = async (e) => {
   e.preventDefault();
@@ -267,7 +276,9 @@ $("form").onsubmit = async (e) => {
   controller = new AbortController();
   busy(true);
   const t0 = performance.now();
-  let tFirst = 0, chunks = 0, usage = null, finish = "", reply = "", dropped = 0, drawPending = false;
+  const mine = epoch;
+  let tFirst = 0, chunks = 0, usage = null, finish = "", reply = "", drawPending = false;
+  let dropped = [];  // turns taken out to fit, put back if even that does not
   const draw = () => {
     content.replaceChildren(...renderMarkdown(reply).childNodes);
     $("log").scrollTop = $("log").scrollHeight;
@@ -284,16 +295,22 @@ $("form").onsubmit = async (e) => {
       if (r.ok || r.status === 401) break;
       const j = await r.json().catch(() => ({}));
       const err = new ServerError(r.status, j.error);
-      // Too long for the context: the oldest turns give way, as long as there are any.
+      // The conversation (or it and max_tokens) is too long for the context: the oldest
+      // turns give way, as long as there are any; if even that fails they are put back.
       if (err.code === "context_length_exceeded") {
-        const n = dropOldestTurn();
-        if (n) { dropped += n; continue; }
+        const taken = takeOldestTurn();
+        if (taken.length) { dropped = dropped.concat(taken); continue; }
       }
+      turns.unshift(...dropped);
+      dropped = [];
       throw err;
     }
-    if (dropped)
-      addBubble("notice", `Dropped the ${dropped} oldest message${dropped === 1 ? "" : "s"} to fit ` +
+    if (dropped.length) {
+      for (const t of dropped) markDropped(t.el, "dropped to fit the model's context");
+      const n = dropped.length;
+      addBubble("notice", `Dropped the ${n} oldest message${n === 1 ? "" : "s"} to fit ` +
                 `the model's context${maxModelLen ? " of " + maxModelLen + " tokens" : ""}.`, userTurn.el);
+    }
     if (r.status === 401) {
       turns.pop(); userTurn.el.remove(); bubble.remove(); askForKey(); return;
     }
@@ -321,9 +338,9 @@ $("form").onsubmit = async (e) => {
               if (!tFirst) tFirst = performance.now();
               chunks++;
               reply += piece;
-              if (!drawPending) {
+              if (!drawPending) {  // re-rendered at most every 50 ms while it streams
                 drawPending = true;
-                requestAnimationFrame(() => { drawPending = false; draw(); });
+                setTimeout(() => { drawPending = false; draw(); }, 50);
               }
             }
             if (c.finish_reason) finish = c.finish_reason;
@@ -343,6 +360,11 @@ $("form").onsubmit = async (e) => {
     }
   } finally {
     draw();
+    if (mine !== epoch) {  // New chat was pressed: this exchange is not part of the new one
+      controller = null;
+      busy(false);
+      return;
+    }
     // No reply (an error, or stopped at once): the message leaves the conversation, so the
     // next one neither fails on it again nor follows it as a second user turn.
     if (!reply && turns.includes(userTurn)) {

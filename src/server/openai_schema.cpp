@@ -489,8 +489,12 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
             "'continue_final_message' continues the last message, so it needs "
             "'add_generation_prompt': false",
             "continue_final_message");
-    if (continue_final && r.parses_tool_calls())
-        f.fail("'continue_final_message' with 'tools' is not supported", "continue_final_message");
+    // A constraint would start its grammar after the text it did not see.
+    if (continue_final && (r.parses_tool_calls() || r.params.grammar))
+        f.fail(
+            "'continue_final_message' with 'tools' or an output constraint (response_format, "
+            "guided_*, grammar) is not supported",
+            "continue_final_message");
     if (f.get("reasoning_effort"))
         f.fail(fmt::format("'reasoning_effort' is not supported ({} has no reasoning switch ferry "
                            "knows; Qwen 3's enable_thinking goes in 'chat_template_kwargs')",
@@ -545,18 +549,33 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
         }
         if (continue_final) {
             // The template closes the final turn after its text; the prompt ends with the text.
-            // Templates that trim a message are met with the trimmed text.
-            const std::string& last = *msgs.back().content;
-            std::string_view want = last;
-            size_t at = text->rfind(want);
-            if (at == std::string::npos) {
-                const size_t b = want.find_first_not_of(" \t\r\n");
-                want = b == std::string::npos
-                           ? std::string_view{}
-                           : want.substr(b, want.find_last_not_of(" \t\r\n") - b + 1);
-                if (!want.empty()) at = text->rfind(want);
+            // Where the text starts comes from a second render with a marker in its place (a
+            // search for the text could land in the closing tokens: "end" in <|im_end|>);
+            // templates that trim a message are met with the trimmed text.
+            auto probe_msgs = msgs;
+            probe_msgs.back().content =
+                "\x1f"
+                "ferry:continue"
+                "\x1f";
+            auto probe =
+                service.apply_chat(probe_msgs, tools, kwargs ? *kwargs : json(nullptr), false);
+            size_t at = probe ? probe->find(*probe_msgs.back().content) : std::string::npos;
+            if (at != std::string::npos && text->compare(0, at, *probe, 0, at) != 0)
+                at = std::string::npos;
+            const std::string_view last = *msgs.back().content, ws = " \t\r\n";
+            std::string_view want;
+            if (at != std::string::npos) {
+                const size_t b = last.find_first_not_of(ws);
+                const size_t e = last.find_last_not_of(ws);
+                for (std::string_view c :
+                     {last, b == std::string::npos ? std::string_view{} : last.substr(b, e - b + 1),
+                      last.substr(0, e + 1), last.substr(std::min(b, last.size()))})
+                    if (!c.empty() && text->compare(at, c.size(), c) == 0) {
+                        want = c;
+                        break;
+                    }
             }
-            if (at == std::string::npos)
+            if (want.empty())
                 return f.fail(
                            "'continue_final_message': the chat template does not write the "
                            "last message's text as given, so it cannot be continued",

@@ -566,6 +566,20 @@ def test_continue_final_message_continues_the_assistant_text(client):
         client.chat.completions.create(model=m, messages=msgs, max_tokens=4, tools=[tool],
                                        extra_body={"continue_final_message": True})
     assert e.value.param == "continue_final_message"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=m, messages=msgs, max_tokens=4,
+                                       response_format={"type": "json_object"},
+                                       extra_body={"continue_final_message": True})
+    assert e.value.param == "continue_final_message"
+    # A final text that also occurs in the template's closing tokens ("end" in <|im_end|>):
+    # the prompt still ends right after it.
+    short = msgs[:2] + [{"role": "assistant", "content": "end"}]
+    r = client.chat.completions.create(model=m, messages=short, max_tokens=4, temperature=0,
+                                       extra_body={"continue_final_message": True})
+    c = client.completions.create(model=m, prompt=raw.replace("The capital of France is", "end"),
+                                  max_tokens=4, temperature=0)
+    assert r.usage.prompt_tokens == c.usage.prompt_tokens
+    assert r.choices[0].message.content == c.choices[0].text
 
 
 def test_include_stop_str_in_output(client):

@@ -58,6 +58,7 @@ def finished_replies(driver):
 
 
 def send(driver, text):
+    wait(driver, lambda d: d.find_element(by("ID"), "send").is_enabled())
     before = len(finished_replies(driver))
     driver.find_element(by("ID"), "input").send_keys(text)
     driver.find_element(by("ID"), "send").click()
@@ -180,6 +181,21 @@ def test_system_prompt_and_a_conversation_longer_than_the_context(model_path):
             assert all(m["content"] != questions[0] for m in last)
             # The server saw a request refused as too long (that is what made the page trim).
             assert len(bodies) > len(questions)
+            # A max_tokens no trimming can make room for: the error is shown and the turns
+            # tried away are put back, so the next request still carries them.
+            kept = [m["content"] for m in last]
+            driver.find_element(by("ID"), "max_tokens").clear()
+            driver.find_element(by("ID"), "max_tokens").send_keys("100000")
+            send(driver, "One more?")
+            assert "context" in driver.find_elements(
+                by("CSS_SELECTOR"), ".msg.assistant.error")[-1].text
+            driver.find_element(by("ID"), "max_tokens").clear()
+            driver.find_element(by("ID"), "max_tokens").send_keys("8")
+            send(driver, "Thanks.")
+            again = [m["content"] for m in
+                     driver.execute_script("return window.sentBodies")[-1]["messages"]]
+            assert again[-1] == "Thanks." and "One more?" not in again
+            assert kept[-1] in again  # the question before is still there
     finally:
         s.stop()
 
@@ -202,6 +218,27 @@ window.fetch = async (url, init) => {
   }
   return new Response(JSON.stringify({ error: { message: "injected 500", type: "internal_error" } }),
                       { status: 500, headers: { "Content-Type": "application/json" } });
+};
+"""
+
+
+# A stream that gives a piece every 100 ms for 10 s, and stops when the page aborts it.
+SLOW_FETCH = """
+window.fetch = async (url, init) => {
+  if (!String(url).includes("/chat/completions")) return window.realFetch(url, init);
+  const enc = new TextEncoder();
+  let timer = null;
+  const body = new ReadableStream({
+    start(c) {
+      let i = 0;
+      timer = setInterval(() => {
+        if (i++ === 100) { clearInterval(timer); c.enqueue(enc.encode("data: [DONE]\\n\\n")); c.close(); return; }
+        c.enqueue(enc.encode('data: {"choices":[{"index":0,"delta":{"content":"once "}}]}\\n\\n'));
+      }, 100);
+      init.signal.addEventListener("abort", () => { clearInterval(timer); c.error(new DOMException("stopped", "AbortError")); });
+    },
+  });
+  return new Response(body, { status: 200, headers: { "Content-Type": "text/event-stream" } });
 };
 """
 
@@ -232,5 +269,21 @@ def test_errors_are_shown_and_the_conversation_goes_on(model_path):
             assert not driver.find_elements(by("CSS_SELECTOR"),
                                             ".msg.assistant.error:last-of-type .error-text")
             assert "tok/s" in finished_replies(driver)[-1].text
+            # New chat while a reply streams (a slow stream, 100 ms a piece): the old reply does
+            # not follow into the new conversation.
+            driver.execute_script(SLOW_FETCH)
+            n = len(driver.find_elements(by("CSS_SELECTOR"), ".msg.assistant"))
+            driver.find_element(by("ID"), "input").send_keys("Tell me a long story.")
+            driver.find_element(by("ID"), "send").click()
+            wait(driver, lambda d: len(d.find_elements(by("CSS_SELECTOR"), ".msg.assistant")) > n
+                 and d.find_elements(by("CSS_SELECTOR"), ".msg.assistant .content")[-1]
+                 .text.strip())
+            assert driver.find_element(by("ID"), "stop").is_enabled()  # still streaming
+            driver.find_element(by("ID"), "clear").click()
+            driver.execute_script(RECORD_FETCH.replace("window.fetch;", "window.realFetch;"))
+            send(driver, "Say hi.")
+            msgs = [m["content"] for m in driver.execute_script("return window.sentBodies")[-1]
+                    ["messages"]]
+            assert msgs == ["Say hi."], msgs
     finally:
         s.stop()
