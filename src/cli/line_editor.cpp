@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "cli/interrupt.h"
+#include "grammar/utf8.h"
 
 namespace ferry::cli {
 
@@ -44,11 +45,7 @@ struct LineEditor::Impl {
             break;
         }
         // One UTF-8 character; a byte that does not start one stands for itself.
-        const int more = b < 0x80         ? 0
-                         : (b >> 5) == 6  ? 1
-                         : (b >> 4) == 14 ? 2
-                         : (b >> 3) == 30 ? 3
-                                          : -1;
+        const int more = grammar::utf8_continuations(b);
         uint32_t cp = more <= 0 ? b : (b & (0x3fu >> more));
         for (int k = 0; k < more; ++k) {
             unsigned char c = 0;

@@ -45,14 +45,12 @@ class MaskWalker {
     static constexpr int32_t kContext = -2, kEmpty = -1;
 
     // A state: a set of stacks and the first bytes of an unfinished character.
-    // Eight bytes, so a walk's array of states is written and read a word at a time.
     struct State {
         uint32_t set = 0;
-        uint32_t acc : 24 = 0;  // the unfinished character's bits so far (at most 21)
-        uint32_t need : 4 = 0;  // continuation bytes still to come
-        uint32_t len : 4 = 0;   // the character's whole length in bytes
+        uint32_t acc = 0;  // the unfinished character's bits so far
+        uint8_t need = 0;  // continuation bytes still to come
+        uint8_t len = 0;   // the character's whole length in bytes
     };
-    static_assert(sizeof(State) == 8);
 
     uint32_t from_stacks(const std::vector<Stack>& stacks) {
         std::vector<int32_t> heads;
@@ -76,12 +74,12 @@ class MaskWalker {
             if (b < 0x80) return {step(s.set, b), 0, 0, 0};
             const int n = utf8_continuations(b);
             if (n < 0) return {};
-            State t{s.set, static_cast<uint32_t>(b & (0x3f >> n)), static_cast<uint32_t>(n),
-                    static_cast<uint32_t>(n + 1)};
+            State t{s.set, static_cast<uint32_t>(b & (0x3f >> n)), static_cast<uint8_t>(n),
+                    static_cast<uint8_t>(n + 1)};
             return range_ok(t) ? t : State{};
         }
         if ((b >> 6) != 2) return {};
-        State t{s.set, (s.acc << 6) | (b & 0x3fu), s.need - 1u, s.len};
+        State t{s.set, (s.acc << 6) | (b & 0x3fu), static_cast<uint8_t>(s.need - 1), s.len};
         if (t.need == 0)
             return utf8_scalar_ok(t.acc, t.len) ? State{step(t.set, t.acc), 0, 0, 0} : State{};
         return range_ok(t) ? t : State{};

@@ -235,14 +235,13 @@ class Terminal:
 
 def test_chat_ctrl_c_stops_the_reply_not_the_program_and_lines_have_history(model_path,
                                                                            tmp_path):
-    import time
     env = dict(os.environ, XDG_STATE_HOME=str(tmp_path))
     t = Terminal("--temperature", "0", "-n", "400", env=env)
     t.until("Ctrl-C stops a reply")
     t.until("> ")
     t.type("Write a long story about a dragon.\r")
     t.until("Write a long story about a dragon.")
-    time.sleep(1.5)  # some of the reply has streamed
+    t.until(" ")  # the reply has begun: stop it well before it could end by itself
     t.type("\x03")
     t.until("reply stopped")
     t.until("> ")
