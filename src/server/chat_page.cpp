@@ -277,7 +277,7 @@ $("form").onsubmit = async (e) => {
   busy(true);
   const t0 = performance.now();
   const mine = epoch;
-  let tFirst = 0, chunks = 0, usage = null, finish = "", reply = "", drawPending = false;
+  let tFirst = 0, chunks = 0, usage = null, finish = "", reply = "", drawTimer = 0;
   let dropped = [];  // turns taken out to fit, put back if even that does not
   const draw = () => {
     content.replaceChildren(...renderMarkdown(reply).childNodes);
@@ -338,9 +338,8 @@ $("form").onsubmit = async (e) => {
               if (!tFirst) tFirst = performance.now();
               chunks++;
               reply += piece;
-              if (!drawPending) {  // re-rendered at most every 50 ms while it streams
-                drawPending = true;
-                setTimeout(() => { drawPending = false; draw(); }, 50);
+              if (!drawTimer) {  // re-rendered at most every 50 ms while it streams
+                drawTimer = setTimeout(() => { drawTimer = 0; draw(); }, 50);
               }
             }
             if (c.finish_reason) finish = c.finish_reason;
@@ -359,6 +358,9 @@ $("form").onsubmit = async (e) => {
       bubble.insertBefore(note, stats);
     }
   } finally {
+    // The last draw happens now, and no timer left behind redraws a finished reply (its
+    // elements would be replaced under anyone holding them, as a test's stale lookup showed).
+    clearTimeout(drawTimer);
     draw();
     if (mine !== epoch) {  // New chat was pressed: this exchange is not part of the new one
       controller = null;

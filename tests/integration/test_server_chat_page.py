@@ -4,6 +4,7 @@ never model text as HTML; sends the system prompt; drops the oldest turns when t
 conversation outgrows the context; shows an error that arrives mid-stream and recovers."""
 import contextlib
 import shutil
+import time
 
 import pytest
 
@@ -48,8 +49,12 @@ def by(kind):
 
 
 def wait(driver, cond, seconds=90):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
-    return WebDriverWait(driver, seconds).until(cond)
+    # An element found while the page redraws a streaming reply can be replaced before it is
+    # read; the condition is simply tried again.
+    return WebDriverWait(driver, seconds,
+                         ignored_exceptions=[StaleElementReferenceException]).until(cond)
 
 
 def finished_replies(driver):
@@ -243,6 +248,22 @@ window.fetch = async (url, init) => {
 """
 
 
+# Counts changes to a reply's content made after its stats line was written.
+COUNT_LATE_DRAWS = """
+window.lateDraws = 0;
+const finished = new WeakSet();
+new MutationObserver((records) => {
+  // Records arrive in the order the changes were made, after the script that made them.
+  for (const r of records) {
+    const bubble = r.target.closest && r.target.closest(".msg.assistant");
+    if (!bubble) continue;
+    if (r.target.closest(".stats")) finished.add(bubble);
+    else if (r.target.closest(".content") && finished.has(bubble)) window.lateDraws++;
+  }
+}).observe(document.getElementById("log"), { childList: true, subtree: true });
+"""
+
+
 def test_errors_are_shown_and_the_conversation_goes_on(model_path):
     s = Server()
     try:
@@ -251,10 +272,15 @@ def test_errors_are_shown_and_the_conversation_goes_on(model_path):
             driver.find_element(by("ID"), "max_tokens").clear()
             driver.find_element(by("ID"), "max_tokens").send_keys("8")
             driver.execute_script(FAILING_FETCH, "stream")
+            driver.execute_script(COUNT_LATE_DRAWS)
             send(driver, "first")
             bubble = driver.find_element(by("CSS_SELECTOR"), ".msg.assistant.error")
             assert "the engine failed: injected" in bubble.text
             assert bubble.find_element(by("CSS_SELECTOR"), ".content strong").text == "answer"
+            # A finished reply is not redrawn by a timer left from its stream (its elements
+            # would be replaced under whoever holds them).
+            time.sleep(0.2)
+            assert driver.execute_script("return window.lateDraws") == 0
             driver.execute_script(FAILING_FETCH, "500")
             send(driver, "second")
             assert "injected 500" in driver.find_elements(
