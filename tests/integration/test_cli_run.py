@@ -226,6 +226,19 @@ class Terminal:
         seen, self.buf = self.buf[:i], self.buf[i:]
         return seen.decode(errors="replace")
 
+    def until_match(self, pattern, timeout=90):
+        import re
+        import select
+        import time
+        end = time.time() + timeout
+        while not re.search(pattern, self.buf):
+            assert time.time() < end, f"no {pattern!r} in {self.buf[-600:]!r}"
+            r, _, _ = select.select([self.fd], [], [], 0.1)
+            if r:
+                self.buf += os.read(self.fd, 4096)
+        i = re.search(pattern, self.buf).end()
+        self.buf = self.buf[i:]
+
     def type(self, keys):
         os.write(self.fd, keys.encode() if isinstance(keys, str) else keys)
 
@@ -241,7 +254,11 @@ def test_chat_ctrl_c_stops_the_reply_not_the_program_and_lines_have_history(mode
     t.until("> ")
     t.type("Write a long story about a dragon.\r")
     t.until("Write a long story about a dragon.")
-    t.until(" ")  # the reply has begun: stop it well before it could end by itself
+    # The reply has begun (the line was taken, then the reply's first letters arrived): stop it
+    # well before it could end by itself. Sent earlier, on a loaded machine the Ctrl-C can land
+    # at the prompt still, where it drops the line instead.
+    t.until("\n")
+    t.until_match(rb"[A-Za-z]")
     t.type("\x03")
     t.until("reply stopped")
     t.until("> ")
