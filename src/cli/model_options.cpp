@@ -44,6 +44,7 @@ void ModelOptions::add_to(CLI::App& cmd) {
     cmd.add_option("-c,--ctx", ctx, "context length in tokens (default: min(trained, 4096))")
         ->check(CLI::Range(0, 1 << 24));
     activations.add_to(cmd);
+    parallel.add_to(cmd);
 }
 
 int resolve_threads(int requested) {
@@ -61,6 +62,9 @@ int resolve_threads(int requested) {
 }
 
 int ModelOptions::resolved_threads() const {
+    // The ranks of a group on one machine share its cores.
+    if (threads == 0 && parallel.tp > 1)
+        return resolve_threads(std::max(1, physical_core_count() / parallel.tp));
     return resolve_threads(threads);
 }
 
@@ -81,8 +85,11 @@ std::optional<DType> ModelOptions::weight_type() const {
 }
 
 engine::LoadedModel ModelOptions::load(bool progress) const {
-    auto lm = take(engine::LoadedModel::load(take(resolve_model_path(model)), progress, backend(),
-                                             weight_type()));
+    const auto group = parallel.join();
+    auto lm = take(engine::LoadedModel::load(take(resolve_model_path(model)),
+                                             progress && (!group || group->rank() == 0), backend(),
+                                             weight_type(), group));
+    follow_if_not_rank0(lm);
     apply_to(lm);
     return lm;
 }

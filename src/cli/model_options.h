@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/tensor_parallel.h"
 #include "engine/loaded_model.h"
 #include "engine/sampler.h"
 #include "kernels/backend.h"
@@ -37,7 +38,8 @@ struct ModelOptions {
     int ctx = 0;      // 0: min(training context, 4096)
     ActivationsOption activations;
     std::string weights;  // --weights: every matrix rounded to this type at load; empty: as stored
-    std::string chat_template;  // --chat-template FILE: replaces the model's own
+    std::string chat_template;       // --chat-template FILE: replaces the model's own
+    TensorParallelOptions parallel;  // --tp, --tp-timeout
 
     void add_to(CLI::App& cmd);
     int resolved_threads() const;
@@ -46,7 +48,8 @@ struct ModelOptions {
     std::shared_ptr<kernels::Backend> backend() const;
     // --weights as a type; nullopt when not given. Exits with a message for an unknown name.
     std::optional<DType> weight_type() const;
-    // Loads onto backend(); exits with a message on failure.
+    // Loads onto backend(); exits with a message on failure. With --tp, this rank's share; a
+    // rank other than 0 never returns (it follows rank 0's steps, then exits).
     engine::LoadedModel load(bool progress) const;
     // What the options change in a model loaded without load(): --chat-template.
     void apply_to(engine::LoadedModel& lm) const;

@@ -13,7 +13,9 @@ namespace ferry {
 // What kind of failure, for a caller that reacts to it rather than printing it: most are the
 // request's or the file's (Invalid); Unavailable means the same call may succeed later (the
 // engine's queue is full), which a server reports as "try again" rather than "bad request".
-enum class ErrorCode { Invalid, Unavailable };
+// Invalid: the request's own fault. Unavailable: busy now, try again (a full queue). Down: the
+// engine cannot serve at all (a tensor-parallel rank died or hangs).
+enum class ErrorCode { Invalid, Unavailable, Down };
 
 struct Error {
     std::string message;

@@ -7,14 +7,14 @@
 namespace ferry::engine {
 namespace {
 
-Status load_gguf(LoadedModel& lm, std::optional<DType> weights, bool progress) {
+Status load_gguf(LoadedModel& lm, const model::LlamaModel::LoadOptions& opt) {
     auto file = gguf::File::open(lm.path);
     if (!file) return file.error();
     lm.file = *file;
     auto config = model::read_llama_config(*lm.file);
     if (!config) return config.error();
     lm.weights = std::make_shared<model::GgufWeights>(lm.file);
-    auto model = model::LlamaModel::load(lm.weights, *config, *lm.backend, {progress, weights});
+    auto model = model::LlamaModel::load(lm.weights, *config, *lm.backend, opt);
     if (!model) return model.error();
     lm.model = std::move(*model);
     auto tok = tokenizer::Tokenizer::from_gguf(*lm.file);
@@ -50,14 +50,14 @@ GenerationDefaults generation_defaults(const nlohmann::json& g) {
     return d;
 }
 
-Status load_dir(LoadedModel& lm, std::optional<DType> weights, bool progress) {
+Status load_dir(LoadedModel& lm, const model::LlamaModel::LoadOptions& opt) {
     auto dir = hf::ModelDir::open(lm.path);
     if (!dir) return dir.error();
     lm.dir = std::move(*dir);
     auto config = model::read_llama_config(lm.dir->config(), lm.path + "/config.json");
     if (!config) return config.error();
     lm.weights = std::make_shared<model::HfWeights>(lm.dir);
-    auto model = model::LlamaModel::load(lm.weights, *config, *lm.backend, {progress, weights});
+    auto model = model::LlamaModel::load(lm.weights, *config, *lm.backend, opt);
     if (!model) return model.error();
     lm.model = std::move(*model);
 
@@ -98,7 +98,8 @@ void GenerationDefaults::apply_to(SamplingParams& s) const {
 
 Expected<LoadedModel> LoadedModel::load(const std::string& path, bool progress,
                                         std::shared_ptr<kernels::Backend> backend,
-                                        std::optional<DType> weights) {
+                                        std::optional<DType> weights,
+                                        std::shared_ptr<comm::Communicator> group) {
     LoadedModel lm;
     lm.path = path;
     lm.loaded_as = weights;
@@ -108,8 +109,8 @@ Expected<LoadedModel> LoadedModel::load(const std::string& path, bool progress,
         backend = std::move(*be);
     }
     lm.backend = std::move(backend);
-    Status s =
-        hf::is_model_dir(path) ? load_dir(lm, weights, progress) : load_gguf(lm, weights, progress);
+    const model::LlamaModel::LoadOptions opt{progress, weights, std::move(group)};
+    Status s = hf::is_model_dir(path) ? load_dir(lm, opt) : load_gguf(lm, opt);
     if (!s) return s.error();
     return lm;
 }

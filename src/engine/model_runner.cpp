@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "engine/step_message.h"
+
 namespace ferry::engine {
 
 ModelRunner::ModelRunner(const model::LlamaModel& model, std::shared_ptr<kernels::Backend> backend,
@@ -12,9 +14,42 @@ ModelRunner::ModelRunner(const model::LlamaModel& model, std::shared_ptr<kernels
              model.config().head_dim, std::move(kv)) {
     if (backend_->device() != model.device())
         throw std::invalid_argument("ModelRunner: the model's weights are on another device");
+    if (!model.comm()) return;
+    if (store_.dtype() == quant::KvDType::Int8)
+        throw std::invalid_argument(
+            "int8 keys with tensor parallelism: their calibrated channel scales are not split "
+            "between the ranks yet (use --kv-dtype f16 or fp8)");
+    if (leads_group()) {
+        StepMessage m;
+        m.kind = StepMessage::Kind::Setup;
+        m.setup = {n_blocks, block_size, store_.dtype()};
+        encode_step(m, message_);
+        model.comm()->broadcast(message_, false);
+    }
+}
+
+bool ModelRunner::leads_group() const {
+    return model_.comm() && model_.comm()->rank() == 0;
 }
 
 std::span<const float> ModelRunner::run(std::span<const Work> work) {
+    return step({}, work);
+}
+
+std::span<const float> ModelRunner::step(std::span<const std::pair<int32_t, int32_t>> copies,
+                                         std::span<const Work> work) {
+    if (leads_group() && (!copies.empty() || !work.empty())) {
+        StepMessage m;
+        m.copies.assign(copies.begin(), copies.end());
+        for (const Work& w : work)
+            m.work.push_back({{w.tokens.begin(), w.tokens.end()},
+                              w.start_pos,
+                              {w.blocks.begin(), w.blocks.end()},
+                              w.n_logits});
+        encode_step(m, message_);
+        model_.comm()->broadcast(message_, false);
+    }
+    if (!copies.empty()) store_.copy_blocks(copies);
     tokens_.clear();
     positions_.clear();
     token_seq_.clear();
@@ -49,11 +84,42 @@ std::span<const float> ModelRunner::run(std::span<const Work> work) {
 std::span<const float> ModelRunner::execute(const SchedulerOutput& out) {
     copies_.clear();
     for (const BlockCopy& c : out.copies) copies_.emplace_back(c.src, c.dst);
-    if (!copies_.empty()) store_.copy_blocks(copies_);
     work_.clear();
     for (const ScheduledSeq& s : out.seqs)
         work_.push_back({s.tokens, s.start_pos, s.blocks, s.num_logits()});
-    return run(work_);
+    return step(copies_, work_);
+}
+
+Status ModelRunner::follow_steps(const model::LlamaModel& model,
+                                 std::shared_ptr<kernels::Backend> backend) {
+    comm::Communicator* comm = model.comm();
+    if (!comm || comm->rank() == 0)
+        return make_error("ModelRunner::follow_steps: not a following rank of a group");
+    std::unique_ptr<ModelRunner> runner;
+    std::vector<std::byte> bytes;
+    std::vector<Work> work;
+    try {
+        for (;;) {
+            comm->broadcast(bytes, true);
+            if (bytes.empty()) return Status::Ok();  // rank 0 ended the group
+            auto m = decode_step(bytes);
+            if (!m) return m.error();
+            if (m->kind == StepMessage::Kind::Setup) {
+                runner.reset();  // a new cache replaces the old one, as on rank 0
+                runner = std::make_unique<ModelRunner>(model, backend, m->setup.n_blocks,
+                                                       m->setup.block_size,
+                                                       kv::KvFormat{m->setup.kv_dtype, {}});
+                continue;
+            }
+            if (!runner) return make_error("tensor parallelism: a step before the cache was made");
+            work.clear();
+            for (const StepWork& w : m->work)
+                work.push_back({w.tokens, w.start_pos, w.blocks, w.n_logits});
+            runner->step(m->copies, work);
+        }
+    } catch (const comm::CommError& e) {
+        return make_error("{}", e.what());
+    }
 }
 
 }  // namespace ferry::engine

@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "core/status.h"
 #include "engine/scheduler_output.h"
 #include "kernels/backend.h"
 #include "kv/kv_store.h"
@@ -19,7 +20,9 @@ namespace ferry::engine {
 
 class ModelRunner {
   public:
-    // A cache of n_blocks blocks of block_size positions, holding `kv`'s element type.
+    // A cache of n_blocks blocks of block_size positions, holding `kv`'s element type. For a
+    // model split over a group (tensor parallelism), rank 0's runner is the group's: the other
+    // ranks make the same cache (follow_steps) and run every forward pass it runs.
     ModelRunner(const model::LlamaModel& model, std::shared_ptr<kernels::Backend> backend,
                 int64_t n_blocks, int block_size, kv::KvFormat kv = {});
 
@@ -38,6 +41,11 @@ class ModelRunner {
     // logits rows for each that wants them.
     std::span<const float> execute(const SchedulerOutput& out);
 
+    // A rank other than 0 of the group `model` is split over: runs what rank 0's runner runs,
+    // step by step, until rank 0 ends the group (Ok) or the group fails (its error).
+    static Status follow_steps(const model::LlamaModel& model,
+                               std::shared_ptr<kernels::Backend> backend);
+
     // Every later run shows `o` (not owned; null to stop) the inputs of the linear maps.
     void set_observer(model::ActivationObserver* o) { observer_ = o; }
 
@@ -49,6 +57,11 @@ class ModelRunner {
     const kv::KvStore& kv() const { return store_; }
 
   private:
+    // The block copies, then the work as one forward pass; rank 0 of a group sends both first.
+    std::span<const float> step(std::span<const std::pair<int32_t, int32_t>> copies,
+                                std::span<const Work> work);
+    bool leads_group() const;
+
     const model::LlamaModel& model_;
     std::shared_ptr<kernels::Backend> backend_;
     kv::KvStore store_;
@@ -59,7 +72,8 @@ class ModelRunner {
     std::vector<kernels::BatchSeq> seqs_;
     std::vector<Work> work_;
     std::vector<std::pair<int32_t, int32_t>> copies_;
-    Tensor logits_;  // on the device, grown to the largest step
+    Tensor logits_;                   // on the device, grown to the largest step
+    std::vector<std::byte> message_;  // the step as sent to the group
 };
 
 }  // namespace ferry::engine

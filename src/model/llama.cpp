@@ -231,7 +231,8 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<gguf::Fil
                                                        kernels::Backend& backend, bool progress) {
     auto cfg = read_llama_config(*file);
     if (!cfg) return cfg.error();
-    return load(std::make_shared<GgufWeights>(std::move(file)), *cfg, backend, {progress, {}});
+    return load(std::make_shared<GgufWeights>(std::move(file)), *cfg, backend,
+                {progress, {}, nullptr});
 }
 
 Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const WeightFile> file,
@@ -344,6 +345,49 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
              }) {
             if (!s) return s.error();
         }
+    }
+
+    if (opt.comm && opt.comm->size() > 1) {
+        // This rank's share of every split matrix (model/tensor_split.h); the embedding, the
+        // norms and the per-head q/k norms stay whole.
+        auto split = plan_split(c, layers.empty() ? DType::F32 : layers[0].m[3].dtype(),
+                                layers.empty() ? DType::F32 : layers[0].m[6].dtype(),
+                                opt.comm->rank(), opt.comm->size());
+        if (!split) return split.error();
+        const TensorSplit& s = *split;
+        const int64_t hd = c.head_dim, group = c.n_head / c.n_head_kv;
+        const int64_t q0 = s.kv_heads.begin * group * hd, nq = s.kv_heads.size() * group * hd;
+        const int64_t k0 = s.kv_heads.begin * hd, nk = s.kv_heads.size() * hd;
+        const int64_t f0 = s.ffn.begin, nf = s.ffn.size();
+        output = output.slice(s.vocab.begin, s.vocab.size());
+        for (size_t i = 0; i < layers.size(); ++i) {
+            Bound& l = layers[i];
+            if (l.m[3].dtype() != layers[0].m[3].dtype() ||
+                l.m[6].dtype() != layers[0].m[6].dtype())
+                return make_error(
+                    "--tp: layer {}'s attention output or MLP down is of another type "
+                    "than layer 0's; re-quantize the model to one type (--weights)",
+                    i);
+            l.m[0] = l.m[0].slice(q0, nq);
+            l.m[1] = l.m[1].slice(k0, nk);
+            l.m[2] = l.m[2].slice(k0, nk);
+            l.m[4] = l.m[4].slice(f0, nf);
+            l.m[5] = l.m[5].slice(f0, nf);
+            auto wo = slice_columns(l.m[3], q0, q0 + nq);
+            auto down = slice_columns(l.m[6], f0, f0 + nf);
+            if (!wo) return wo.error();
+            if (!down) return down.error();
+            l.m[3] = *wo;
+            l.m[6] = *down;
+            if (!l.bq.empty()) l.bq = l.bq.slice(q0, nq);
+            if (!l.bk.empty()) l.bk = l.bk.slice(k0, nk);
+            if (!l.bv.empty()) l.bv = l.bv.slice(k0, nk);
+        }
+        m->cfg_.n_head = static_cast<int>(s.kv_heads.size() * group);
+        m->cfg_.n_head_kv = static_cast<int>(s.kv_heads.size());
+        m->cfg_.n_ff = static_cast<int>(nf);
+        m->comm_ = opt.comm;
+        m->split_ = s;
     }
 
     // Resident on the backend, in its layout: the embedding is looked up a row at a time,
@@ -461,7 +505,8 @@ enum Slot {
     kLast,
     kRouter,
     kExpIn,
-    kShGate
+    kShGate,
+    kLogitsPart
 };
 
 void observe(ActivationObserver* o, kernels::Backend& be, int layer, LinearInput which,
@@ -527,6 +572,7 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
         observe(observer, be, li, LinearInput::AttnOut, attn);
         const kernels::MatmulOut o[] = {{&L.wo, out}};
         be.matmul(o, attn);
+        reduce(be, out);
         if (!L.post_attn_norm.empty()) be.rmsnorm(out, L.post_attn_norm, c.rms_eps, out);
         be.add(x, out);
 
@@ -546,6 +592,7 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
         observe(observer, be, li, LinearInput::FfnDown, gate);
         const kernels::MatmulOut down[] = {{&L.w_down, out}};
         be.matmul(down, gate);
+        reduce(be, out);
         if (!L.post_ffn_norm.empty()) be.rmsnorm(out, L.post_ffn_norm, c.rms_eps, out);
         be.add(x, out);
     }
@@ -556,9 +603,47 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
     const Tensor last = be.scratch(kLast, DType::F32, {rows, c.n_embd});
     be.gather_rows(x, batch.logit_tokens, last);
     be.rmsnorm(last, output_norm_, c.rms_eps, xn.slice(0, rows));
-    const kernels::MatmulOut head[] = {{&output_, logits}};
+    if (!comm_) {
+        const kernels::MatmulOut head[] = {{&output_, logits}};
+        be.matmul(head, xn.slice(0, rows));
+        if (c.final_softcap > 0) be.softcap(logits, c.final_softcap);
+        return;
+    }
+    // Each rank's vocabulary slice of every row, gathered rank after rank on rank 0 and laid
+    // side by side there.
+    const int64_t nv = split_.vocab.size();
+    const Tensor part = be.scratch(kLogitsPart, DType::F32, {rows, nv});
+    const kernels::MatmulOut head[] = {{&output_, part}};
     be.matmul(head, xn.slice(0, rows));
-    if (c.final_softcap > 0) be.softcap(logits, c.final_softcap);
+    if (c.final_softcap > 0) be.softcap(part, c.final_softcap);
+    const Tensor mine = be.host_view(part);
+    const bool root = comm_->rank() == 0;
+    if (root) logits_parts_.resize(static_cast<size_t>(rows * c.n_vocab));
+    std::vector<int> counts(split_.vocab_rows.size());
+    for (size_t r = 0; r < counts.size(); ++r)
+        counts[r] = static_cast<int>(rows) * split_.vocab_rows[r];
+    comm_->gather({mine.data<const float>(), static_cast<size_t>(rows * nv)}, logits_parts_,
+                  counts);
+    if (!root) return;
+    const Tensor full = be.host_view(logits);
+    float* dst = full.data<float>();
+    const float* src = logits_parts_.data();
+    int64_t col = 0;
+    for (const int v : split_.vocab_rows) {
+        for (int64_t t = 0; t < rows; ++t)
+            std::memcpy(dst + t * c.n_vocab + col, src + t * v,
+                        sizeof(float) * static_cast<size_t>(v));
+        src += rows * v;
+        col += v;
+    }
+    if (full.raw() != logits.raw()) be.upload(full.raw(), logits);
+}
+
+void LlamaModel::reduce(kernels::Backend& be, const Tensor& t) const {
+    if (!comm_) return;
+    const Tensor h = be.host_view(t);
+    comm_->all_reduce_sum({h.data<float>(), static_cast<size_t>(h.numel())});
+    if (h.raw() != t.raw()) be.upload(h.raw(), t);
 }
 
 void LlamaModel::moe_ffn(kernels::Backend& be, const LayerWeights& L, int layer, const Tensor& xn,

@@ -11,12 +11,14 @@
 #include <span>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "gguf/gguf_file.h"
 #include "kernels/backend.h"
 #include "model/llama_config.h"
 #include "model/moe.h"
+#include "model/tensor_split.h"
 #include "model/weight_file.h"
 
 namespace ferry::model {
@@ -64,6 +66,9 @@ class LlamaModel {
         // Every matrix rounded to this type on the way in (vLLM's --quantization): a checkpoint
         // in 16 bits served at 8 or 4. Unset: the file's types.
         std::optional<DType> weights;
+        // A group of ranks to split the model over (model/tensor_split.h); null or one rank:
+        // the whole model here.
+        std::shared_ptr<comm::Communicator> comm;
     };
     // From any checkpoint (GGUF or a Hugging Face directory) with its hyper-parameters.
     static Expected<std::unique_ptr<LlamaModel>> load(std::shared_ptr<const WeightFile> file,
@@ -71,7 +76,12 @@ class LlamaModel {
                                                       kernels::Backend& backend,
                                                       const LoadOptions& opt);
 
+    // Under tensor parallelism, this rank's share: its heads, KV heads and MLP columns (what
+    // its KV cache and scratch are sized by); n_vocab stays the whole vocabulary.
     const LlamaConfig& config() const { return cfg_; }
+    // The group this model is split over, or null.
+    comm::Communicator* comm() const { return comm_.get(); }
+    const TensorSplit& split() const { return split_; }
     Device device() const { return device_; }
     // Bytes of weights one decode step reads on `backend` (every matrix once, in the layout the
     // backend reads, and one embedding row).
@@ -102,6 +112,8 @@ class LlamaModel {
 
   private:
     LlamaModel() = default;
+    // Completes a partial sum over the ranks (after attention output and MLP down).
+    void reduce(kernels::Backend& be, const Tensor& t) const;
     void moe_ffn(kernels::Backend& be, const LayerWeights& L, int layer, const Tensor& xn,
                  const Tensor& x) const;
     std::vector<std::string> load_notes_;
@@ -112,6 +124,9 @@ class LlamaModel {
     kernels::Matrix output_;
     Tensor output_norm_;
     std::vector<LayerWeights> layers_;
+    std::shared_ptr<comm::Communicator> comm_;
+    TensorSplit split_;
+    mutable std::vector<float> logits_parts_;  // the ranks' logits slices, gathered on rank 0
     std::vector<double> rope_inv_freq_;
     std::vector<double> rope_inv_freq_swa_;  // the sliding layers' where they have their own
     float rope_scale_ = 1.0f;

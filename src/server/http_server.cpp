@@ -530,6 +530,10 @@ class Session : public std::enable_shared_from_this<Session> {
                     e.type = "rate_limit_error";
                     e.code = "queue_full";
                     srv_->rejected.fetch_add(1);
+                } else if (id.error().code == ErrorCode::Down) {
+                    e.status = 503;
+                    e.type = "server_error";
+                    e.code = "service_unavailable";
                 }
                 return send_error(e);
             }

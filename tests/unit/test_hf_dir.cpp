@@ -382,7 +382,7 @@ TEST(HfDirectory, DefaultModelRewrittenAsTransformersLayoutGivesTheGgufLogits) {
               std::max_element(got.begin(), got.end()) - got.begin());
 
     // Quantized at load, as --weights q8_0 does: close to the f32 copy, not equal.
-    auto q8 = model::LlamaModel::load(weights, *cfg, **be, {false, DType::Q8_0});
+    auto q8 = model::LlamaModel::load(weights, *cfg, **be, {false, DType::Q8_0, nullptr});
     ASSERT_TRUE(q8.ok()) << q8.error().message;
     const auto got8 = logits(**q8);
     float d8 = 0;
@@ -391,7 +391,7 @@ TEST(HfDirectory, DefaultModelRewrittenAsTransformersLayoutGivesTheGgufLogits) {
     EXPECT_LT(d8, 0.05f * max_abs);
     // Rows that do not split into q4_k's 256-element blocks (576) take ferry quantize's
     // fallback, q8_0, and the load says so; rows of 1536 (ffn_down) stay q4_k.
-    auto k_quant = model::LlamaModel::load(weights, *cfg, **be, {false, DType::Q4_K});
+    auto k_quant = model::LlamaModel::load(weights, *cfg, **be, {false, DType::Q4_K, nullptr});
     ASSERT_TRUE(k_quant.ok()) << k_quant.error().message;
     const auto& notes = (*k_quant)->load_notes();
     ASSERT_FALSE(notes.empty());

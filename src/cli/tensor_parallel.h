@@ -1,0 +1,30 @@
+// --tp N for the commands that run a model: the group of N processes (MPI ranks) the model is
+// split over. Rank 0 runs the command as usual (the server, the scheduler, the sampler); the
+// others load their share of the weights and run each forward pass rank 0 sends them.
+#pragma once
+
+#include <memory>
+
+#include <CLI/CLI.hpp>
+
+#include "comm/communicator.h"
+#include "engine/loaded_model.h"
+
+namespace ferry::cli {
+
+struct TensorParallelOptions {
+    int tp = 1;
+    double timeout_s = 60;
+
+    void add_to(CLI::App& cmd);
+    // The group, or null for --tp 1. A command started outside an MPI job starts its group
+    // itself: it runs again as `mpirun -np N` of the same command line, in place of this
+    // process (so `ferry serve --tp 2` is all it takes). Exits with a message on failure.
+    std::shared_ptr<comm::Communicator> join() const;
+};
+
+// On a rank other than 0: runs rank 0's forward passes on `lm` until rank 0 ends the group,
+// then ends the process (0, or 1 with the group's error). On rank 0 or with no group, returns.
+void follow_if_not_rank0(const engine::LoadedModel& lm);
+
+}  // namespace ferry::cli

@@ -1,0 +1,52 @@
+// How the ranks of a tensor-parallel group talk: the collectives a sharded forward pass needs
+// (a sum over ranks after each block whose matrices are split by input, the output head's
+// logits gathered to rank 0) and the one message rank 0 sends every step (what to run). One
+// interface, implemented over MPI between processes today (comm/mpi_communicator.h) and over
+// NCCL for GPU ranks next, so another transport is one more implementation.
+//
+// Every collective is called by every rank in the same order. None waits forever for a rank
+// mid-step: past the group's timeout the communicator fails (a rank died or hangs), throws
+// CommError, and every later call throws at once, so the engine fails what is in flight and
+// refuses new work instead of hanging.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ferry::comm {
+
+class CommError : public std::runtime_error {
+  public:
+    using std::runtime_error::runtime_error;
+};
+
+class Communicator {
+  public:
+    virtual ~Communicator() = default;
+
+    virtual int rank() const = 0;
+    virtual int size() const = 0;
+
+    // data = the sum of every rank's data, on every rank.
+    virtual void all_reduce_sum(std::span<float> data) = 0;
+    // Rank r's `mine` (counts[r] floats) into rank 0's `all`, in rank order; `all` is ignored
+    // on the other ranks.
+    virtual void gather(std::span<const float> mine, std::span<float> all,
+                        std::span<const int> counts) = 0;
+    // Rank 0 sends `message`; the others receive it into `message`. A receiver waiting between
+    // steps waits as long as rank 0 is idle (`idle_ok`), a rank mid-step no longer than the
+    // timeout. An empty message from rank 0 means the group is over.
+    virtual void broadcast(std::vector<std::byte>& message, bool idle_ok) = 0;
+
+    // Why the group failed, once it has; every collective throws after that.
+    virtual std::optional<std::string> failure() const = 0;
+    // Rank 0, leaving: the other ranks are told the group is over (an empty message) unless the
+    // group already failed. Called once, at exit; later collectives throw.
+    virtual void finish() = 0;
+};
+
+}  // namespace ferry::comm

@@ -1,0 +1,206 @@
+#include "comm/mpi_communicator.h"
+
+#include <cstdlib>
+
+#ifdef FERRY_HAVE_MPI
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+#endif
+
+namespace ferry::comm {
+
+bool mpi_built_in() {
+#ifdef FERRY_HAVE_MPI
+    return true;
+#else
+    return false;
+#endif
+}
+
+bool launched_by_mpi() {
+    // Open MPI's launcher sets the first, MPICH's Hydra and Slurm's PMI the others.
+    for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+        if (std::getenv(v)) return true;
+    return false;
+}
+
+#ifndef FERRY_HAVE_MPI
+
+Expected<std::shared_ptr<Communicator>> mpi_world(int, double) {
+    return make_error(
+        "tensor parallelism needs MPI, and this ferry was built without it (install Debian's "
+        "libopenmpi-dev and openmpi-bin, then rebuild)");
+}
+
+#else
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class MpiCommunicator final : public Communicator {
+  public:
+    MpiCommunicator(int rank, int size, double timeout_s)
+        : rank_(rank), size_(size), timeout_(timeout_s) {}
+
+    int rank() const override { return rank_; }
+    int size() const override { return size_; }
+
+    // Every rank's partial sums gathered and added in rank order, rather than MPI_Allreduce:
+    // the result is then the same bits on every rank and in every run whatever algorithm MPI
+    // picks, so the ranks' copies of the residual stream never drift apart.
+    void all_reduce_sum(std::span<float> data) override {
+        check();
+        const auto n = static_cast<int>(data.size());
+        gathered_.resize(data.size() * static_cast<size_t>(size_));
+        MPI_Request req;
+        MPI_Iallgather(data.data(), n, MPI_FLOAT, gathered_.data(), n, MPI_FLOAT, MPI_COMM_WORLD,
+                       &req);
+        wait(req, false, "a sum over the ranks");
+        for (size_t i = 0; i < data.size(); ++i) {
+            float s = gathered_[i];
+            for (int r = 1; r < size_; ++r)
+                s += gathered_[static_cast<size_t>(r) * data.size() + i];
+            data[i] = s;
+        }
+    }
+
+    void gather(std::span<const float> mine, std::span<float> all,
+                std::span<const int> counts) override {
+        check();
+        displs_.resize(static_cast<size_t>(size_));
+        int at = 0;
+        for (int r = 0; r < size_; ++r) {
+            displs_[static_cast<size_t>(r)] = at;
+            at += counts[static_cast<size_t>(r)];
+        }
+        MPI_Request req;
+        MPI_Igatherv(mine.data(), static_cast<int>(mine.size()), MPI_FLOAT,
+                     rank_ == 0 ? all.data() : nullptr, counts.data(), displs_.data(), MPI_FLOAT, 0,
+                     MPI_COMM_WORLD, &req);
+        wait(req, false, "gathering the logits");
+    }
+
+    void broadcast(std::vector<std::byte>& message, bool idle_ok) override {
+        check();
+        uint64_t n = rank_ == 0 ? message.size() : 0;
+        MPI_Request req;
+        MPI_Ibcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD, &req);
+        wait(req, idle_ok && rank_ != 0, "the next step from rank 0");
+        if (rank_ != 0) message.resize(n);
+        if (n == 0) return;
+        MPI_Ibcast(message.data(), static_cast<int>(n), MPI_BYTE, 0, MPI_COMM_WORLD, &req);
+        wait(req, false, "a step's message");
+    }
+
+    std::optional<std::string> failure() const override { return failed_; }
+
+    void finish() override {
+        if (finished_) return;
+        if (failed_) {
+            finished_ = true;
+            // A collective is still pending on a rank that will not answer: MPI_Finalize would
+            // wait for it, so the job ends here (mpirun stops the other ranks).
+            MPI_Abort(MPI_COMM_WORLD, 1);
+            return;
+        }
+        if (rank_ == 0) {
+            std::vector<std::byte> stop;
+            try {
+                broadcast(stop, false);
+            } catch (const CommError&) {
+                finished_ = true;
+                MPI_Abort(MPI_COMM_WORLD, 1);
+                return;
+            }
+        }
+        finished_ = true;
+        MPI_Finalize();
+    }
+
+  private:
+    void check() const {
+        if (failed_) throw CommError(*failed_);
+        if (finished_) throw CommError("the tensor-parallel group has finished");
+    }
+
+    // Polls until `req` completes. Mid-step the other ranks are at most a layer behind, so a
+    // wait past the timeout means one of them died or hangs; between steps a worker waits as
+    // long as rank 0 has nothing to run, sleeping a little once it is clearly idle.
+    void wait(MPI_Request& req, bool idle_ok, const char* what) {
+        const auto t0 = Clock::now();
+        for (;;) {
+            int done = 0;
+            MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+            if (done) return;
+            const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+            if (!idle_ok && waited > timeout_) {
+                failed_ = fmt::format(
+                    "tensor parallelism: rank {} waited {:.0f} s for {} (a rank died or hangs; "
+                    "--tp-timeout sets the limit); the group is stopped",
+                    rank_, waited, what);
+                throw CommError(*failed_);
+            }
+            if (waited > 0.05 && idle_ok)
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            else if (waited > 0.002)
+                std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+    }
+
+    int rank_, size_;
+    double timeout_;
+    std::optional<std::string> failed_;
+    bool finished_ = false;
+    std::vector<float> gathered_;
+    std::vector<int> displs_;
+};
+
+std::shared_ptr<Communicator>& world() {
+    static std::shared_ptr<Communicator> w;
+    return w;
+}
+
+}  // namespace
+
+Expected<std::shared_ptr<Communicator>> mpi_world(int expected, double timeout_s) {
+    if (world()) {
+        if (world()->size() != expected)
+            return make_error("tensor parallelism: the MPI job has {} ranks but {} were asked for",
+                              world()->size(), expected);
+        return world();
+    }
+    int provided = 0;
+    // The engine thread runs the collectives after the main thread set the group up: one
+    // thread at a time, never two at once.
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+        return make_error("tensor parallelism: MPI_Init_thread failed");
+    if (provided < MPI_THREAD_SERIALIZED)
+        return make_error(
+            "tensor parallelism: this MPI cannot be called from more than one thread "
+            "(MPI_THREAD_SERIALIZED)");
+    int rank = 0, size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size != expected) {
+        MPI_Finalize();
+        return make_error(
+            "tensor parallelism: --tp {} but this MPI job has {} rank{} (mpirun -np {})", expected,
+            size, size == 1 ? "" : "s", expected);
+    }
+    world() = std::make_shared<MpiCommunicator>(rank, size, timeout_s);
+    std::atexit([] {
+        if (world()) world()->finish();
+    });
+    return world();
+}
+
+#endif
+
+}  // namespace ferry::comm

@@ -1,0 +1,25 @@
+// The Communicator over MPI (Open MPI from Debian: openmpi-bin, libopenmpi-dev): the ranks of
+// MPI_COMM_WORLD, one process each, launched by mpirun. Every collective is MPI's non-blocking
+// one, polled until it completes or the timeout passes, so a rank that hangs or dies makes the
+// others fail with a message naming the wait instead of blocking in MPI forever.
+#pragma once
+
+#include <memory>
+
+#include "comm/communicator.h"
+#include "core/status.h"
+
+namespace ferry::comm {
+
+// Whether this ferry was built with MPI.
+bool mpi_built_in();
+
+// True when this process was started by mpirun (or another MPI launcher) as one rank of a job.
+bool launched_by_mpi();
+
+// Initialises MPI (once per process) and returns the world as a communicator of `expected`
+// ranks, or an error that says what is missing: a ferry built without MPI, a job of another
+// size. `timeout_s` bounds every wait mid-step.
+Expected<std::shared_ptr<Communicator>> mpi_world(int expected, double timeout_s);
+
+}  // namespace ferry::comm

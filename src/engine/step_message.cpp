@@ -1,0 +1,102 @@
+#include "engine/step_message.h"
+
+#include <cstring>
+
+namespace ferry::engine {
+namespace {
+
+template <class T>
+void put_bytes(std::vector<std::byte>& out, const T* p, size_t n) {
+    const size_t at = out.size();
+    out.resize(at + n * sizeof(T));
+    if (n) std::memcpy(out.data() + at, p, n * sizeof(T));
+}
+
+template <class T>
+void put(std::vector<std::byte>& out, T v) {
+    put_bytes(out, &v, 1);
+}
+
+template <class T>
+void put_array(std::vector<std::byte>& out, const std::vector<T>& v) {
+    put<uint32_t>(out, static_cast<uint32_t>(v.size()));
+    put_bytes(out, v.data(), v.size());
+}
+
+class Reader {
+  public:
+    explicit Reader(std::span<const std::byte> b) : b_(b) {}
+    template <class T>
+    bool get(T& v) {
+        if (b_.size() - at_ < sizeof(T)) return false;
+        std::memcpy(static_cast<void*>(&v), b_.data() + at_, sizeof(T));
+        at_ += sizeof(T);
+        return true;
+    }
+    template <class T>
+    bool get_array(std::vector<T>& v) {
+        uint32_t n = 0;
+        if (!get(n) || (b_.size() - at_) / sizeof(T) < n) return false;
+        v.resize(n);
+        std::memcpy(static_cast<void*>(v.data()), b_.data() + at_, n * sizeof(T));
+        at_ += n * sizeof(T);
+        return true;
+    }
+    bool done() const { return at_ == b_.size(); }
+
+  private:
+    std::span<const std::byte> b_;
+    size_t at_ = 0;
+};
+
+}  // namespace
+
+void encode_step(const StepMessage& m, std::vector<std::byte>& out) {
+    out.clear();
+    put<uint8_t>(out, static_cast<uint8_t>(m.kind));
+    if (m.kind == StepMessage::Kind::Setup) {
+        put<int64_t>(out, m.setup.n_blocks);
+        put<int32_t>(out, m.setup.block_size);
+        put<int32_t>(out, static_cast<int32_t>(m.setup.kv_dtype));
+        return;
+    }
+    put_array(out, m.copies);
+    put<uint32_t>(out, static_cast<uint32_t>(m.work.size()));
+    for (const StepWork& w : m.work) {
+        put<int64_t>(out, w.start_pos);
+        put<int32_t>(out, w.n_logits);
+        put_array(out, w.tokens);
+        put_array(out, w.blocks);
+    }
+}
+
+Expected<StepMessage> decode_step(std::span<const std::byte> bytes) {
+    Reader r(bytes);
+    StepMessage m;
+    uint8_t kind = 0;
+    if (!r.get(kind)) return make_error("tensor parallelism: an empty step message");
+    const auto bad = [&] {
+        return make_error("tensor parallelism: a malformed step message ({} bytes)", bytes.size());
+    };
+    if (kind == static_cast<uint8_t>(StepMessage::Kind::Setup)) {
+        m.kind = StepMessage::Kind::Setup;
+        int32_t dtype = 0;
+        if (!r.get(m.setup.n_blocks) || !r.get(m.setup.block_size) || !r.get(dtype) || !r.done())
+            return bad();
+        if (dtype < 0 || dtype > static_cast<int32_t>(quant::KvDType::FP8)) return bad();
+        m.setup.kv_dtype = static_cast<quant::KvDType>(dtype);
+        return m;
+    }
+    if (kind != static_cast<uint8_t>(StepMessage::Kind::Step)) return bad();
+    uint32_t n = 0;
+    if (!r.get_array(m.copies) || !r.get(n)) return bad();
+    m.work.resize(n);
+    for (StepWork& w : m.work)
+        if (!r.get(w.start_pos) || !r.get(w.n_logits) || !r.get_array(w.tokens) ||
+            !r.get_array(w.blocks))
+            return bad();
+    if (!r.done()) return bad();
+    return m;
+}
+
+}  // namespace ferry::engine

@@ -1,0 +1,42 @@
+// What rank 0 sends the other ranks of a tensor-parallel group, as bytes: the KV cache's shape
+// when a runner is made (Setup), then each forward pass's block copies and work (Step), which
+// the ranks run as rank 0 does. Plain values only: token ids, positions, block ids.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "quant/kv_format.h"
+
+namespace ferry::engine {
+
+struct StepSetup {
+    int64_t n_blocks = 0;
+    int32_t block_size = 0;
+    quant::KvDType kv_dtype = quant::KvDType::F32;
+};
+
+struct StepWork {
+    std::vector<int32_t> tokens;
+    int64_t start_pos = 0;
+    std::vector<int32_t> blocks;
+    int32_t n_logits = 0;
+};
+
+struct StepMessage {
+    enum class Kind : uint8_t { Setup = 1, Step = 2 } kind = Kind::Step;
+    StepSetup setup;
+    std::vector<std::pair<int32_t, int32_t>> copies;  // block copies (src, dst), done first
+    std::vector<StepWork> work;
+};
+
+// Appends the message's bytes to `out` (cleared first).
+void encode_step(const StepMessage& m, std::vector<std::byte>& out);
+// The message `bytes` hold; an error for a truncated or unknown one.
+Expected<StepMessage> decode_step(std::span<const std::byte> bytes);
+
+}  // namespace ferry::engine

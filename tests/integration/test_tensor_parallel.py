@@ -1,0 +1,119 @@
+"""--tp N: the model split over N MPI ranks (Debian's Open MPI; ferry starts mpirun itself when
+it is not already in an MPI job). Greedy text equals one process's, a server under --tp answers
+concurrent requests as one process does and frees its KV blocks, a bad --tp is refused with the
+reason, and a rank that hangs fails the request in flight within the timeout, after which new
+requests get 503."""
+import concurrent.futures
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from conftest import ferry_bin, run_ferry
+from server_util import Server
+
+pytestmark = pytest.mark.skipif(not shutil.which("mpirun"), reason="needs Open MPI's mpirun")
+
+PROMPT = "The three largest cities of Europe are"
+# Float activations: the split sums the same products in another order, nothing else, so the
+# greedy text is the same (with integer activations each rank rounds its own shorter rows).
+EXACT = ("--activations", "f32", "--temperature", "0")
+
+
+def test_run_split_two_and_three_ways_gives_one_process_text(model_path):
+    one = run_ferry("run", "-m", model_path, "-p", PROMPT, "-n", "40", "-t", "1", *EXACT)
+    assert one.returncode == 0, one.stderr
+    for tp in (2, 3):
+        r = run_ferry("run", "-m", model_path, "-p", PROMPT, "-n", "40", "--tp", tp, *EXACT)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == one.stdout, (tp, r.stdout, one.stdout)
+        assert "MPI_ABORT" not in r.stderr
+
+
+def test_bad_tp_is_refused_with_the_reason(model_path):
+    r = run_ferry("run", "-m", model_path, "-p", "x", "-n", "2", "--tp", "4")
+    assert r.returncode != 0
+    assert "3 KV heads, fewer than the ranks" in r.stderr, r.stderr
+    # Inside an MPI job of another size.
+    cmd = ["mpirun", "-np", "2", "--oversubscribe"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    r = subprocess.run(cmd + [ferry_bin(), "run", "-m", model_path, "-p", "x", "-n", "2",
+                              "--tp", "3"], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "--tp 3 but this MPI job has 2 ranks" in r.stderr, r.stderr
+
+
+def complete(server, prompt, timeout=120):
+    return httpx.post(server.url + "/v1/completions", timeout=timeout,
+                      json={"prompt": prompt, "max_tokens": 24, "temperature": 0})
+
+
+PROMPTS = ["The capital of France is", "Water boils at", "def fibonacci(n):",
+           "Once upon a time, in a small village,", "The three primary colours are"]
+
+
+def test_serve_split_answers_concurrent_requests_as_one_process(model_path):
+    one = Server("-t", "1", "--activations", "f32")
+    try:
+        want = [complete(one, p).json()["choices"][0]["text"] for p in PROMPTS]
+    finally:
+        one.stop()
+    two = Server("--tp", "2", "--activations", "f32")
+    try:
+        with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as pool:
+            got = [r.json()["choices"][0]["text"] for r in pool.map(lambda p: complete(two, p),
+                                                                     PROMPTS)]
+        assert got == want
+        m = two.metrics()
+        assert m["ferry:kv_cache_used_blocks"] == 0
+    finally:
+        two.stop()
+    # Rank 0 shut down as one process does and ended the group (mpirun itself exits 1 after
+    # passing on a signal, whatever its ranks did, so its status says nothing here).
+    out = two.output()
+    assert "ferry serve: stopped" in out, out
+    assert "MPI_ABORT" not in out and "exited on signal" not in out, out
+
+
+def rank_pids(port):
+    """The ferry processes of the job serving on `port`, by MPI rank."""
+    out = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+        except OSError:
+            continue
+        rank = env.get(b"OMPI_COMM_WORLD_RANK")
+        if rank is not None and b"serve" in cmd and str(port).encode() in cmd:
+            out[int(rank)] = int(pid)
+    return out
+
+
+def test_a_rank_that_hangs_fails_the_request_in_bounded_time_then_503(model_path):
+    s = Server("--tp", "2", "--tp-timeout", "3")
+    worker = None
+    try:
+        assert complete(s, "Hello").status_code == 200
+        worker = rank_pids(s.port)[1]
+        os.kill(worker, signal.SIGSTOP)
+        t0 = time.time()
+        r = complete(s, "The capital of France is", timeout=60)
+        took = time.time() - t0
+        assert r.status_code == 500, r.text
+        assert "rank 0 waited" in r.json()["error"]["message"], r.text
+        assert took < 3 + 10, took
+        r = complete(s, "Again")
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "service_unavailable"
+    finally:
+        if worker:
+            os.kill(worker, signal.SIGCONT)
+        s.stop()

@@ -1,0 +1,275 @@
+// Tensor parallelism's pieces without MPI: the split (model/tensor_split.h), the step messages
+// rank 0 sends, and whole sharded forward passes run by ranks that are threads of this process
+// (a LocalGroup communicator), whose logits must be the unsplit model's.
+#include <barrier>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "comm/communicator.h"
+#include "engine/loaded_model.h"
+#include "engine/model_runner.h"
+#include "engine/step_message.h"
+#include "model/tensor_split.h"
+#include "quant/quantize.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+using model::Range;
+
+// N ranks as N threads: every collective deposits its part, waits for the others, reads.
+class LocalGroup {
+  public:
+    explicit LocalGroup(int n) : n_(n), sync_(n), parts_(static_cast<size_t>(n)) {}
+
+    class Rank final : public comm::Communicator {
+      public:
+        Rank(LocalGroup& g, int r) : g_(g), r_(r) {}
+        int rank() const override { return r_; }
+        int size() const override { return g_.n_; }
+        void all_reduce_sum(std::span<float> data) override {
+            deposit(data);
+            for (size_t i = 0; i < data.size(); ++i) {
+                float s = g_.parts_[0][i];
+                for (int r = 1; r < g_.n_; ++r) s += g_.parts_[static_cast<size_t>(r)][i];
+                data[i] = s;
+            }
+            g_.sync_.arrive_and_wait();
+        }
+        void gather(std::span<const float> mine, std::span<float> all,
+                    std::span<const int> counts) override {
+            deposit(mine);
+            if (r_ == 0) {
+                size_t at = 0;
+                for (int r = 0; r < g_.n_; ++r) {
+                    const auto& p = g_.parts_[static_cast<size_t>(r)];
+                    EXPECT_EQ(p.size(), static_cast<size_t>(counts[static_cast<size_t>(r)]));
+                    std::copy(p.begin(), p.end(), all.begin() + static_cast<ptrdiff_t>(at));
+                    at += p.size();
+                }
+            }
+            g_.sync_.arrive_and_wait();
+        }
+        void broadcast(std::vector<std::byte>& message, bool) override {
+            if (r_ == 0) g_.message_ = message;
+            g_.sync_.arrive_and_wait();
+            if (r_ != 0) message = g_.message_;
+            g_.sync_.arrive_and_wait();
+        }
+        std::optional<std::string> failure() const override { return std::nullopt; }
+        void finish() override {
+            std::vector<std::byte> stop;
+            if (r_ == 0) broadcast(stop, false);
+        }
+
+      private:
+        void deposit(std::span<const float> v) {
+            g_.parts_[static_cast<size_t>(r_)].assign(v.begin(), v.end());
+            g_.sync_.arrive_and_wait();
+        }
+        LocalGroup& g_;
+        int r_;
+    };
+
+  private:
+    int n_;
+    std::barrier<> sync_;
+    std::vector<std::vector<float>> parts_;
+    std::vector<std::byte> message_;
+};
+
+TEST(TensorSplit, EvenSplitsCoverEverythingOnce) {
+    for (int64_t n : {1, 7, 9, 48, 49152})
+        for (int parts = 1; parts <= 5 && parts <= n; ++parts) {
+            int64_t at = 0;
+            for (int i = 0; i < parts; ++i) {
+                const Range r = model::split_even(n, parts, i);
+                EXPECT_EQ(r.begin, at);
+                EXPECT_GE(r.size(), n / parts);
+                EXPECT_LE(r.size(), n / parts + 1);
+                at = r.end;
+            }
+            EXPECT_EQ(at, n);
+        }
+}
+
+TEST(TensorSplit, RefusesWhatCannotBeSplitAndSaysWhy) {
+    model::LlamaConfig c;
+    c.n_head = 9, c.n_head_kv = 3, c.head_dim = 64, c.n_ff = 1536, c.n_vocab = 100, c.n_embd = 576;
+    auto two = model::plan_split(c, DType::Q4_1, DType::Q4_1, 1, 2);
+    ASSERT_TRUE(two.ok()) << two.error().message;
+    EXPECT_EQ(two->kv_heads.begin, 2);  // 3 KV heads: 2 + 1
+    EXPECT_EQ(two->kv_heads.end, 3);
+    EXPECT_EQ(two->ffn.begin, 768);  // 48 blocks of 32: 24 + 24
+    EXPECT_EQ(two->vocab.begin, 50);
+    auto four = model::plan_split(c, DType::Q4_1, DType::Q4_1, 0, 4);
+    ASSERT_FALSE(four.ok());
+    EXPECT_NE(four.error().message.find("3 KV heads"), std::string::npos) << four.error().message;
+    // 192 columns per KV head do not fall on q4_K's 256-element blocks.
+    auto k = model::plan_split(c, DType::Q4_K, DType::Q4_1, 0, 3);
+    ASSERT_FALSE(k.ok());
+    EXPECT_NE(k.error().message.find("256-element"), std::string::npos) << k.error().message;
+    auto int8 = model::plan_split(c, DType::INT8, DType::Q4_1, 0, 3);
+    ASSERT_FALSE(int8.ok());
+    c.n_expert = 8, c.n_expert_used = 2;
+    auto moe = model::plan_split(c, DType::Q4_1, DType::Q4_1, 0, 3);
+    ASSERT_FALSE(moe.ok());
+    EXPECT_NE(moe.error().message.find("mixture of experts"), std::string::npos);
+}
+
+TEST(TensorSplit, ColumnSlicesAreTheRowsBlocks) {
+    const int64_t rows = 3, cols = 128;
+    std::vector<float> x(static_cast<size_t>(rows * cols));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i));
+    std::vector<uint8_t> q(row_bytes(DType::Q8_0, cols) * rows);
+    for (int64_t r = 0; r < rows; ++r)
+        ASSERT_TRUE(quant::quantize_row(DType::Q8_0, &x[static_cast<size_t>(r * cols)],
+                                        q.data() + r * row_bytes(DType::Q8_0, cols), cols));
+    const Tensor m(q.data(), DType::Q8_0, {rows, cols});
+    auto s = model::slice_columns(m, 32, 96);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    ASSERT_EQ(s->cols(), 64);
+    for (int64_t r = 0; r < rows; ++r)
+        EXPECT_EQ(
+            std::memcmp(static_cast<const std::byte*>(s->raw()) + s->stride(0) * r,
+                        q.data() + r * row_bytes(DType::Q8_0, cols) + row_bytes(DType::Q8_0, 32),
+                        row_bytes(DType::Q8_0, 64)),
+            0);
+    EXPECT_FALSE(model::slice_columns(m, 16, 96).ok());   // mid-block
+    EXPECT_FALSE(model::slice_columns(m, 32, 160).ok());  // past the end
+}
+
+TEST(StepMessage, RoundTripsAndRefusesTruncation) {
+    engine::StepMessage m;
+    m.copies = {{3, 7}, {1, 2}};
+    m.work = {{{1, 2, 3}, 5, {0, 4}, 1}, {{9}, 0, {6}, 0}};
+    std::vector<std::byte> bytes;
+    engine::encode_step(m, bytes);
+    auto back = engine::decode_step(bytes);
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    EXPECT_EQ(back->copies, m.copies);
+    ASSERT_EQ(back->work.size(), 2u);
+    EXPECT_EQ(back->work[0].tokens, m.work[0].tokens);
+    EXPECT_EQ(back->work[0].blocks, m.work[0].blocks);
+    EXPECT_EQ(back->work[0].start_pos, 5);
+    EXPECT_EQ(back->work[1].n_logits, 0);
+    for (size_t cut = 0; cut < bytes.size(); ++cut)
+        EXPECT_FALSE(engine::decode_step({bytes.data(), cut}).ok()) << cut;
+    engine::StepMessage setup;
+    setup.kind = engine::StepMessage::Kind::Setup;
+    setup.setup = {40, 16, quant::KvDType::F16};
+    engine::encode_step(setup, bytes);
+    auto s = engine::decode_step(bytes);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(s->setup.n_blocks, 40);
+    EXPECT_EQ(s->setup.kv_dtype, quant::KvDType::F16);
+    bytes[bytes.size() - 4] = std::byte{9};  // no such KV type
+    EXPECT_FALSE(engine::decode_step(bytes).ok());
+}
+
+// Two steps of two sequences (a prefill of both, then a decode of both) on `runner`: the
+// logits of each step, back to back.
+std::vector<float> two_steps(engine::ModelRunner& runner) {
+    const std::vector<int32_t> a = {1, 5, 9, 14, 2, 7, 3}, b = {4, 8, 15, 16, 23};
+    const std::vector<int32_t> blocks_a = {0, 1}, blocks_b = {2};
+    std::vector<float> out;
+    const engine::ModelRunner::Work prefill[] = {{a, 0, blocks_a, 1}, {b, 0, blocks_b, 2}};
+    auto l = runner.run(prefill);
+    out.insert(out.end(), l.begin(), l.end());
+    const std::vector<int32_t> na = {11}, nb = {12};
+    const engine::ModelRunner::Work decode[] = {{na, 7, blocks_a, 1}, {nb, 5, blocks_b, 1}};
+    l = runner.run(decode);
+    out.insert(out.end(), l.begin(), l.end());
+    return out;
+}
+
+std::shared_ptr<kernels::Backend> backend(kernels::Activations a) {
+    auto r = kernels::make_backend({.threads = 1, .activations = a});
+    if (!r) throw std::runtime_error(r.error().message);
+    return std::move(r).value();
+}
+
+float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    float d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
+    return d;
+}
+
+// The split model's logits against the whole model's, both with activations `act`. In float
+// (F32) the ranks compute the same products summed in another order, so only rounding tells
+// them apart. With integer activations each rank rounds its own shorter activation rows to
+// the grid, so the split may move a logit as far as that grid itself does (the whole model's
+// distance from its float self), no further.
+void expect_split_equals_whole(const std::string& dir, int tp, std::optional<DType> weights,
+                               kernels::Activations act) {
+    auto whole = engine::LoadedModel::load(dir, false, backend(act), weights);
+    ASSERT_TRUE(whole.ok()) << whole.error().message;
+    engine::ModelRunner ref(*whole->model, whole->backend, 4, 8);
+    const std::vector<float> want = two_steps(ref);
+    float grid = 0;
+    if (act != kernels::Activations::F32) {
+        auto exact =
+            engine::LoadedModel::load(dir, false, backend(kernels::Activations::F32), weights);
+        ASSERT_TRUE(exact.ok());
+        engine::ModelRunner f32(*exact->model, exact->backend, 4, 8);
+        grid = max_diff(two_steps(f32), want);
+    }
+
+    LocalGroup group(tp);
+    std::vector<std::vector<float>> got(1);
+    std::vector<std::string> errors(static_cast<size_t>(tp));
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < tp; ++r)
+        ranks.emplace_back([&, r] {
+            auto comm = std::make_shared<LocalGroup::Rank>(group, r);
+            auto lm = engine::LoadedModel::load(dir, false, backend(act), weights, comm);
+            if (!lm) {
+                errors[static_cast<size_t>(r)] = lm.error().message;  // every rank fails alike
+                return;
+            }
+            EXPECT_LT(lm->model->config().n_ff, whole->model->config().n_ff);
+            if (r != 0) {
+                const Status s = engine::ModelRunner::follow_steps(*lm->model, lm->backend);
+                if (!s) errors[static_cast<size_t>(r)] = s.error().message;
+                return;
+            }
+            {
+                engine::ModelRunner runner(*lm->model, lm->backend, 4, 8);
+                got[0] = two_steps(runner);
+            }
+            comm->finish();
+        });
+    for (auto& t : ranks) t.join();
+    for (const auto& e : errors) ASSERT_EQ(e, "") << dir;
+    ASSERT_EQ(got[0].size(), want.size());
+    float max_abs = 0;
+    for (float w : want) max_abs = std::max(max_abs, std::fabs(w));
+    const float d = max_diff(want, got[0]);
+    EXPECT_LT(d, std::max(2e-5f * std::max(1.0f, max_abs), grid))
+        << dir << " tp " << tp << " (the activation grid alone: " << grid << ")";
+}
+
+TEST(TensorParallel, SplitForwardEqualsTheWholeModel) {
+    const std::string g = testing::golden_dir() + "/hf_models/";
+    // Llama (8 heads over 2 KV heads), Qwen2's q/k/v biases, Qwen3's q/k norms, Gemma 3's
+    // post-norms and sliding layers, Phi-3's fused q/k/v and gate/up.
+    for (const char* name : {"llama", "qwen2", "qwen3", "gemma3", "phi3"})
+        expect_split_equals_whole(g + name, 2, std::nullopt, kernels::Activations::F32);
+    // Quantized to q8_0 at load: the MLP's 160 columns are 5 blocks, 3 + 2.
+    for (auto act : {kernels::Activations::F32, kernels::Activations::Int16})
+        expect_split_equals_whole(g + "llama", 2, DType::Q8_0, act);
+}
+
+TEST(TensorParallel, DefaultModelSplitsUnevenlyOverThreeAndTwo) {
+    // 9 heads over 3 KV heads: 3 ranks take one each, 2 ranks take 2 + 1.
+    for (auto act : {kernels::Activations::F32, kernels::Activations::Int16})
+        for (int tp : {2, 3})
+            expect_split_equals_whole(testing::default_model_path(), tp, std::nullopt, act);
+}
+
+}  // namespace
+}  // namespace ferry
