@@ -108,8 +108,9 @@ void serve(ServeOptions& o, bool api_key_given) {
     // rank 0's steps.
     const auto group = o.model.parallel.join();
     if (group && group->rank() != 0)
-        follow_if_not_rank0(take(engine::LoadedModel::load(path, false, o.model.backend(),
-                                                           o.model.weight_type(), group)));
+        follow_if_not_rank0(
+            take(engine::LoadedModel::load(path, false, o.model.backend(), o.model.weight_type(),
+                                           group, o.model.parallel.pp > 1)));
 
     server::HttpServer http(o.server);
     if (auto st = http.start(); !st) throw ExitError(st.error().message);
@@ -117,8 +118,8 @@ void serve(ServeOptions& o, bool api_key_given) {
                  o.server.host.c_str(), http.port(),
                  o.server.api_key.empty() ? "" : ", API key required");
 
-    engine::LoadedModel lm = take(
-        engine::LoadedModel::load(path, true, o.model.backend(), o.model.weight_type(), group));
+    engine::LoadedModel lm = take(engine::LoadedModel::load(
+        path, true, o.model.backend(), o.model.weight_type(), group, o.model.parallel.pp > 1));
     o.model.apply_to(lm);
     const auto draft = o.engine.spec.load_draft(true, lm.backend);
     if (http.shutting_down()) return http.wait();

@@ -63,8 +63,8 @@ int resolve_threads(int requested) {
 
 int ModelOptions::resolved_threads() const {
     // The ranks of a group on one machine share its cores.
-    if (threads == 0 && parallel.tp > 1)
-        return resolve_threads(std::max(1, physical_core_count() / parallel.tp));
+    if (threads == 0 && parallel.ranks() > 1)
+        return resolve_threads(std::max(1, physical_core_count() / parallel.ranks()));
     return resolve_threads(threads);
 }
 
@@ -88,7 +88,7 @@ engine::LoadedModel ModelOptions::load(bool progress) const {
     const auto group = parallel.join();
     auto lm = take(engine::LoadedModel::load(take(resolve_model_path(model)),
                                              progress && (!group || group->rank() == 0), backend(),
-                                             weight_type(), group));
+                                             weight_type(), group, parallel.pp > 1));
     follow_if_not_rank0(lm);
     apply_to(lm);
     return lm;

@@ -53,10 +53,11 @@ std::vector<std::string> own_arguments() {
     argv.push_back(nullptr);
     std::fflush(nullptr);
     execvp("mpirun", argv.data());
-    throw ExitError("--tp " + std::to_string(n) +
-                    ": could not start mpirun (install Debian's openmpi-bin, or start ferry under "
-                    "mpirun -np " +
-                    std::to_string(n) + " yourself)");
+    throw ExitError(
+        std::to_string(n) +
+        " ranks: could not start mpirun (install Debian's openmpi-bin, or start ferry under "
+        "mpirun -np " +
+        std::to_string(n) + " yourself)");
 }
 
 }  // namespace
@@ -67,18 +68,28 @@ void TensorParallelOptions::add_to(CLI::App& cmd) {
                    "with mpirun when not already in an MPI job)")
         ->check(CLI::Range(1, 256))
         ->capture_default_str();
+    cmd.add_option("--pp", pp,
+                   "pipeline parallelism: split the model's layers over N processes (MPI ranks), "
+                   "each step's sequences in micro-batches through the stages")
+        ->check(CLI::Range(1, 256))
+        ->capture_default_str();
     cmd.add_option("--tp-timeout", timeout_s,
-                   "seconds a rank waits for the others mid-step before the group is declared "
+                   "seconds a rank of a --tp / --pp group waits for the others mid-step before the "
+                   "group is declared "
                    "failed (a rank died or hangs)")
         ->check(CLI::Range(0.1, 86400.0))
         ->capture_default_str();
 }
 
 std::shared_ptr<comm::Communicator> TensorParallelOptions::join() const {
-    if (tp <= 1) return nullptr;
-    if (!comm::mpi_built_in()) take(comm::mpi_world(tp, timeout_s));  // says what is missing
-    if (!comm::launched_by_mpi()) relaunch_under_mpirun(tp);
-    return take(comm::mpi_world(tp, timeout_s));
+    if (tp > 1 && pp > 1)
+        throw ExitError("--tp and --pp together are not supported yet; use one of them");
+    const int n = ranks();
+    if (n <= 1) return nullptr;
+    const std::string asked = (tp > 1 ? "--tp " : "--pp ") + std::to_string(n);
+    if (!comm::mpi_built_in()) take(comm::mpi_world(n, timeout_s, asked));  // says what is missing
+    if (!comm::launched_by_mpi()) relaunch_under_mpirun(n);
+    return take(comm::mpi_world(n, timeout_s, asked));
 }
 
 void follow_if_not_rank0(const engine::LoadedModel& lm) {

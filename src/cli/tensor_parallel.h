@@ -1,6 +1,7 @@
-// --tp N for the commands that run a model: the group of N processes (MPI ranks) the model is
-// split over. Rank 0 runs the command as usual (the server, the scheduler, the sampler); the
-// others load their share of the weights and run each forward pass rank 0 sends them.
+// --tp N or --pp N for the commands that run a model: the group of N processes (MPI ranks) the
+// model is split over, within its layers (tensor parallelism) or by layers (a pipeline). Rank 0
+// runs the command as usual (the server, the scheduler, the sampler); the others load their share
+// of the weights and run each forward pass rank 0 sends them.
 #pragma once
 
 #include <memory>
@@ -14,6 +15,7 @@ namespace ferry::cli {
 
 struct TensorParallelOptions {
     int tp = 1;
+    int pp = 1;
     double timeout_s = 60;
 
     void add_to(CLI::App& cmd);
@@ -21,6 +23,7 @@ struct TensorParallelOptions {
     // itself: it runs again as `mpirun -np N` of the same command line, in place of this
     // process (so `ferry serve --tp 2` is all it takes). Exits with a message on failure.
     std::shared_ptr<comm::Communicator> join() const;
+    int ranks() const { return tp * pp; }
 };
 
 // On a rank other than 0: runs rank 0's forward passes on `lm` until rank 0 ends the group,

@@ -1,6 +1,7 @@
-// How the ranks of a tensor-parallel group talk: the collectives a sharded forward pass needs
-// (a sum over ranks after each block whose matrices are split by input, the output head's
-// logits gathered to rank 0) and the one message rank 0 sends every step (what to run). One
+// How the ranks of a parallel group talk: the collectives a sharded forward pass needs (tensor
+// parallelism: a sum over ranks after each block whose matrices are split by input, the output
+// head's logits gathered to rank 0), the hidden states a pipeline stage hands the next, and the
+// one message rank 0 sends every step (what to run). One
 // interface, implemented over MPI between processes today (comm/mpi_communicator.h) and over
 // NCCL for GPU ranks next, so another transport is one more implementation.
 //
@@ -37,6 +38,15 @@ class Communicator {
     // on the other ranks.
     virtual void gather(std::span<const float> mine, std::span<float> all,
                         std::span<const int> counts) = 0;
+    // Point to point, between neighbouring pipeline stages: `data` to rank `to`, and from rank
+    // `from` into `data` (exactly data.size() floats). A receive between steps is not an idle
+    // wait: the sender is mid-step too.
+    virtual void send(std::span<const float> data, int to) = 0;
+    virtual void recv(std::span<float> data, int from) = 0;
+    // A send only posted: it completes by the next wait_sends(), and `data` must stay as it is
+    // until then (a last stage's logits, so that it can take the next micro-batch at once).
+    virtual void post_send(std::span<const float> data, int to) = 0;
+    virtual void wait_sends() = 0;
     // Rank 0 sends `message`; the others receive it into `message`. A receiver waiting between
     // steps waits as long as rank 0 is idle (`idle_ok`), a rank mid-step no longer than the
     // timeout. An empty message from rank 0 means the group is over.

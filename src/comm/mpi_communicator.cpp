@@ -32,7 +32,7 @@ bool launched_by_mpi() {
 
 #ifndef FERRY_HAVE_MPI
 
-Expected<std::shared_ptr<Communicator>> mpi_world(int, double) {
+Expected<std::shared_ptr<Communicator>> mpi_world(int, double, const std::string&) {
     return make_error(
         "tensor parallelism needs MPI, and this ferry was built without it (install Debian's "
         "libopenmpi-dev and openmpi-bin, then rebuild)");
@@ -87,6 +87,34 @@ class MpiCommunicator final : public Communicator {
         wait(req, false, "gathering the logits");
     }
 
+    void send(std::span<const float> data, int to) override {
+        check();
+        MPI_Request req;
+        MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_FLOAT, to, kStageTag,
+                  MPI_COMM_WORLD, &req);
+        wait(req, false, "the next pipeline stage to take its input");
+    }
+
+    void post_send(std::span<const float> data, int to) override {
+        check();
+        pending_.emplace_back();
+        MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_FLOAT, to, kStageTag,
+                  MPI_COMM_WORLD, &pending_.back());
+    }
+
+    void wait_sends() override {
+        for (MPI_Request& req : pending_) wait(req, false, "rank 0 to take the logits");
+        pending_.clear();
+    }
+
+    void recv(std::span<float> data, int from) override {
+        check();
+        MPI_Request req;
+        MPI_Irecv(data.data(), static_cast<int>(data.size()), MPI_FLOAT, from, kStageTag,
+                  MPI_COMM_WORLD, &req);
+        wait(req, false, "the previous pipeline stage's output");
+    }
+
     void broadcast(std::vector<std::byte>& message, bool idle_ok) override {
         check();
         uint64_t n = rank_ == 0 ? message.size() : 0;
@@ -125,6 +153,8 @@ class MpiCommunicator final : public Communicator {
     }
 
   private:
+    static constexpr int kStageTag = 7;
+
     void check() const {
         if (failed_) throw CommError(*failed_);
         if (finished_) throw CommError("the tensor-parallel group has finished");
@@ -142,7 +172,7 @@ class MpiCommunicator final : public Communicator {
             const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
             if (!idle_ok && waited > timeout_) {
                 failed_ = fmt::format(
-                    "tensor parallelism: rank {} waited {:.0f} s for {} (a rank died or hangs; "
+                    "parallel group: rank {} waited {:.0f} s for {} (a rank died or hangs; "
                     "--tp-timeout sets the limit); the group is stopped",
                     rank_, waited, what);
                 throw CommError(*failed_);
@@ -160,6 +190,7 @@ class MpiCommunicator final : public Communicator {
     bool finished_ = false;
     std::vector<float> gathered_;
     std::vector<int> displs_;
+    std::vector<MPI_Request> pending_;
 };
 
 std::shared_ptr<Communicator>& world() {
@@ -169,30 +200,29 @@ std::shared_ptr<Communicator>& world() {
 
 }  // namespace
 
-Expected<std::shared_ptr<Communicator>> mpi_world(int expected, double timeout_s) {
+Expected<std::shared_ptr<Communicator>> mpi_world(int expected, double timeout_s,
+                                                  const std::string& asked) {
     if (world()) {
         if (world()->size() != expected)
-            return make_error("tensor parallelism: the MPI job has {} ranks but {} were asked for",
-                              world()->size(), expected);
+            return make_error("{}: the MPI job has {} ranks", asked, world()->size());
         return world();
     }
     int provided = 0;
     // The engine thread runs the collectives after the main thread set the group up: one
     // thread at a time, never two at once.
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
-        return make_error("tensor parallelism: MPI_Init_thread failed");
+        return make_error("MPI_Init_thread failed");
     if (provided < MPI_THREAD_SERIALIZED)
         return make_error(
-            "tensor parallelism: this MPI cannot be called from more than one thread "
+            "this MPI cannot be called from more than one thread "
             "(MPI_THREAD_SERIALIZED)");
     int rank = 0, size = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (size != expected) {
         MPI_Finalize();
-        return make_error(
-            "tensor parallelism: --tp {} but this MPI job has {} rank{} (mpirun -np {})", expected,
-            size, size == 1 ? "" : "s", expected);
+        return make_error("{} but this MPI job has {} rank{} (mpirun -np {})", asked, size,
+                          size == 1 ? "" : "s", expected);
     }
     world() = std::make_shared<MpiCommunicator>(rank, size, timeout_s);
     std::atexit([] {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "comm/communicator.h"
 #include "core/status.h"
@@ -20,6 +21,8 @@ bool launched_by_mpi();
 // Initialises MPI (once per process) and returns the world as a communicator of `expected`
 // ranks, or an error that says what is missing: a ferry built without MPI, a job of another
 // size. `timeout_s` bounds every wait mid-step.
-Expected<std::shared_ptr<Communicator>> mpi_world(int expected, double timeout_s);
+// `asked` names what asked for that many ("--tp 2") in the error.
+Expected<std::shared_ptr<Communicator>> mpi_world(int expected, double timeout_s,
+                                                  const std::string& asked);
 
 }  // namespace ferry::comm

@@ -107,8 +107,8 @@ Engine::~Engine() {
 
 size_t Engine::kv_bytes_per_block() const {
     const auto& c = model_.model->config();
-    return kv::KvStore::bytes_per_block(c.n_layer, config_.block_size, c.kv_dim(), c.head_dim,
-                                        config_.kv_dtype);
+    return kv::KvStore::bytes_per_block(model_.model->kv_layers(), config_.block_size, c.kv_dim(),
+                                        c.head_dim, config_.kv_dtype);
 }
 
 Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt, RequestParams params,

@@ -52,11 +52,13 @@ struct LoadedModel {
     // Opens and validates `path` (a .gguf, or a directory holding config.json), binds and makes
     // the weights resident on `backend` (nullptr: a CPU backend with the default options),
     // rounding every matrix to `weights` when given, under a progress bar with `progress`;
-    // with a `group` of several ranks, only this rank's share (tensor parallelism).
+    // with a `group` of several ranks, only this rank's share: within every layer (tensor
+    // parallelism), or its stage of the layers with `pipeline`.
     static Expected<LoadedModel> load(const std::string& path, bool progress,
                                       std::shared_ptr<kernels::Backend> backend = nullptr,
                                       std::optional<DType> weights = std::nullopt,
-                                      std::shared_ptr<comm::Communicator> group = nullptr);
+                                      std::shared_ptr<comm::Communicator> group = nullptr,
+                                      bool pipeline = false);
 };
 
 }  // namespace ferry::engine

@@ -61,6 +61,8 @@ class ModelRunner {
     std::span<const float> step(std::span<const std::pair<int32_t, int32_t>> copies,
                                 std::span<const Work> work);
     bool leads_group() const;
+    // The packed batch of these work items.
+    void pack(std::span<const Work> work);
 
     const model::LlamaModel& model_;
     std::shared_ptr<kernels::Backend> backend_;
@@ -71,6 +73,10 @@ class ModelRunner {
     std::vector<int64_t> positions_;
     std::vector<kernels::BatchSeq> seqs_;
     std::vector<Work> work_;
+    struct Group {
+        size_t begin, end;  // work items [begin, end): one micro-batch of a pipeline
+    };
+    std::vector<Group> groups_;
     std::vector<std::pair<int32_t, int32_t>> copies_;
     Tensor logits_;                   // on the device, grown to the largest step
     std::vector<std::byte> message_;  // the step as sent to the group

@@ -74,9 +74,9 @@ Expected<StepMessage> decode_step(std::span<const std::byte> bytes) {
     Reader r(bytes);
     StepMessage m;
     uint8_t kind = 0;
-    if (!r.get(kind)) return make_error("tensor parallelism: an empty step message");
+    if (!r.get(kind)) return make_error("parallel group: an empty step message");
     const auto bad = [&] {
-        return make_error("tensor parallelism: a malformed step message ({} bytes)", bytes.size());
+        return make_error("parallel group: a malformed step message ({} bytes)", bytes.size());
     };
     if (kind == static_cast<uint8_t>(StepMessage::Kind::Setup)) {
         m.kind = StepMessage::Kind::Setup;

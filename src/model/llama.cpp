@@ -347,7 +347,19 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
         }
     }
 
-    if (opt.comm && opt.comm->size() > 1) {
+    m->end_layer_ = c.n_layer;
+    const bool pipeline = opt.pipeline && opt.comm && opt.comm->size() > 1;
+    if (pipeline) {
+        if (c.n_layer < opt.comm->size())
+            return make_error("--pp {}: the model has only {} layers to share", opt.comm->size(),
+                              c.n_layer);
+        const Range stage = split_even(c.n_layer, opt.comm->size(), opt.comm->rank());
+        m->first_layer_ = static_cast<int>(stage.begin);
+        m->end_layer_ = static_cast<int>(stage.end);
+        m->pipeline_ = true;
+        m->comm_ = opt.comm;
+    }
+    if (!pipeline && opt.comm && opt.comm->size() > 1) {
         // This rank's share of every split matrix (model/tensor_split.h); the embedding, the
         // norms and the per-head q/k norms stay whole.
         auto split = plan_split(c, layers.empty() ? DType::F32 : layers[0].m[3].dtype(),
@@ -392,10 +404,21 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
 
     // Resident on the backend, in its layout: the embedding is looked up a row at a time,
     // every other matrix multiplied.
-    std::vector<kernels::MatrixSource> sources = {{tok_embd, kernels::MatrixUse::Rows},
-                                                  {output, kernels::MatrixUse::Matmul}};
-    std::vector<kernels::Matrix*> dests = {&m->tok_embd_, &m->output_};
+    // A pipeline stage holds its own layers; the embedding is the first stage's, the output
+    // head the last's.
+    const bool first_stage = m->first_layer_ == 0, last_stage = m->end_layer_ == c.n_layer;
+    std::vector<kernels::MatrixSource> sources;
+    std::vector<kernels::Matrix*> dests;
+    if (first_stage) {
+        sources.push_back({tok_embd, kernels::MatrixUse::Rows});
+        dests.push_back(&m->tok_embd_);
+    }
+    if (last_stage) {
+        sources.push_back({output, kernels::MatrixUse::Matmul});
+        dests.push_back(&m->output_);
+    }
     for (size_t i = 0; i < layers.size(); ++i) {
+        if (static_cast<int>(i) < m->first_layer_ || static_cast<int>(i) >= m->end_layer_) continue;
         Bound& l = layers[i];
         LayerWeights& L = m->layers_[i];
         auto add = [&](const Tensor& t, kernels::Matrix& dst) {
@@ -429,8 +452,9 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
             file->release(src.host.raw(), src.host.bytes());
     for (size_t i = 0; i < res.size(); ++i) *dests[i] = res[i];
 
-    m->output_norm_ = backend.resident_vector(output_norm);
+    if (last_stage) m->output_norm_ = backend.resident_vector(output_norm);
     for (size_t i = 0; i < layers.size(); ++i) {
+        if (static_cast<int>(i) < m->first_layer_ || static_cast<int>(i) >= m->end_layer_) continue;
         const Bound& l = layers[i];
         LayerWeights& L = m->layers_[i];
         auto vec = [&](const Tensor& t) {
@@ -519,6 +543,25 @@ void observe(ActivationObserver* o, kernels::Backend& be, int layer, LinearInput
 void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
                          const kernels::KvCacheView& kv, const Tensor& logits,
                          ActivationObserver* observer) const {
+    forward_stage(be, batch, kv, logits, observer);
+    collect_logits(be, logits);
+    end_step();
+}
+
+void LlamaModel::collect_logits(kernels::Backend& be, const Tensor& logits) const {
+    if (!pipeline_ || comm_->rank() != 0 || logits.empty() || end_layer_ == cfg_.n_layer) return;
+    const Tensor h = be.host_view(logits);
+    comm_->recv({h.data<float>(), static_cast<size_t>(h.numel())}, comm_->size() - 1);
+    if (h.raw() != logits.raw()) be.upload(h.raw(), logits);
+}
+
+void LlamaModel::end_step() const {
+    if (pipeline_) comm_->wait_sends();
+}
+
+void LlamaModel::forward_stage(kernels::Backend& be, const kernels::Batch& batch,
+                               const kernels::KvCacheView& kv, const Tensor& logits,
+                               ActivationObserver* observer) const {
     const LlamaConfig& c = cfg_;
     const int64_t n = batch.n_tokens();
     const int hd = c.head_dim;
@@ -535,8 +578,14 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
     const Tensor out = be.scratch(kOut, DType::F32, {n, c.n_embd});
     const Tensor rope = be.scratch(kRope, DType::F32, {n, c.rope_dim});
 
-    be.embed(tok_embd_, batch, x);
-    if (c.embed_scale != 1.0f) be.scale(x, c.embed_scale);
+    if (first_layer_ == 0) {
+        be.embed(tok_embd_, batch, x);
+        if (c.embed_scale != 1.0f) be.scale(x, c.embed_scale);
+    } else {  // the previous stage's residual stream
+        const Tensor h = be.host_view(x);
+        comm_->recv({h.data<float>(), static_cast<size_t>(h.numel())}, comm_->rank() - 1);
+        if (h.raw() != x.raw()) be.upload(h.raw(), x);
+    }
     // The rotation of every position, the same in every layer of a kind.
     be.rope_angles(batch, rope_inv_freq_, rope_scale_, rope);
     Tensor rope_swa = rope;
@@ -545,8 +594,9 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
         be.rope_angles(batch, rope_inv_freq_swa_, 1.0f, rope_swa);
     }
 
-    for (int li = 0; li < c.n_layer; ++li) {
+    for (int li = first_layer_; li < end_layer_; ++li) {
         const LayerWeights& L = layers_[li];
+        const int kl = li - first_layer_;  // the layer in this rank's KV cache
         const int window = c.window(li);
         const kernels::AttentionShape attn_shape{c.n_head, c.n_head_kv, hd, attn_scale, window};
         const Tensor& layer_rope = window > 0 ? rope_swa : rope;
@@ -567,8 +617,8 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
         }
         be.rope(q, c.n_head, hd, c.rope_dim, layer_rope, c.rope_style);
         be.rope(k, c.n_head_kv, hd, c.rope_dim, layer_rope, c.rope_style);
-        be.kv_write(kv, li, batch, k, v);
-        be.attention(kv, li, batch, attn_shape, q, attn);
+        be.kv_write(kv, kl, batch, k, v);
+        be.attention(kv, kl, batch, attn_shape, q, attn);
         observe(observer, be, li, LinearInput::AttnOut, attn);
         const kernels::MatmulOut o[] = {{&L.wo, out}};
         be.matmul(o, attn);
@@ -597,16 +647,25 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
         be.add(x, out);
     }
 
+    if (end_layer_ != c.n_layer) {  // the next stage takes it from here
+        const Tensor h = be.host_view(x);
+        comm_->send({h.data<const float>(), static_cast<size_t>(h.numel())}, comm_->rank() + 1);
+        return;
+    }
     // Final norm and output head only for the tokens whose logits are wanted.
     const auto rows = static_cast<int64_t>(batch.logit_tokens.size());
     if (rows == 0) return;
     const Tensor last = be.scratch(kLast, DType::F32, {rows, c.n_embd});
     be.gather_rows(x, batch.logit_tokens, last);
     be.rmsnorm(last, output_norm_, c.rms_eps, xn.slice(0, rows));
-    if (!comm_) {
+    if (!comm_ || pipeline_) {
         const kernels::MatmulOut head[] = {{&output_, logits}};
         be.matmul(head, xn.slice(0, rows));
         if (c.final_softcap > 0) be.softcap(logits, c.final_softcap);
+        if (pipeline_ && comm_->rank() != 0) {  // rank 0 samples: the logits go there
+            const Tensor h = be.host_view(logits);
+            comm_->post_send({h.data<const float>(), static_cast<size_t>(h.numel())}, 0);
+        }
         return;
     }
     // Each rank's vocabulary slice of every row, gathered rank after rank on rank 0 and laid
@@ -640,7 +699,7 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
 }
 
 void LlamaModel::reduce(kernels::Backend& be, const Tensor& t) const {
-    if (!comm_) return;
+    if (!comm_ || pipeline_) return;
     const Tensor h = be.host_view(t);
     comm_->all_reduce_sum({h.data<float>(), static_cast<size_t>(h.numel())});
     if (h.raw() != t.raw()) be.upload(h.raw(), t);

@@ -69,6 +69,9 @@ class LlamaModel {
         // A group of ranks to split the model over (model/tensor_split.h); null or one rank:
         // the whole model here.
         std::shared_ptr<comm::Communicator> comm;
+        // Split by layers instead (pipeline parallelism): each rank a stage of consecutive
+        // layers, the first with the embedding, the last with the output head.
+        bool pipeline = false;
     };
     // From any checkpoint (GGUF or a Hugging Face directory) with its hyper-parameters.
     static Expected<std::unique_ptr<LlamaModel>> load(std::shared_ptr<const WeightFile> file,
@@ -98,6 +101,20 @@ class LlamaModel {
     void forward(kernels::Backend& backend, const kernels::Batch& batch,
                  const kernels::KvCacheView& kv, const Tensor& logits,
                  ActivationObserver* observer = nullptr) const;
+    // forward as a pipeline runs it, micro-batch by micro-batch: this rank's stage of each
+    // (taking the previous stage's output, handing its own to the next; the last stage's logits
+    // go to rank 0), then, once every micro-batch went through, rank 0 takes their logits in the
+    // same order (collect_logits each) and end_step waits for what this rank still sends. One
+    // process, or a tensor-parallel group: forward_stage is forward, the others do nothing.
+    void forward_stage(kernels::Backend& backend, const kernels::Batch& batch,
+                       const kernels::KvCacheView& kv, const Tensor& logits,
+                       ActivationObserver* observer = nullptr) const;
+    void collect_logits(kernels::Backend& backend, const Tensor& logits) const;
+    void end_step() const;
+    // The pipeline's stages (1 without one) and this rank's layers, which its KV cache holds.
+    int pipeline_stages() const { return pipeline_ ? comm_->size() : 1; }
+    int first_layer() const { return first_layer_; }
+    int kv_layers() const { return end_layer_ - first_layer_; }
 
     // Each rotary pair's inverse frequency, the checkpoint's rope scaling applied.
     const std::vector<double>& rope_inv_freq() const { return rope_inv_freq_; }
@@ -126,6 +143,8 @@ class LlamaModel {
     std::vector<LayerWeights> layers_;
     std::shared_ptr<comm::Communicator> comm_;
     TensorSplit split_;
+    bool pipeline_ = false;
+    int first_layer_ = 0, end_layer_ = 0;      // this rank's layers
     mutable std::vector<float> logits_parts_;  // the ranks' logits slices, gathered on rank 0
     std::vector<double> rope_inv_freq_;
     std::vector<double> rope_inv_freq_swa_;  // the sliding layers' where they have their own

@@ -1,8 +1,9 @@
-"""--tp N: the model split over N MPI ranks (Debian's Open MPI; ferry starts mpirun itself when
+"""--tp N / --pp N: the model split over N MPI ranks, within its layers or by layers (Debian's Open MPI; ferry starts mpirun itself when
 it is not already in an MPI job). Greedy text equals one process's, a server under --tp answers
 concurrent requests as one process does and frees its KV blocks, a bad --tp is refused with the
 reason, and a rank that hangs fails the request in flight within the timeout, after which new
-requests get 503."""
+requests get 503. A pipeline (--pp) computes what one process does bit for bit, so its greedy
+text and served answers are one process's with the default integer activations too."""
 import concurrent.futures
 import os
 import shutil
@@ -34,6 +35,17 @@ def test_run_split_two_and_three_ways_gives_one_process_text(model_path):
         assert "MPI_ABORT" not in r.stderr
 
 
+def test_pipeline_gives_one_process_text_bit_for_bit(model_path):
+    one = run_ferry("run", "-m", model_path, "-p", PROMPT, "-n", "40", "-t", "1",
+                    "--temperature", "0")
+    assert one.returncode == 0, one.stderr
+    for pp in (2, 3):
+        r = run_ferry("run", "-m", model_path, "-p", PROMPT, "-n", "40", "--pp", pp,
+                      "--temperature", "0")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == one.stdout, (pp, r.stdout, one.stdout)
+
+
 def test_bad_tp_is_refused_with_the_reason(model_path):
     r = run_ferry("run", "-m", model_path, "-p", "x", "-n", "2", "--tp", "4")
     assert r.returncode != 0
@@ -46,6 +58,8 @@ def test_bad_tp_is_refused_with_the_reason(model_path):
                               "--tp", "3"], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
     assert "--tp 3 but this MPI job has 2 ranks" in r.stderr, r.stderr
+    r = run_ferry("run", "-m", model_path, "-p", "x", "-n", "2", "--tp", "2", "--pp", "2")
+    assert r.returncode != 0 and "--tp and --pp together" in r.stderr, r.stderr
 
 
 def complete(server, prompt, timeout=120):
@@ -57,13 +71,14 @@ PROMPTS = ["The capital of France is", "Water boils at", "def fibonacci(n):",
            "Once upon a time, in a small village,", "The three primary colours are"]
 
 
-def test_serve_split_answers_concurrent_requests_as_one_process(model_path):
-    one = Server("-t", "1", "--activations", "f32")
+@pytest.mark.parametrize("split", [("--tp", "2", "--activations", "f32"), ("--pp", "2")])
+def test_serve_split_answers_concurrent_requests_as_one_process(model_path, split):
+    one = Server("-t", "1", *split[2:])
     try:
         want = [complete(one, p).json()["choices"][0]["text"] for p in PROMPTS]
     finally:
         one.stop()
-    two = Server("--tp", "2", "--activations", "f32")
+    two = Server(*split)
     try:
         with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as pool:
             got = [r.json()["choices"][0]["text"] for r in pool.map(lambda p: complete(two, p),

@@ -3,7 +3,11 @@
 // (a LocalGroup communicator), whose logits must be the unsplit model's.
 #include <barrier>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -60,6 +64,21 @@ class LocalGroup {
             if (r_ != 0) message = g_.message_;
             g_.sync_.arrive_and_wait();
         }
+        void send(std::span<const float> data, int to) override { post_send(data, to); }
+        void post_send(std::span<const float> data, int to) override {
+            std::lock_guard lock(g_.mu_);
+            g_.mail_[{r_, to}].emplace_back(data.begin(), data.end());
+            g_.cv_.notify_all();
+        }
+        void wait_sends() override {}
+        void recv(std::span<float> data, int from) override {
+            std::unique_lock lock(g_.mu_);
+            auto& box = g_.mail_[{from, r_}];
+            g_.cv_.wait(lock, [&] { return !box.empty(); });
+            ASSERT_EQ(box.front().size(), data.size());
+            std::copy(box.front().begin(), box.front().end(), data.begin());
+            box.pop_front();
+        }
         std::optional<std::string> failure() const override { return std::nullopt; }
         void finish() override {
             std::vector<std::byte> stop;
@@ -80,6 +99,9 @@ class LocalGroup {
     std::barrier<> sync_;
     std::vector<std::vector<float>> parts_;
     std::vector<std::byte> message_;
+    std::mutex mu_;  // point to point: a queue per (from, to), as MPI keeps their order
+    std::condition_variable cv_;
+    std::map<std::pair<int, int>, std::deque<std::vector<float>>> mail_;
 };
 
 TEST(TensorSplit, EvenSplitsCoverEverythingOnce) {
@@ -205,7 +227,7 @@ float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
 // the grid, so the split may move a logit as far as that grid itself does (the whole model's
 // distance from its float self), no further.
 void expect_split_equals_whole(const std::string& dir, int tp, std::optional<DType> weights,
-                               kernels::Activations act) {
+                               kernels::Activations act, bool pipeline = false) {
     auto whole = engine::LoadedModel::load(dir, false, backend(act), weights);
     ASSERT_TRUE(whole.ok()) << whole.error().message;
     engine::ModelRunner ref(*whole->model, whole->backend, 4, 8);
@@ -226,12 +248,15 @@ void expect_split_equals_whole(const std::string& dir, int tp, std::optional<DTy
     for (int r = 0; r < tp; ++r)
         ranks.emplace_back([&, r] {
             auto comm = std::make_shared<LocalGroup::Rank>(group, r);
-            auto lm = engine::LoadedModel::load(dir, false, backend(act), weights, comm);
+            auto lm = engine::LoadedModel::load(dir, false, backend(act), weights, comm, pipeline);
             if (!lm) {
                 errors[static_cast<size_t>(r)] = lm.error().message;  // every rank fails alike
                 return;
             }
-            EXPECT_LT(lm->model->config().n_ff, whole->model->config().n_ff);
+            if (pipeline)
+                EXPECT_LT(lm->model->kv_layers(), whole->model->kv_layers());
+            else
+                EXPECT_LT(lm->model->config().n_ff, whole->model->config().n_ff);
             if (r != 0) {
                 const Status s = engine::ModelRunner::follow_steps(*lm->model, lm->backend);
                 if (!s) errors[static_cast<size_t>(r)] = s.error().message;
@@ -249,6 +274,10 @@ void expect_split_equals_whole(const std::string& dir, int tp, std::optional<DTy
     float max_abs = 0;
     for (float w : want) max_abs = std::max(max_abs, std::fabs(w));
     const float d = max_diff(want, got[0]);
+    if (pipeline) {  // the same computation, layer by layer, only on other ranks: bit for bit
+        EXPECT_EQ(d, 0.0f) << dir << " pp " << tp;
+        return;
+    }
     EXPECT_LT(d, std::max(2e-5f * std::max(1.0f, max_abs), grid))
         << dir << " tp " << tp << " (the activation grid alone: " << grid << ")";
 }
@@ -269,6 +298,22 @@ TEST(TensorParallel, DefaultModelSplitsUnevenlyOverThreeAndTwo) {
     for (auto act : {kernels::Activations::F32, kernels::Activations::Int16})
         for (int tp : {2, 3})
             expect_split_equals_whole(testing::default_model_path(), tp, std::nullopt, act);
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+TEST(PipelineParallel, StagesGiveTheWholeModelsLogitsBitForBit) {
+    // Two sequences a step: two micro-batches through the stages; a prefill then a decode.
+    const std::string g = testing::golden_dir() + "/hf_models/";
+    for (const char* name : {"llama", "gemma3", "qwen3_moe"})
+        expect_split_equals_whole(g + name, 2, std::nullopt, kernels::Activations::Int16, true);
+    for (int pp : {2, 3})
+        expect_split_equals_whole(testing::default_model_path(), pp, std::nullopt,
+                                  kernels::Activations::Int16, true);
 }
 
 }  // namespace
