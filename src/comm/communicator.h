@@ -52,7 +52,8 @@ class Communicator {
     // timeout. An empty message from rank 0 means the group is over.
     virtual void broadcast(std::vector<std::byte>& message, bool idle_ok) = 0;
 
-    // Why the group failed, once it has; every collective throws after that.
+    // Why the group failed, once it has; every collective throws after that. Safe to ask from
+    // any thread.
     virtual std::optional<std::string> failure() const = 0;
     // Rank 0, leaving: the other ranks are told the group is over (an empty message) unless the
     // group already failed. Called once, at exit; later collectives throw.

@@ -5,6 +5,7 @@
 #ifdef FERRY_HAVE_MPI
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -127,7 +128,12 @@ class MpiCommunicator final : public Communicator {
         wait(req, false, "a step's message");
     }
 
-    std::optional<std::string> failure() const override { return failed_; }
+    // Read from any thread (the server asks while the engine thread runs the collectives): the
+    // message is written once, before the flag.
+    std::optional<std::string> failure() const override {
+        if (!failed_flag_.load(std::memory_order_acquire)) return std::nullopt;
+        return failed_;
+    }
 
     void finish() override {
         if (finished_) return;
@@ -175,6 +181,7 @@ class MpiCommunicator final : public Communicator {
                     "parallel group: rank {} waited {:.0f} s for {} (a rank died or hangs; "
                     "--tp-timeout sets the limit); the group is stopped",
                     rank_, waited, what);
+                failed_flag_.store(true, std::memory_order_release);
                 throw CommError(*failed_);
             }
             if (waited > 0.05 && idle_ok)
@@ -186,7 +193,8 @@ class MpiCommunicator final : public Communicator {
 
     int rank_, size_;
     double timeout_;
-    std::optional<std::string> failed_;
+    std::optional<std::string> failed_;  // written by the collectives' thread only
+    std::atomic<bool> failed_flag_{false};
     bool finished_ = false;
     std::vector<float> gathered_;
     std::vector<int> displs_;

@@ -326,7 +326,9 @@ class Session : public std::enable_shared_from_this<Session> {
         if (r == R::Page) return send_text(200, chat_page_html(), "text/html; charset=utf-8");
         if (r == R::Health) {
             if (srv_->draining) return send_unavailable("the server is shutting down");
-            if (!srv_->service.load()) return send_unavailable("the model is loading");
+            const Service* b = srv_->service.load();
+            if (!b) return send_unavailable("the model is loading");
+            if (auto why = b->failure()) return send_unavailable(*why);
             return send_json(200, json{{"status", "ok"}});
         }
         const bool keyed =

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -28,6 +29,8 @@ class Service {
     virtual void abort(engine::RequestId id) = 0;
     virtual void abort_all() = 0;
     virtual engine::EngineMetrics metrics() const = 0;
+    // Why the engine cannot serve at all (a parallel group that failed), if it cannot.
+    virtual std::optional<std::string> failure() const { return std::nullopt; }
 
     virtual int max_model_len() const = 0;
     virtual int n_vocab() const = 0;

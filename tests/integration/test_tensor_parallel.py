@@ -128,6 +128,8 @@ def test_a_rank_that_hangs_fails_the_request_in_bounded_time_then_503(model_path
         r = complete(s, "Again")
         assert r.status_code == 503, r.text
         assert r.json()["error"]["code"] == "service_unavailable"
+        health = httpx.get(s.url + "/health", timeout=10)
+        assert health.status_code == 503 and "rank 0 waited" in health.text, health.text
     finally:
         if worker:
             os.kill(worker, signal.SIGCONT)
