@@ -35,10 +35,7 @@ class EngineService : public server::Service {
     void abort(engine::RequestId id) override { e_.abort(id); }
     void abort_all() override { e_.abort_all(); }
     engine::EngineMetrics metrics() const override { return e_.metrics(); }
-    std::optional<std::string> failure() const override {
-        const comm::Communicator* group = lm_.model->comm();
-        return group ? group->failure() : std::nullopt;
-    }
+    std::optional<std::string> failure() const override { return e_.failure(); }
     int max_model_len() const override { return e_.max_model_len(); }
     int n_vocab() const override { return lm_.tokenizer->n_vocab(); }
     std::vector<int32_t> encode(std::string_view text, bool add_special) const override {

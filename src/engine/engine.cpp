@@ -111,10 +111,14 @@ size_t Engine::kv_bytes_per_block() const {
                                         c.head_dim, config_.kv_dtype);
 }
 
+std::optional<std::string> Engine::failure() const {
+    const comm::Communicator* group = model_.model->comm();
+    return group ? group->failure() : std::nullopt;
+}
+
 Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt, RequestParams params,
                                         TokenCallback on_token) {
-    if (const comm::Communicator* group = model_.model->comm(); group && group->failure())
-        return make_error(ErrorCode::Down, "{}", *group->failure());
+    if (auto why = failure()) return make_error(ErrorCode::Down, "{}", *why);
     const int n_vocab = model_.model->config().n_vocab;
     if (prompt.empty()) return make_error("the prompt is empty");
     for (int32_t t : prompt)

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -44,7 +45,10 @@ class Engine {
 
     // Queues a request. Fails (without side effects) when the prompt is empty, longer than
     // the model length allows, has a token outside the vocabulary, the parameters are out of
-    // range (ErrorCode::Invalid), or the waiting queue is full (ErrorCode::Unavailable).
+    // range (ErrorCode::Invalid), the waiting queue is full (ErrorCode::Unavailable), or the
+    // engine cannot serve at all (ErrorCode::Down, failure()).
+    // Why the engine cannot serve at all (its parallel group failed), if so; any thread.
+    std::optional<std::string> failure() const;
     Expected<RequestId> add_request(std::vector<int32_t> prompt, RequestParams params,
                                     TokenCallback on_token);
     // Stops a request wherever it is; its callback gets a final event with reason Abort and

@@ -5,11 +5,6 @@
 #include "engine/step_message.h"
 
 namespace ferry::engine {
-namespace {
-
-constexpr int kMicroBatchesPerStage = 1;
-
-}  // namespace
 
 ModelRunner::ModelRunner(const model::LlamaModel& model, std::shared_ptr<kernels::Backend> backend,
                          int64_t n_blocks, int block_size, kv::KvFormat kv)
@@ -69,38 +64,30 @@ std::span<const float> ModelRunner::step(std::span<const std::pair<int32_t, int3
     // stages: twice as many measured no faster here (2 stages on 2 cores, bench throughput),
     // the smaller products costing what the shorter bubble saves. Without a pipeline the step
     // is one batch.
-    const int stages = model_.pipeline_stages();
-    const int parts = stages > 1 ? kMicroBatchesPerStage * stages : 1;
+    const int parts = model_.pipeline_stages();
     groups_.clear();
-    size_t begin = 0;
+    Group g{0, 0, 0, 0};
     int64_t acc = 0;
     for (size_t i = 0; i < work.size(); ++i) {
         acc += static_cast<int64_t>(work[i].tokens.size());
-        if (acc * parts >= n_tokens * static_cast<int64_t>(groups_.size() + 1) &&
-            static_cast<int>(groups_.size()) < parts - 1) {
-            groups_.push_back({begin, i + 1});
-            begin = i + 1;
+        g.rows += work[i].n_logits;
+        g.end = i + 1;
+        const bool cut = acc * parts >= n_tokens * static_cast<int64_t>(groups_.size() + 1) &&
+                         static_cast<int>(groups_.size()) < parts - 1;
+        if (cut || g.end == work.size()) {
+            groups_.push_back(g);
+            g = {g.end, g.end, g.row0 + g.rows, 0};
         }
     }
-    if (begin < work.size()) groups_.push_back({begin, work.size()});
-    const auto group_logits = [&](const Group& g, int64_t row0, int64_t* n) {
-        *n = 0;
-        for (size_t i = g.begin; i < g.end; ++i) *n += work[i].n_logits;
-        return *n > 0 ? logits_.slice(row0, *n) : Tensor();
+    const auto group_logits = [&](const Group& gr) {
+        return gr.rows > 0 ? logits_.slice(gr.row0, gr.rows) : Tensor();
     };
-    int64_t row0 = 0, n = 0;
-    for (const Group& g : groups_) {
-        const Tensor logits = group_logits(g, row0, &n);
-        pack(work.subspan(g.begin, g.end - g.begin));
+    for (const Group& gr : groups_) {
+        pack(work.subspan(gr.begin, gr.end - gr.begin));
         const kernels::Batch batch{tokens_, positions_, token_seq_, seqs_, logit_tokens_};
-        model_.forward_stage(*backend_, batch, store_.view(), logits, observer_);
-        row0 += n;
+        model_.forward_stage(*backend_, batch, store_.view(), group_logits(gr), observer_);
     }
-    row0 = 0;
-    for (const Group& g : groups_) {
-        model_.collect_logits(*backend_, group_logits(g, row0, &n));
-        row0 += n;
-    }
+    for (const Group& gr : groups_) model_.collect_logits(*backend_, group_logits(gr));
     model_.end_step();
     if (rows == 0) return {};
     const Tensor host = backend_->host_view(logits_.slice(0, rows));

@@ -73,8 +73,9 @@ class ModelRunner {
     std::vector<int64_t> positions_;
     std::vector<kernels::BatchSeq> seqs_;
     std::vector<Work> work_;
-    struct Group {
-        size_t begin, end;  // work items [begin, end): one micro-batch of a pipeline
+    struct Group {           // one micro-batch of a pipeline
+        size_t begin, end;   // work items [begin, end)
+        int64_t row0, rows;  // its logits rows
     };
     std::vector<Group> groups_;
     std::vector<std::pair<int32_t, int32_t>> copies_;

@@ -407,6 +407,9 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
     // A pipeline stage holds its own layers; the embedding is the first stage's, the output
     // head the last's.
     const bool first_stage = m->first_layer_ == 0, last_stage = m->end_layer_ == c.n_layer;
+    const auto held = [&](size_t i) {
+        return static_cast<int>(i) >= m->first_layer_ && static_cast<int>(i) < m->end_layer_;
+    };
     std::vector<kernels::MatrixSource> sources;
     std::vector<kernels::Matrix*> dests;
     if (first_stage) {
@@ -418,7 +421,7 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
         dests.push_back(&m->output_);
     }
     for (size_t i = 0; i < layers.size(); ++i) {
-        if (static_cast<int>(i) < m->first_layer_ || static_cast<int>(i) >= m->end_layer_) continue;
+        if (!held(i)) continue;
         Bound& l = layers[i];
         LayerWeights& L = m->layers_[i];
         auto add = [&](const Tensor& t, kernels::Matrix& dst) {
@@ -454,7 +457,7 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
 
     if (last_stage) m->output_norm_ = backend.resident_vector(output_norm);
     for (size_t i = 0; i < layers.size(); ++i) {
-        if (static_cast<int>(i) < m->first_layer_ || static_cast<int>(i) >= m->end_layer_) continue;
+        if (!held(i)) continue;
         const Bound& l = layers[i];
         LayerWeights& L = m->layers_[i];
         auto vec = [&](const Tensor& t) {
@@ -549,7 +552,8 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
 }
 
 void LlamaModel::collect_logits(kernels::Backend& be, const Tensor& logits) const {
-    if (!pipeline_ || comm_->rank() != 0 || logits.empty() || end_layer_ == cfg_.n_layer) return;
+    // Rank 0 of a pipeline is its first stage, never its last.
+    if (!pipeline_ || comm_->rank() != 0 || logits.empty()) return;
     const Tensor h = be.host_view(logits);
     comm_->recv({h.data<float>(), static_cast<size_t>(h.numel())}, comm_->size() - 1);
     if (h.raw() != logits.raw()) be.upload(h.raw(), logits);
