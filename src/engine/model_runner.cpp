@@ -15,10 +15,6 @@ ModelRunner::ModelRunner(const model::LlamaModel& model, std::shared_ptr<kernels
     if (backend_->device() != model.device())
         throw std::invalid_argument("ModelRunner: the model's weights are on another device");
     if (!model.comm()) return;
-    if (store_.dtype() == quant::KvDType::Int8)
-        throw std::invalid_argument(
-            "int8 keys with tensor parallelism: their calibrated channel scales are not split "
-            "between the ranks yet (use --kv-dtype f16 or fp8)");
     if (leads_group()) {
         StepMessage m;
         m.kind = StepMessage::Kind::Setup;

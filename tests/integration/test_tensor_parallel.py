@@ -60,6 +60,9 @@ def test_bad_tp_is_refused_with_the_reason(model_path):
     assert "--tp 3 but this MPI job has 2 ranks" in r.stderr, r.stderr
     r = run_ferry("run", "-m", model_path, "-p", "x", "-n", "2", "--tp", "2", "--pp", "2")
     assert r.returncode != 0 and "--tp and --pp together" in r.stderr, r.stderr
+    # int8 keys are calibrated over every layer at once, which no rank of a split model holds.
+    r = run_ferry("run", "-m", model_path, "-p", "x", "-n", "2", "--pp", "2", "--kv-dtype", "int8")
+    assert r.returncode != 0 and "int8 keys with --tp / --pp" in r.stderr, r.stderr
 
 
 def complete(server, prompt, timeout=120):
