@@ -339,6 +339,7 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
         {"preemptions", m.preemptions},
         {"priority_preemptions", m.priority_preemptions},
         {"kv_blocks_dropped", m.kv_blocks_dropped},
+        {"kv_evicted_tokens", m.kv_evicted_tokens},
         {"prefix_hit_fraction",
          m.prefix_query_tokens ? double(m.prefix_hit_tokens) / double(m.prefix_query_tokens) : 0.0},
         {"mean_batch_size", m.steps ? double(m.batched_seqs_total) / double(m.steps) : 0.0},

@@ -1,6 +1,8 @@
 // `ferry eval -m MODEL [--ref REF] [--text FILE] [--tasks FILE]`: perplexity, and against a
 // reference model the KL divergence, top-1 agreement and largest logit difference, on the same
-// tokens; with --tasks, greedy answers to short prompts (eval/task_eval.h).
+// tokens; with --tasks, greedy answers to short prompts (eval/task_eval.h); with --stream, the
+// text as one sequence through the serving engine, under KV eviction if asked
+// (eval/stream_eval.h).
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +15,7 @@
 #include "core/thread_pool.h"
 #include "engine/loaded_model.h"
 #include "eval/evaluator.h"
+#include "eval/stream_eval.h"
 #include "eval/task_eval.h"
 
 namespace ferry::cli {
@@ -25,13 +28,73 @@ struct EvalCmdOptions {
     std::string tasks;
     bool task_items = false;
     int ctx = 512;
+    bool ctx_given = false;
     int stride = 0;
     int threads = 0;
     int64_t max_tokens = 0;
     bool json = false;
     KvDTypeOption kv_dtype{"f32"};  // of the model under test; --ref keeps f32
     ActivationsOption activations;  // for both models (a float --ref is not affected)
+    bool stream = false;            // one sequence through the engine (stream_eval.h)
+    int chunk = 64;                 // --stream: tokens per step
+    KvEvictionOption kv_eviction;
 };
+
+// --stream: the text as one sequence through the serving engine.
+void eval_stream(const EvalCmdOptions& o, const engine::LoadedModel& lm,
+                 std::span<const int32_t> tokens) {
+    engine::EngineConfig c;
+    c.max_model_len = o.ctx_given ? o.ctx : lm.model->config().n_ctx_train;
+    c.max_num_batched_tokens = o.chunk;
+    c.prefill_chunk_while_decoding = 0;
+    c.prefix_cache = false;
+    c.kv_dtype = o.kv_dtype.resolved();
+    c.kv_eviction = o.kv_eviction.resolved();
+    const auto n = static_cast<int64_t>(tokens.size());
+    Progress bar("eval", n, !o.json);
+    auto r = take(eval::evaluate_stream(
+        lm, tokens, c, [&](int64_t done, int64_t) { bar.update(std::min(done, n)); }));
+    bar.finish();
+    const double kv_mib = static_cast<double>(r.peak_kv_blocks) *
+                          static_cast<double>(r.kv_bytes_per_block) / 1048576.0;
+    nlohmann::json j = {
+        {"model", lm.path},
+        {"text", o.text},
+        {"mode", "stream"},
+        {"chunk", o.chunk},
+        {"context", c.max_model_len},
+        {"tokens", r.n_tokens},
+        {"scored_tokens", r.n_scored},
+        {"nll", r.nll},
+        {"perplexity", r.perplexity},
+        {"kv_dtype", o.kv_dtype.name},
+        {"kv_eviction", engine::kv_eviction_name(c.kv_eviction.kind)},
+        {"kv_budget", c.kv_eviction.budget},
+        {"kv_sink", c.kv_eviction.sink_tokens},
+        {"evicted_tokens", r.evicted_tokens},
+        {"peak_kv_blocks", r.peak_kv_blocks},
+        {"block_size", r.block_size},
+        {"peak_kv_mib", kv_mib},
+        {"seconds", r.seconds},
+        {"tokens_per_s", static_cast<double>(r.n_tokens) / r.seconds},
+    };
+    if (o.json) {
+        std::printf("%s\n", j.dump(2).c_str());
+        return;
+    }
+    std::printf("model       %s\n", lm.path.c_str());
+    std::printf("tokens      %lld scored of %lld, as one sequence in chunks of %d\n",
+                static_cast<long long>(r.n_scored), static_cast<long long>(r.n_tokens), o.chunk);
+    if (c.kv_eviction.on())
+        std::printf("eviction    %s: budget %d tokens, %d sink token(s); %llu tokens evicted\n",
+                    engine::kv_eviction_name(c.kv_eviction.kind), c.kv_eviction.budget,
+                    c.kv_eviction.sink_tokens, static_cast<unsigned long long>(r.evicted_tokens));
+    std::printf("perplexity  %.4f\n", r.perplexity);
+    std::printf("KV held     %lld blocks of %d tokens at most (%.1f MiB, %s)\n",
+                static_cast<long long>(r.peak_kv_blocks), r.block_size, kv_mib,
+                o.kv_dtype.name.c_str());
+    std::printf("speed       %.1f tokens/s\n", static_cast<double>(r.n_tokens) / r.seconds);
+}
 
 std::string resolve_tasks_path(const std::string& spec) {
     if (spec == "default") return take(find_data_file("eval/tasks.jsonl"));
@@ -92,6 +155,7 @@ void eval(const EvalCmdOptions& o) {
     std::vector<int32_t> tokens = lm.tokenizer->encode(read_file_or_exit(o.text), true);
     if (o.max_tokens > 0 && static_cast<int64_t>(tokens.size()) > o.max_tokens)
         tokens.resize(static_cast<size_t>(o.max_tokens));
+    if (o.stream) return eval_stream(o, lm, tokens);
 
     eval::EvalOptions opt;
     opt.kv_format = o.kv_dtype.format(lm);
@@ -160,19 +224,39 @@ void add_eval_command(CLI::App& app) {
                     "data/eval/tasks.jsonl; format in docs/eval.md)");
     cmd->add_flag("--task-items", o->task_items,
                   "With --json, list every task's output under tasks.items");
-    cmd->add_option("--ctx", o->ctx, "Window length in tokens")->check(CLI::Range(2, 1 << 20));
+    auto* ctx = cmd->add_option("--ctx", o->ctx,
+                                "Window length in tokens (--stream: the engine's context; "
+                                "default the model's trained one)")
+                    ->check(CLI::Range(2, 1 << 20));
+    cmd->add_flag("--stream", o->stream,
+                  "Score the text as one sequence through the serving engine "
+                  "(chunked prefill, the KV cache and --kv-eviction as served)");
+    auto* chunk = cmd->add_option("--chunk", o->chunk, "--stream: tokens per engine step")
+                      ->capture_default_str()
+                      ->check(CLI::Range(1, 1 << 16));
+    o->kv_eviction.add_to(*cmd);
     o->kv_dtype.add_to(*cmd);
     o->activations.add_to(*cmd);
-    cmd->add_option("--stride", o->stride, "Window advance in tokens (default: ctx / 2)")
-        ->check(CLI::Range(1, 1 << 24));
+    auto* stride =
+        cmd->add_option("--stride", o->stride, "Window advance in tokens (default: ctx / 2)")
+            ->check(CLI::Range(1, 1 << 24));
     cmd->add_option("--max-tokens", o->max_tokens, "Score only the first N tokens of the text")
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
     cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)")
         ->check(CLI::Range(0, 1024));
     cmd->add_flag("--json", o->json, "Print the results as JSON");
-    cmd->callback([o] {
+    cmd->callback([o, ctx, chunk, stride] {
         if (o->text.empty() && o->tasks.empty())
             throw ExitError("eval needs --text FILE, --tasks FILE or both");
+        o->ctx_given = ctx->count() > 0;
+        if (!o->stream && (chunk->count() || o->kv_eviction.given()))
+            throw ExitError("--chunk, --kv-eviction, --kv-budget and --kv-sink apply to --stream");
+        if (o->stream &&
+            (!o->ref.empty() || !o->tasks.empty() || o->text.empty() || stride->count()))
+            throw ExitError(
+                "--stream scores one model on --text as one sequence; --ref, --tasks and "
+                "--stride belong to the windowed evaluation");
+        o->kv_eviction.resolved();  // refuses a budget without eviction and the reverse
         eval(*o);
     });
 }

@@ -16,6 +16,7 @@ struct RunOptions {
     SamplingOptions sampling;
     SpecOptions spec;
     KvDTypeOption kv_dtype;
+    KvEvictionOption kv_eviction;
     std::string prompt;
     std::string prompt_file;
     std::string system;
@@ -42,13 +43,22 @@ void run(const RunOptions& o) {
         ids = tok.encode(prompt, true, true);
     }
     const int ctx = o.model.resolved_ctx(lm);
-    if (static_cast<int>(ids.size()) >= ctx)
+    const engine::KvEvictionConfig eviction = o.kv_eviction.resolved();
+    if (Status s =
+            engine::Generator::check_eviction(*lm.model, o.kv_dtype.resolved(), ctx, eviction);
+        !s)
+        throw ExitError(s.error().message);
+    if (eviction.on() && o.spec.resolved().method == engine::SpecMethod::Draft)
+        throw ExitError(
+            "--kv-eviction with a draft model is not supported (the draft's cache would still "
+            "grow with the sequence); use --spec ngram or none");
+    if (static_cast<int>(ids.size()) >= ctx && !eviction.on())
         throw ExitError(
             fmt::format("the prompt is {} tokens, and the context of {} needs room for at least "
                         "one generated token (raise --ctx, up to the model's {})",
                         ids.size(), ctx, lm.model->config().n_ctx_train));
 
-    engine::Generator gen(*lm.model, lm.backend, ctx, o.kv_dtype.format(lm));
+    engine::Generator gen(*lm.model, lm.backend, ctx, o.kv_dtype.format(lm), eviction);
     const auto spec_cfg = o.spec.resolved();
     const auto draft = o.spec.load_draft(!o.no_stats, lm.backend);
     auto proposer = o.spec.make(lm, draft ? &*draft : nullptr, ctx, o.kv_dtype.resolved());
@@ -78,6 +88,10 @@ void run(const RunOptions& o) {
                      stats.prompt_tokens, stats.ttft_ms, stats.prefill_tokens_per_s(),
                      stats.generated_tokens, stats.decode_tokens_per_s(),
                      o.model.resolved_threads(), stats.finish_reason.c_str());
+    if (!o.no_stats && eviction.on())
+        std::fprintf(stderr, "kv eviction: %lld tokens evicted, the cache kept %lld\n",
+                     static_cast<long long>(gen.evicted()),
+                     static_cast<long long>(gen.position() - gen.evicted()));
     if (!o.no_stats && (stats.spec_steps > 0 || stats.spec_declined_steps > 0))
         std::fprintf(stderr,
                      "speculation (%s, %s): %d of %d draft tokens accepted (%.0f %%), %.2f per "
@@ -109,6 +123,7 @@ void add_run_command(CLI::App& app) {
     cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past end-of-generation tokens");
     cmd->add_flag("--no-stats", o->no_stats, "print only the text");
     o->kv_dtype.add_to(*cmd);
+    o->kv_eviction.add_to(*cmd);
     o->spec.add_to(*cmd, false);
     cmd->callback([o, p, pf] {
         if (p->count() == 0 && pf->count() == 0) throw ExitError("run needs -p PROMPT or -f FILE");

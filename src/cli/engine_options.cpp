@@ -45,6 +45,7 @@ void EngineOptions::add_to(CLI::App& cmd) {
         ->capture_default_str()
         ->check(CLI::IsMember({"paged", "contiguous"}));
     kv_dtype.add_to(cmd);
+    kv_eviction.add_to(cmd);
     spec.add_to(cmd, true);
 }
 
@@ -60,6 +61,7 @@ engine::EngineConfig EngineOptions::resolved(int max_model_len,
                                       : engine::EngineConfig::Batching::Continuous;
     c.kv_layout = kv == "contiguous" ? engine::EngineConfig::KvLayout::Contiguous
                                      : engine::EngineConfig::KvLayout::Paged;
+    c.kv_eviction = kv_eviction.resolved();
     return c;
 }
 

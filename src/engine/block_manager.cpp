@@ -54,6 +54,7 @@ bool BlockManager::allocate(BlockTable& t, int64_t first_write, int64_t n_positi
 
 void BlockManager::register_full(BlockTable& t, std::span<const int32_t> tokens,
                                  int64_t n_computed) {
+    if (t.evicted > 0) return;
     const int bs = block_size();
     while (static_cast<int64_t>(t.hashes.size()) < n_computed / bs) {
         const size_t i = t.hashes.size();
@@ -85,16 +86,55 @@ int BlockManager::drop_before(BlockTable& t, int64_t first_needed) {
     return n;
 }
 
+int64_t BlockManager::evict(BlockTable& t, int64_t cache_len, int64_t budget, int sink_blocks,
+                            std::vector<BlockCopy>& copies, std::vector<KeyMove>& moves) {
+    const int bs = block_size();
+    if (cache_len <= budget || sink_blocks < 0) return 0;
+    // Whole blocks of the window's oldest, never the one the next token goes into.
+    const int64_t full = cache_len / bs;
+    const int64_t k = std::min<int64_t>((cache_len - budget + bs - 1) / bs, full - sink_blocks - 1);
+    if (k < 1 || static_cast<int64_t>(t.blocks.size()) < full) return 0;
+    const bool first = t.sink_sources.empty();
+    const auto sinks = static_cast<size_t>(sink_blocks);
+    const auto from = t.blocks.begin() + static_cast<std::ptrdiff_t>(sinks);
+    int64_t fresh = 0, freed = 0;  // blocks the sinks' copies need, and those evicting frees
+    for (size_t j = 0; j < sinks; ++j)
+        if (first || pool_.ref(t.blocks[j]) > 1) ++fresh;
+    for (auto it = from; it != from + k; ++it)
+        if (pool_.ref(*it) == 1) ++freed;
+    if (pool_.num_free() + freed < fresh) return 0;
+    for (auto it = from; it != from + k; ++it) pool_.decref(*it);
+    t.blocks.erase(from, from + k);
+    if (first && sink_blocks > 0)
+        t.sink_sources.assign(t.blocks.begin(), t.blocks.begin() + sink_blocks);
+    t.hashes.clear();  // the table's blocks no longer follow the tokens' order
+    t.evicted += k * bs;
+    for (size_t j = 0; j < sinks; ++j) {
+        if (first || pool_.ref(t.blocks[j]) > 1) {
+            if (!first) pool_.decref(t.blocks[j]);  // a sibling keeps its own copy
+            t.blocks[j] = *pool_.allocate();
+        }
+        // From the original each time: the copy is turned once, by everything evicted so far.
+        copies.push_back({t.sink_sources[j], t.blocks[j]});
+        moves.push_back({t.blocks[j], t.evicted});
+    }
+    return k * bs;
+}
+
 void BlockManager::release(BlockTable& t) {
     for (size_t i = t.blocks.size(); i-- > t.n_dropped;) pool_.decref(t.blocks[i]);
+    for (int32_t b : t.sink_sources) pool_.decref(b);
     t.blocks.clear();
     t.hashes.clear();
     t.n_dropped = 0;
+    t.sink_sources.clear();
+    t.evicted = 0;
 }
 
 void BlockManager::share(const BlockTable& from, BlockTable& to) {
     to = from;
     for (size_t i = to.n_dropped; i < to.blocks.size(); ++i) pool_.incref(to.blocks[i]);
+    for (int32_t b : to.sink_sources) pool_.incref(b);
 }
 
 }  // namespace ferry::engine

@@ -17,16 +17,28 @@ namespace ferry::engine {
 // that are registered in the prefix cache. The first n_dropped blocks were given back (out of
 // every layer's sliding window): their entries stay, so positions still index the table, but
 // the sequence no longer holds them and attention never weighs them.
+// With KV eviction (engine/kv_eviction.h) `evicted` tokens were taken out of the middle, so
+// the table covers positions [0, tokens computed - evicted) of the cache, and sink_sources
+// hold the sinks' original blocks that blocks[0, sink_sources.size()) are moved copies of.
 struct BlockTable {
     std::vector<int32_t> blocks;
     std::vector<uint64_t> hashes;
     size_t n_dropped = 0;
+    std::vector<int32_t> sink_sources;
+    int64_t evicted = 0;
 };
 
 // A block to copy before the step that writes into dst runs (copy-on-write).
 struct BlockCopy {
     int32_t src;
     int32_t dst;
+};
+
+// A block whose keys move by delta positions under RoPE after the step's copies, before it
+// runs (KV eviction's attention sinks following the window; engine/kv_eviction.h).
+struct KeyMove {
+    int32_t block;
+    int64_t delta;
 };
 
 class BlockManager {
@@ -55,6 +67,15 @@ class BlockManager {
     // Gives back the leading full, registered blocks wholly before position `first_needed`
     // (a model whose every layer slides never reads them again); returns how many.
     int drop_before(BlockTable& t, int64_t first_needed);
+    // KV eviction: when the table holds more than `budget` of its cache_len positions, gives
+    // back whole blocks from just after the first sink_blocks until it holds at most budget,
+    // then lists the sinks' fresh copies and the key moves that put them before the window
+    // (sink_blocks 0: a plain sliding window, the baseline the sinks are measured against).
+    // Returns the tokens evicted (0 when under budget, or when the pool has no block for the
+    // sinks' first copies). A table that evicted registers no more blocks in the prefix cache:
+    // what it computes from then on saw only part of its prefix.
+    int64_t evict(BlockTable& t, int64_t cache_len, int64_t budget, int sink_blocks,
+                  std::vector<BlockCopy>& copies, std::vector<KeyMove>& moves);
     // Gives back every block (the last first, so a prefix's later blocks are evicted before
     // its first ones).
     void release(BlockTable& t);

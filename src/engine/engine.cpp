@@ -83,8 +83,26 @@ Expected<std::unique_ptr<Engine>> Engine::create(const LoadedModel& model, Engin
     if (!config.draft_model && config.spec.method == SpecMethod::Draft)
         return make_error("--spec draft needs a draft model (--draft-model)");
     std::unique_ptr<Engine> e(new Engine(model, std::move(config)));
+    if (auto s = e->check_eviction(); !s) return s.error();
     if (auto s = e->attach_draft(); !s) return s.error();
     return e;
+}
+
+Status Engine::check_eviction() const {
+    const KvEvictionConfig& ev = config_.kv_eviction;
+    if (!ev.on()) return Status::Ok();
+    const char* what = kv_eviction_name(ev.kind);
+    if (config_.kv_layout != EngineConfig::KvLayout::Paged)
+        return make_error("--kv-eviction {} gives back blocks: it needs the paged KV cache", what);
+    if (config_.draft_model || config_.spec.method == SpecMethod::Draft)
+        return make_error(
+            "--kv-eviction {} with a draft model is not supported (the draft's cache would "
+            "still grow with the sequence); use --spec ngram or none",
+            what);
+    return check_kv_eviction(
+        ev, config_.kv_dtype, model_.model->config().sliding_window > 0, config_.block_size,
+        config_.max_num_batched_tokens, "lower --max-num-batched-tokens", max_model_len_,
+        context_before_kv_cap_ ? "the KV cache (--kv-cache-memory)" : "this model's context");
 }
 
 Status Engine::attach_draft() {
@@ -124,7 +142,8 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt, RequestPara
     for (int32_t t : prompt)
         if (t < 0 || t >= n_vocab)
             return make_error("token id {} is outside the vocabulary (0..{})", t, n_vocab - 1);
-    if (static_cast<int64_t>(prompt.size()) >= max_model_len_)
+    // With eviction the cache never holds the whole prompt: any length runs.
+    if (static_cast<int64_t>(prompt.size()) >= max_model_len_ && !config_.kv_eviction.on())
         return make_error(
             "the prompt is {} tokens, but {} holds {} tokens; at most {} prompt tokens fit "
             "with room for one generated token",
@@ -410,8 +429,9 @@ void Engine::fork(Request& req, Sequence& parent, std::vector<Sequence*>& out) {
 void Engine::record_prompt_logprobs(Request& r, const ScheduledSeq& s, const float* rows) {
     const int n_vocab = runner_->n_vocab();
     const int prompt_len = static_cast<int>(r.prompt.size());
-    const int64_t first = static_cast<int64_t>(r.prompt_lp.size()) - s.start_pos;
-    const int64_t last = std::min<int64_t>(s.num_tokens(), prompt_len - 1 - s.start_pos);
+    const int64_t start = s.start_pos + s.rope_offset;  // in the prompt (eviction moves the cache)
+    const int64_t first = static_cast<int64_t>(r.prompt_lp.size()) - start;
+    const int64_t last = std::min<int64_t>(s.num_tokens(), prompt_len - 1 - start);
     if (first < 0 || first >= last) return;  // a gap cannot happen: chunks run in order
     const size_t at = r.prompt_lp.size();
     r.prompt_lp.resize(at + static_cast<size_t>(last - first));
@@ -419,7 +439,7 @@ void Engine::record_prompt_logprobs(Request& r, const ScheduledSeq& s, const flo
     auto one = [&](int64_t k) {
         const int64_t j = first + k;
         const float* l = rows + static_cast<size_t>(j) * n_vocab;
-        const int32_t tok = r.prompt[static_cast<size_t>(s.start_pos + j + 1)];
+        const int32_t tok = r.prompt[static_cast<size_t>(start + j + 1)];
         PromptLogprob& e = r.prompt_lp[at + static_cast<size_t>(k)];
         e.logprob = token_logprobs({l, static_cast<size_t>(n_vocab)}, tok, top_n,
                                    top_n > 0 ? &e.top : nullptr);
@@ -468,9 +488,8 @@ void Engine::propose_drafts() {
         if (s->awaiting_trigger) continue;
         const RequestParams& p = s->request->params;
         // Never draft past what may still be emitted or past the context.
-        const int64_t room =
-            std::min<int64_t>(p.max_tokens - s->output_len() - 1,
-                              max_model_len_ - static_cast<int64_t>(s->tokens.size()) - 1);
+        const int64_t room = std::min<int64_t>(p.max_tokens - s->output_len() - 1,
+                                               max_model_len_ - s->cache_len() - 2);
         const int k = static_cast<int>(std::min<int64_t>(sc.k, room));
         if (k > 0) want.push_back({s, k});
     }
@@ -630,7 +649,7 @@ void Engine::emit(Sequence& seq, int32_t tok, const float* logits) {
     if (eog || stop_id || seq.text->stopped() || grammar_done)
         reason = FinishReason::Stop;
     else if (seq.output_len() >= p.max_tokens ||
-             static_cast<int64_t>(seq.tokens.size()) >= max_model_len_)
+             static_cast<int64_t>(seq.tokens.size()) - seq.kv.evicted >= max_model_len_)
         reason = FinishReason::Length;
     if (reason != FinishReason::None) {
         finish(seq, reason, &ev);
@@ -766,6 +785,7 @@ void Engine::publish_metrics() {
     metrics_.preemptions = scheduler_->preemptions();
     metrics_.priority_preemptions = scheduler_->priority_preemptions();
     metrics_.kv_blocks_dropped = scheduler_->dropped_blocks();
+    metrics_.kv_evicted_tokens = scheduler_->evicted_tokens();
 }
 
 EngineMetrics Engine::metrics() const {

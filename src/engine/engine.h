@@ -83,7 +83,8 @@ class Engine {
 
   private:
     Engine(const LoadedModel& model, EngineConfig config);
-    Status attach_draft();  // the draft model's proposer, sized to this engine's pool
+    Status check_eviction() const;  // --kv-eviction's limits, against this engine's pool
+    Status attach_draft();          // the draft model's proposer, sized to this engine's pool
     struct Live;
     void loop();
     void drain_inbox();

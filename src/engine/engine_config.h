@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "engine/kv_eviction.h"
 #include "engine/speculation.h"
 #include "quant/kv_format.h"
 
@@ -33,8 +34,9 @@ struct EngineConfig {
     int batch_wait_ms = 50;  // static batching: how long the oldest request waits for company
     enum class KvLayout { Paged, Contiguous } kv_layout = KvLayout::Paged;
     quant::KvDType kv_dtype = quant::KvDType::F32;  // what the KV cache stores (quant/kv_format.h)
-    int max_waiting = 4096;                         // requests queued beyond this are refused
-    SpecConfig spec;  // speculative decoding for requests that do not choose
+    KvEvictionConfig kv_eviction;  // keep sinks + a recent window per sequence (paged only)
+    int max_waiting = 4096;        // requests queued beyond this are refused
+    SpecConfig spec;               // speculative decoding for requests that do not choose
     const LoadedModel* draft_model = nullptr;  // for SpecMethod::Draft
 };
 

@@ -1,10 +1,20 @@
 #include "engine/generator.h"
 
+#include <algorithm>
 #include <chrono>
+#include <stdexcept>
 
 namespace ferry::engine {
 namespace {
 constexpr int kBlock = 256;  // a single stream needs no fine-grained blocks
+// Under eviction blocks are what it gives back, so they are the engine's size, and a prompt
+// goes in in chunks so the cache never holds more than the budget and one chunk.
+constexpr int kEvictBlock = 16;
+constexpr int kEvictChunk = 256;
+
+int sink_blocks(const KvEvictionConfig& e) {
+    return (e.sink_tokens + kEvictBlock - 1) / kEvictBlock;
+}
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -18,17 +28,69 @@ int planned_k(SpecPlanner& planner, const AcceptanceStats& acc, int max_k, doubl
 }  // namespace
 
 Generator::Generator(const model::LlamaModel& model, std::shared_ptr<kernels::Backend> backend,
-                     int64_t n_ctx, kv::KvFormat kv)
+                     int64_t n_ctx, kv::KvFormat kv, KvEvictionConfig eviction)
     : n_ctx_(n_ctx),
-      runner_(model, std::move(backend), (n_ctx + kBlock - 1) / kBlock, kBlock, std::move(kv)),
-      planner_(static_cast<int>(std::min<int64_t>(n_ctx, 4096)) + 1),
-      blocks_(static_cast<size_t>(runner_.kv().n_blocks())) {
+      eviction_(eviction),
+      // Under eviction: the context, and the sinks' originals with a spare block.
+      runner_(model, std::move(backend),
+              eviction.on() ? (n_ctx + kEvictBlock - 1) / kEvictBlock + sink_blocks(eviction) + 1
+                            : (n_ctx + kBlock - 1) / kBlock,
+              eviction.on() ? kEvictBlock : kBlock, std::move(kv)),
+      planner_(static_cast<int>(std::min<int64_t>(n_ctx, 4096)) + 1) {
+    if (eviction_.on()) {
+        blocks_mgr_ = std::make_unique<BlockManager>(runner_.kv().n_blocks(), kEvictBlock, false);
+        return;
+    }
+    blocks_.resize(static_cast<size_t>(runner_.kv().n_blocks()));
     for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i] = static_cast<int32_t>(i);
 }
 
+Status Generator::check_eviction(const model::LlamaModel& model, quant::KvDType kv, int64_t n_ctx,
+                                 const KvEvictionConfig& e) {
+    return check_kv_eviction(e, kv, model.config().sliding_window > 0, kEvictBlock, kEvictChunk,
+                             "raise --ctx", n_ctx, "the context");
+}
+
+void Generator::reset() {
+    history_.clear();
+    if (blocks_mgr_) blocks_mgr_->release(table_);
+}
+
+void Generator::truncate(int64_t n) {
+    if (n >= position()) return;
+    if (blocks_mgr_ &&
+        n - table_.evicted < static_cast<int64_t>(table_.sink_sources.size() + 1) * kEvictBlock) {
+        reset();  // the cut falls where the cache no longer follows the history
+        return;
+    }
+    history_.resize(static_cast<size_t>(n));
+    if (blocks_mgr_) blocks_mgr_->trim(table_, cache_len());
+}
+
 std::span<const float> Generator::feed(std::span<const int32_t> tokens, int n_logits) {
-    const ModelRunner::Work w{tokens, position(), blocks_, n_logits};
-    const auto logits = runner_.run({&w, 1});
+    std::span<const float> logits;
+    if (!blocks_mgr_) {
+        const ModelRunner::Work w{tokens, position(), blocks_, n_logits};
+        logits = runner_.run({&w, 1});
+    } else {
+        // As the engine's scheduler does: evict what is over the budget, then place the tokens.
+        SchedulerOutput out;
+        blocks_mgr_->evict(table_, cache_len(), eviction_.budget, sink_blocks(eviction_),
+                           out.copies, out.moves);
+        blocks_mgr_->trim(table_, cache_len());  // positions a rejected draft left behind
+        if (!blocks_mgr_->allocate(table_, cache_len(),
+                                   cache_len() + static_cast<int64_t>(tokens.size()), out.copies))
+            throw std::logic_error("Generator: the KV cache is smaller than its budget");
+        ScheduledSeq s;
+        s.tokens.assign(tokens.begin(), tokens.end());
+        s.start_pos = cache_len();
+        s.rope_offset = table_.evicted;
+        s.blocks = table_.blocks;
+        s.num_draft = std::max(0, n_logits - 1);
+        s.wants_logits = n_logits > 0;
+        out.seqs.push_back(std::move(s));
+        logits = runner_.execute(out);
+    }
     history_.insert(history_.end(), tokens.begin(), tokens.end());
     return logits;
 }
@@ -43,7 +105,7 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
     for (int32_t t : prompt)
         if (t < 0 || t >= n_vocab)
             return make_error("token id {} is outside the vocabulary (0..{})", t, n_vocab - 1);
-    if (position() + static_cast<int64_t>(prompt.size()) > n_ctx())
+    if (cache_len() + static_cast<int64_t>(prompt.size()) > n_ctx() && !eviction_.on())
         return make_error("the prompt is {} tokens but the context holds {} ({} already used)",
                           prompt.size(), n_ctx(), position());
 
@@ -52,7 +114,15 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
     Sampler sampler(params);
     const int k_max = spec.proposer ? std::max(1, spec.k) : 0;
     auto t0 = std::chrono::steady_clock::now();
-    std::span<const float> logits = feed(prompt, 1);
+    std::span<const float> logits;
+    if (eviction_.on()) {  // in chunks, the last one's last logits kept
+        for (size_t at = 0; at < prompt.size(); at += kEvictChunk) {
+            const size_t n = std::min<size_t>(kEvictChunk, prompt.size() - at);
+            logits = feed(prompt.subspan(at, n), at + n == prompt.size() ? 1 : 0);
+        }
+    } else {
+        logits = feed(prompt, 1);
+    }
     st.prefill_ms = ms_since(t0);
     planner_.record_step(static_cast<int64_t>(prompt.size()), st.prefill_ms * 1e-3);
     if (spec.proposer) spec.proposer->prefill(0, history_);
@@ -83,13 +153,13 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
                 break;
             }
         }
-        if (done || position() + 1 > n_ctx()) break;
+        if (done || cache_len() + 1 > n_ctx()) break;
         const int32_t last = pending.back();
 
         draft.clear();
         if (spec.proposer) {
             const int64_t room =
-                std::min<int64_t>(max_tokens - st.generated_tokens - 1, n_ctx() - position() - 1);
+                std::min<int64_t>(max_tokens - st.generated_tokens - 1, n_ctx() - cache_len() - 1);
             int want = static_cast<int>(std::min<int64_t>(k_max, room));
             const bool cost = spec.policy == SpecPolicy::Cost, cheap = spec.proposer->cheap();
             // The draft model is told how many tokens pay; prompt lookup drafts the most and

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/block_manager.h"
+#include "engine/kv_eviction.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/spec_planner.h"
@@ -51,22 +53,29 @@ struct SpecRun {
 class Generator {
   public:
     // Runs `model` on `backend` with a cache of n_ctx positions; kv: what the cache stores
-    // (engine::kv_format_for makes it for a model), f32 by default.
+    // (engine::kv_format_for makes it for a model), f32 by default. With `eviction` on
+    // (engine/kv_eviction.h) the stream runs past n_ctx: the cache keeps the sinks and the
+    // latest tokens, the budget of them, and a prompt goes in in chunks; check_eviction says
+    // whether the configuration fits n_ctx.
     Generator(const model::LlamaModel& model, std::shared_ptr<kernels::Backend> backend,
-              int64_t n_ctx, kv::KvFormat kv = {});
+              int64_t n_ctx, kv::KvFormat kv = {}, KvEvictionConfig eviction = {});
+    // Why `eviction` cannot run over this model, cache type and context; Ok when it can.
+    static Status check_eviction(const model::LlamaModel& model, quant::KvDType kv, int64_t n_ctx,
+                                 const KvEvictionConfig& eviction);
 
     int64_t n_ctx() const { return n_ctx_; }
     int64_t position() const { return static_cast<int64_t>(history_.size()); }
     const std::vector<int32_t>& history() const { return history_; }
-    void reset() { history_.clear(); }
+    void reset();
+    // Tokens eviction took out of the cache so far.
+    int64_t evicted() const { return table_.evicted; }
     const kv::KvStore& kv_store() const { return runner_.kv(); }
     kernels::Backend& backend() { return runner_.backend(); }
     // What the speculation cost policy has learnt (step costs by width, acceptance).
     const SpecPlanner& spec_planner() const { return planner_; }
-    // Forgets everything after the first n tokens (their cache slots are simply overwritten).
-    void truncate(int64_t n) {
-        if (n < position()) history_.resize(static_cast<size_t>(n));
-    }
+    // Forgets everything after the first n tokens (their cache slots are simply overwritten;
+    // under eviction, n within what was evicted forgets everything).
+    void truncate(int64_t n);
 
     // Continues the sequence with `prompt` (appended to what is already in the cache, so a
     // chat keeps its earlier turns) and generates. on_token returns false to stop early.
@@ -83,9 +92,16 @@ class Generator {
   private:
     // Runs tokens at the end of the sequence and returns the logits of the last n_logits.
     std::span<const float> feed(std::span<const int32_t> tokens, int n_logits);
+    // Positions the cache holds: the history, but what eviction took out.
+    int64_t cache_len() const { return position() - table_.evicted; }
 
     int64_t n_ctx_;
+    KvEvictionConfig eviction_;
     ModelRunner runner_;
+    // Under eviction the stream's blocks are managed as the engine's are (small blocks, a
+    // table); otherwise blocks_ is simply 0, 1, 2, ...
+    std::unique_ptr<BlockManager> blocks_mgr_;
+    BlockTable table_;
     // Step costs and acceptance, kept across calls (a benchmark's plain runs measure the
     // one-token step the speculative runs compare with).
     SpecPlanner planner_;

@@ -29,23 +29,30 @@ bool ModelRunner::leads_group() const {
 }
 
 std::span<const float> ModelRunner::run(std::span<const Work> work) {
-    return step({}, work);
+    return step({}, {}, work);
 }
 
 std::span<const float> ModelRunner::step(std::span<const std::pair<int32_t, int32_t>> copies,
+                                         std::span<const std::pair<int32_t, int64_t>> moves,
                                          std::span<const Work> work) {
-    if (leads_group() && (!copies.empty() || !work.empty())) {
+    if (leads_group() && (!copies.empty() || !moves.empty() || !work.empty())) {
         StepMessage m;
         m.copies.assign(copies.begin(), copies.end());
+        m.moves.assign(moves.begin(), moves.end());
         for (const Work& w : work)
             m.work.push_back({{w.tokens.begin(), w.tokens.end()},
                               w.start_pos,
+                              w.rope_offset,
                               {w.blocks.begin(), w.blocks.end()},
                               w.n_logits});
         encode_step(m, message_);
         model_.comm()->broadcast(message_, false);
     }
     if (!copies.empty()) store_.copy_blocks(copies);
+    if (!moves.empty()) {
+        const kernels::KvCacheView view = store_.view();
+        for (const auto& [block, delta] : moves) model_.move_keys(*backend_, view, block, delta);
+    }
     int64_t n_tokens = 0, rows = 0;
     for (const Work& w : work)
         n_tokens += static_cast<int64_t>(w.tokens.size()), rows += w.n_logits;
@@ -105,17 +112,19 @@ void ModelRunner::pack(std::span<const Work> work) {
             token_seq_.push_back(static_cast<int32_t>(seqs_.size()));
         }
         for (int32_t i = n - w.n_logits; i < n; ++i) logit_tokens_.push_back(first + i);
-        seqs_.push_back({w.start_pos, n, first, w.blocks});
+        seqs_.push_back({w.start_pos, n, first, w.blocks, w.rope_offset});
     }
 }
 
 std::span<const float> ModelRunner::execute(const SchedulerOutput& out) {
     copies_.clear();
     for (const BlockCopy& c : out.copies) copies_.emplace_back(c.src, c.dst);
+    moves_.clear();
+    for (const KeyMove& m : out.moves) moves_.emplace_back(m.block, m.delta);
     work_.clear();
     for (const ScheduledSeq& s : out.seqs)
-        work_.push_back({s.tokens, s.start_pos, s.blocks, s.num_logits()});
-    return step(copies_, work_);
+        work_.push_back({s.tokens, s.start_pos, s.blocks, s.num_logits(), s.rope_offset});
+    return step(copies_, moves_, work_);
 }
 
 Status ModelRunner::follow_steps(const model::LlamaModel& model,
@@ -142,8 +151,8 @@ Status ModelRunner::follow_steps(const model::LlamaModel& model,
             if (!runner) return make_error("parallel group: a step before the cache was made");
             work.clear();
             for (const StepWork& w : m->work)
-                work.push_back({w.tokens, w.start_pos, w.blocks, w.n_logits});
-            runner->step(m->copies, work);
+                work.push_back({w.tokens, w.start_pos, w.blocks, w.n_logits, w.rope_offset});
+            runner->step(m->copies, m->moves, work);
         }
     } catch (const comm::CommError& e) {
         return make_error("{}", e.what());

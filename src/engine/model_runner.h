@@ -33,12 +33,13 @@ class ModelRunner {
         int64_t start_pos = 0;
         std::span<const int32_t> blocks;
         int n_logits = 1;
+        int64_t rope_offset = 0;  // added to the positions for RoPE only (kernels::BatchSeq)
     };
     // Runs the work as one forward pass and returns the logits rows (n_vocab each), work item
     // by work item; valid until the next call.
     std::span<const float> run(std::span<const Work> work);
-    // An engine step: the block copies first, then the scheduled sequences, with 1 + num_draft
-    // logits rows for each that wants them.
+    // An engine step: the block copies first, then the keys moved, then the scheduled
+    // sequences, with 1 + num_draft logits rows for each that wants them.
     std::span<const float> execute(const SchedulerOutput& out);
 
     // A rank other than 0 of the group `model` is split over: runs what rank 0's runner runs,
@@ -57,8 +58,10 @@ class ModelRunner {
     const kv::KvStore& kv() const { return store_; }
 
   private:
-    // The block copies, then the work as one forward pass; rank 0 of a group sends both first.
+    // The block copies, the keys moved, then the work as one forward pass; rank 0 of a group
+    // sends all three first.
     std::span<const float> step(std::span<const std::pair<int32_t, int32_t>> copies,
+                                std::span<const std::pair<int32_t, int64_t>> moves,
                                 std::span<const Work> work);
     bool leads_group() const;
     // The packed batch of these work items.
@@ -79,6 +82,7 @@ class ModelRunner {
     };
     std::vector<Group> groups_;
     std::vector<std::pair<int32_t, int32_t>> copies_;
+    std::vector<std::pair<int32_t, int64_t>> moves_;
     Tensor logits_;                   // on the device, grown to the largest step
     std::vector<std::byte> message_;  // the step as sent to the group
 };

@@ -37,7 +37,11 @@ Scheduler::Scheduler(const EngineConfig& config, int max_model_len, int64_t n_bl
       max_model_len_(max_model_len),
       kv_window_(config.kv_layout == EngineConfig::KvLayout::Paged ? kv_window : 0),
       blocks_(n_blocks, config.block_size,
-              config.prefix_cache && config.kv_layout == EngineConfig::KvLayout::Paged) {}
+              config.prefix_cache && config.kv_layout == EngineConfig::KvLayout::Paged),
+      sink_blocks_(config.kv_eviction.on()
+                       ? (config.kv_eviction.sink_tokens + config.block_size - 1) /
+                             config.block_size
+                       : 0) {}
 
 Sequence* Scheduler::sequence(uint64_t id) const {
     auto it = by_id_.find(id);
@@ -72,10 +76,16 @@ int Scheduler::reserve_tokens(const Sequence* seq) const {
 }
 
 bool Scheduler::ensure_blocks(Sequence* seq, int num_tokens, SchedulerOutput& out) {
-    int64_t need_tokens = seq->num_computed + num_tokens;
+    int64_t need_tokens = seq->cache_len() + num_tokens;
     if (config_.kv_layout == EngineConfig::KvLayout::Contiguous)
         need_tokens = std::max<int64_t>(need_tokens, reserve_tokens(seq));
-    return blocks_.allocate(seq->kv, seq->num_computed, need_tokens, out.copies);
+    return blocks_.allocate(seq->kv, seq->cache_len(), need_tokens, out.copies);
+}
+
+void Scheduler::evict(Sequence* seq, SchedulerOutput& out) {
+    if (!config_.kv_eviction.on()) return;
+    evicted_tokens_ += blocks_.evict(seq->kv, seq->cache_len(), config_.kv_eviction.budget,
+                                     sink_blocks_, out.copies, out.moves);
 }
 
 void Scheduler::release_blocks(Sequence* seq) {
@@ -97,7 +107,8 @@ void Scheduler::emit(Sequence* seq, int num_tokens, int num_draft, SchedulerOutp
     s.tokens.assign(first, first + static_cast<std::ptrdiff_t>(real));
     s.tokens.insert(s.tokens.end(), seq->draft.tokens.begin(),
                     seq->draft.tokens.begin() + num_draft);
-    s.start_pos = seq->num_computed;
+    s.start_pos = seq->cache_len();
+    s.rope_offset = seq->kv.evicted;
     s.blocks = seq->kv.blocks;
     s.num_draft = num_draft;
     s.wants_logits =
@@ -179,6 +190,7 @@ SchedulerOutput Scheduler::schedule(Clock::time_point now, int step_token_limit)
         const int n = std::min(s->num_uncomputed() + static_cast<int>(s->draft.tokens.size()),
                                prefill ? std::min({budget, prefill_left, chunk_cap(s)}) : budget);
         if (n <= 0) continue;
+        evict(s, out);
         bool ok = true;
         while (!ensure_blocks(s, n, out)) {
             Sequence* victim = pick_victim();
@@ -232,6 +244,7 @@ SchedulerOutput Scheduler::schedule(Clock::time_point now, int step_token_limit)
             if (s->request->params.priority >= boards_below_) break;
             const int hit = match_prefix(s);
             const int n = std::min({s->num_uncomputed(), budget, prefill_left, chunk_cap(s)});
+            evict(s, out);  // a prefix-cache hit may be longer than the budget
             if (!ensure_blocks(s, n, out)) {
                 release_blocks(s);
                 s->num_computed = 0;
@@ -267,7 +280,7 @@ void Scheduler::on_computed(Sequence* seq, int num_tokens) {
 
 void Scheduler::trim_blocks(Sequence* seq) {
     if (config_.kv_layout == EngineConfig::KvLayout::Contiguous) return;  // reserved up front
-    blocks_.trim(seq->kv, static_cast<int64_t>(seq->tokens.size()));
+    blocks_.trim(seq->kv, static_cast<int64_t>(seq->tokens.size()) - seq->kv.evicted);
 }
 
 void Scheduler::remove(Sequence* seq) {
@@ -289,7 +302,8 @@ double Scheduler::kv_waste_fraction() const {
     std::unordered_map<int32_t, int> filled;  // per held block, the most slots any holder uses
     for (const Sequence* s : running_)
         for (size_t j = s->kv.n_dropped; j < s->kv.blocks.size(); ++j) {
-            const int f = std::clamp(s->num_computed - static_cast<int>(j) * bs, 0, bs);
+            const int f = static_cast<int>(
+                std::clamp<int64_t>(s->cache_len() - static_cast<int64_t>(j) * bs, 0, bs));
             int& slot = filled[s->kv.blocks[j]];
             slot = std::max(slot, f);
         }

@@ -56,11 +56,16 @@ class Scheduler {
     // Token slots held by running sequences that hold no token yet, over all held slots.
     double kv_waste_fraction() const;
     int64_t blocks_held() const { return blocks_.pool().num_used(); }
+    // KV eviction: tokens taken out of running sequences' caches so far.
+    uint64_t evicted_tokens() const { return evicted_tokens_; }
 
   private:
     bool admit_allowed() const;
     int match_prefix(Sequence* seq);  // takes cached blocks, returns tokens covered
     bool ensure_blocks(Sequence* seq, int num_tokens, SchedulerOutput& out);
+    // KV eviction: a sequence whose cache outgrew the budget gives its oldest window blocks back
+    // before its next tokens are placed.
+    void evict(Sequence* seq, SchedulerOutput& out);
     void release_blocks(Sequence* seq);
     // The output entry for a sequence whose blocks are in place: its next num_tokens tokens
     // (the draft's last num_draft of them).
@@ -85,6 +90,8 @@ class Scheduler {
     uint64_t priority_preemptions_ = 0;
     int boards_below_ = 0;  // this step admits only priorities below this (its victims')
     uint64_t dropped_blocks_ = 0;
+    uint64_t evicted_tokens_ = 0;
+    int sink_blocks_ = 0;  // KV eviction's sinks in whole blocks (0: a plain window)
 };
 
 }  // namespace ferry::engine

@@ -16,6 +16,9 @@ struct ScheduledSeq {
     // verify, at positions start_pos, start_pos + 1, ...
     std::vector<int32_t> tokens;
     int64_t start_pos = 0;  // the tokens already in the cache
+    // What the tokens' rotary positions add to their cache positions: the tokens evicted
+    // from the middle of the sequence's cache (engine/kv_eviction.h), 0 without eviction.
+    int64_t rope_offset = 0;
     // The sequence's block table, covering every position up to the last of `tokens`.
     std::vector<int32_t> blocks;
     int num_draft = 0;
@@ -32,6 +35,7 @@ struct ScheduledSeq {
 struct SchedulerOutput {
     std::vector<ScheduledSeq> seqs;
     std::vector<BlockCopy> copies;  // done before the step runs
+    std::vector<KeyMove> moves;     // done after the copies, before the step runs
     int total_tokens = 0;
     int preempted = 0;
     bool empty() const { return seqs.empty(); }

@@ -34,6 +34,8 @@ struct Sequence {
     bool batch_member = false;  // static batching: chosen for the batch being run
     int output_len() const { return static_cast<int>(tokens.size()) - prompt_len; }
     int num_uncomputed() const { return static_cast<int>(tokens.size()) - num_computed; }
+    // Positions its cache holds: every computed token but those KV eviction took out.
+    int64_t cache_len() const { return num_computed - kv.evicted; }
 
     // Speculation: the method, this step's proposal (verified this step), and how much of its
     // drafts the target has been accepting (the cost policy plans with it).

@@ -61,9 +61,11 @@ void encode_step(const StepMessage& m, std::vector<std::byte>& out) {
         return;
     }
     put_array(out, m.copies);
+    put_array(out, m.moves);
     put<uint32_t>(out, static_cast<uint32_t>(m.work.size()));
     for (const StepWork& w : m.work) {
         put<int64_t>(out, w.start_pos);
+        put<int64_t>(out, w.rope_offset);
         put<int32_t>(out, w.n_logits);
         put_array(out, w.tokens);
         put_array(out, w.blocks);
@@ -89,11 +91,11 @@ Expected<StepMessage> decode_step(std::span<const std::byte> bytes) {
     }
     if (kind != static_cast<uint8_t>(StepMessage::Kind::Step)) return bad();
     uint32_t n = 0;
-    if (!r.get_array(m.copies) || !r.get(n)) return bad();
+    if (!r.get_array(m.copies) || !r.get_array(m.moves) || !r.get(n)) return bad();
     m.work.resize(n);
     for (StepWork& w : m.work)
-        if (!r.get(w.start_pos) || !r.get(w.n_logits) || !r.get_array(w.tokens) ||
-            !r.get_array(w.blocks))
+        if (!r.get(w.start_pos) || !r.get(w.rope_offset) || !r.get(w.n_logits) ||
+            !r.get_array(w.tokens) || !r.get_array(w.blocks))
             return bad();
     if (!r.done()) return bad();
     return m;

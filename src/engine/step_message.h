@@ -23,6 +23,7 @@ struct StepSetup {
 struct StepWork {
     std::vector<int32_t> tokens;
     int64_t start_pos = 0;
+    int64_t rope_offset = 0;
     std::vector<int32_t> blocks;
     int32_t n_logits = 0;
 };
@@ -31,6 +32,7 @@ struct StepMessage {
     enum class Kind : uint8_t { Setup = 1, Step = 2 } kind = Kind::Step;
     StepSetup setup;
     std::vector<std::pair<int32_t, int32_t>> copies;  // block copies (src, dst), done first
+    std::vector<std::pair<int32_t, int64_t>> moves;   // keys (block, delta) moved, done second
     std::vector<StepWork> work;
 };
 

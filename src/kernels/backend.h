@@ -78,6 +78,10 @@ struct BatchSeq {
     int32_t n_tokens = 0;
     int32_t first_token = 0;
     std::span<const int32_t> blocks;
+    // Added to each token's position for its rotation only (rope_angles): a sequence whose
+    // oldest cache blocks were evicted (engine/kv_eviction.h) keeps its tokens' own positions
+    // for RoPE while their slots in the cache, which `positions` index, moved down.
+    int64_t rope_offset = 0;
 };
 
 // A ragged batch as one forward pass runs it; host arrays that the model runner packed.
@@ -177,14 +181,20 @@ class Backend {
     virtual void scale(const Tensor& x, float s) = 0;  // x *= s (Gemma's embedding scale)
     // x = cap * tanh(x / cap), every element (Gemma's logit soft-capping)
     virtual void softcap(const Tensor& x, float cap) = 0;
-    // cos_sin[t] = the rotation of token t's position: inv_freq.size() (cos, sin) pairs, pair i
-    // at angle pos * inv_freq[i] (the model's frequencies, its rope scaling applied), both
-    // multiplied by `scale` (YaRN's attention factor; 1 otherwise).
+    // cos_sin[t] = the rotation of token t's position (plus its sequence's rope_offset):
+    // inv_freq.size() (cos, sin) pairs, pair i at angle pos * inv_freq[i] (the model's frequencies,
+    // its rope scaling applied), both multiplied by `scale` (YaRN's attention factor; 1 otherwise).
     virtual void rope_angles(const Batch& b, std::span<const double> inv_freq, float scale,
                              const Tensor& cos_sin) = 0;
     // Rotates the first rope_dim dims of each of n_heads vectors of head_dim in every row of x.
     virtual void rope(const Tensor& x, int n_heads, int head_dim, int rope_dim,
                       const Tensor& cos_sin, RopeStyle style) = 0;
+    // Turns every stored key of one block of one layer (each slot, each KV head) by one
+    // rotation, rope_dim / 2 host (cos, sin) pairs, as rope turns a row: what moving those keys
+    // to other positions does under RoPE (KV eviction moves its attention sinks up to the
+    // window). Keys stored as f32, f16 or fp8; int8 keys (per-channel scales) are refused.
+    virtual void kv_rotate_keys(const KvCacheView& kv, int layer, int32_t block, int rope_dim,
+                                std::span<const float> cos_sin, RopeStyle style) = 0;
     // Stores every token's keys and values (rows of kv_dim) in its sequence's block and slot,
     // as the cache's element type.
     virtual void kv_write(const KvCacheView& kv, int layer, const Batch& b, const Tensor& k,

@@ -563,6 +563,27 @@ void LlamaModel::end_step() const {
     if (pipeline_) comm_->wait_sends();
 }
 
+void LlamaModel::move_keys(kernels::Backend& be, const kernels::KvCacheView& kv, int32_t block,
+                           int64_t delta) const {
+    const LlamaConfig& c = cfg_;
+    // (cos, sin) of delta times each pair's frequency, in double as rope_angles computes them.
+    const auto turn = [delta](const std::vector<double>& inv_freq) {
+        std::vector<float> cs;
+        for (double f : inv_freq) {
+            const double theta = static_cast<double>(delta) * f;
+            cs.push_back(static_cast<float>(std::cos(theta)));
+            cs.push_back(static_cast<float>(std::sin(theta)));
+        }
+        return cs;
+    };
+    const std::vector<float> cs = turn(rope_inv_freq_), cs_swa = turn(rope_inv_freq_swa_);
+    for (int li = first_layer_; li < end_layer_; ++li) {
+        const bool swa = c.window(li) > 0 && !cs_swa.empty();
+        be.kv_rotate_keys(kv, li - first_layer_, block, c.rope_dim, swa ? cs_swa : cs,
+                          c.rope_style);
+    }
+}
+
 void LlamaModel::forward_stage(kernels::Backend& be, const kernels::Batch& batch,
                                const kernels::KvCacheView& kv, const Tensor& logits,
                                ActivationObserver* observer) const {

@@ -116,6 +116,13 @@ class LlamaModel {
     int first_layer() const { return first_layer_; }
     int kv_layers() const { return end_layer_ - first_layer_; }
 
+    // Moves the keys of one block of `kv` (every layer this rank holds) by `delta` positions
+    // under RoPE, as if they had been computed there: KV eviction's attention sinks follow the
+    // window this way. A pure rotation: YaRN's attention factor, already in the keys, is not
+    // applied again.
+    void move_keys(kernels::Backend& backend, const kernels::KvCacheView& kv, int32_t block,
+                   int64_t delta) const;
+
     // Each rotary pair's inverse frequency, the checkpoint's rope scaling applied.
     const std::vector<double>& rope_inv_freq() const { return rope_inv_freq_; }
 

@@ -633,7 +633,10 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
             return f.fail("the prompt is empty after tokenization", "prompt"), std::nullopt;
         longest = std::max(longest, p.size());
     }
-    if (int64_t(longest) >= ctx) {
+    // Under KV eviction the cache keeps a budget of each sequence, so neither the prompt nor
+    // the output is bounded by the context; an output asked for nothing gets one context's worth.
+    const bool evicts = service.evicts_kv();
+    if (int64_t(longest) >= ctx && !evicts) {
         f.fail(fmt::format("the prompt is {} tokens, but this model's context is {} tokens; it "
                            "must be at most {} tokens to leave room for one generated token",
                            longest, ctx, ctx - 1),
@@ -641,14 +644,14 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
         f.err.code = "context_length_exceeded";  // OpenAI's code: clients trim on it
         return std::nullopt;
     }
-    const int room = ctx - int(longest);
+    const int room = evicts ? ctx : ctx - int(longest);
     const char* mt = f.get("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     // max_tokens 0 scores or echoes the prompt and generates nothing (legacy completions).
     const bool score_only_ok =
         kind == Endpoint::Completions && (r.echo || r.params.prompt_logprobs >= 0);
     if (f.get(mt)) {
         if (!f.integer(mt, i, score_only_ok ? 0 : 1, 1 << 24)) return std::nullopt;
-        if (i > room) {
+        if (i > room && !evicts) {
             f.fail(fmt::format("this model's context is {} tokens; the prompt takes {} and {} = "
                                "{} asks for {} more, but only {} fit",
                                ctx, longest, mt, i, i, room),

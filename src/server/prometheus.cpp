@@ -97,6 +97,8 @@ std::string render_prometheus(const engine::EngineMetrics& m, const ServerCounte
               "Sequences preempted to board a request of a better priority.");
     w.counter("ferry:kv_blocks_dropped_total", double(m.kv_blocks_dropped),
               "KV blocks given back because they left every layer's sliding window.");
+    w.counter("ferry:kv_evicted_tokens_total", double(m.kv_evicted_tokens),
+              "Tokens taken out of sequences' caches over the KV budget (--kv-eviction).");
     w.counter("ferry:spec_decode_num_draft_tokens_total", double(m.spec_draft_tokens),
               "Speculative draft tokens verified by the target model.");
     w.counter("ferry:spec_decode_num_accepted_tokens_total", double(m.spec_accepted_tokens),

@@ -168,16 +168,19 @@ TEST(TensorSplit, ColumnSlicesAreTheRowsBlocks) {
 TEST(StepMessage, RoundTripsAndRefusesTruncation) {
     engine::StepMessage m;
     m.copies = {{3, 7}, {1, 2}};
-    m.work = {{{1, 2, 3}, 5, {0, 4}, 1}, {{9}, 0, {6}, 0}};
+    m.moves = {{7, 48}};
+    m.work = {{{1, 2, 3}, 5, 32, {0, 4}, 1}, {{9}, 0, 0, {6}, 0}};
     std::vector<std::byte> bytes;
     engine::encode_step(m, bytes);
     auto back = engine::decode_step(bytes);
     ASSERT_TRUE(back.ok()) << back.error().message;
     EXPECT_EQ(back->copies, m.copies);
+    EXPECT_EQ(back->moves, m.moves);
     ASSERT_EQ(back->work.size(), 2u);
     EXPECT_EQ(back->work[0].tokens, m.work[0].tokens);
     EXPECT_EQ(back->work[0].blocks, m.work[0].blocks);
     EXPECT_EQ(back->work[0].start_pos, 5);
+    EXPECT_EQ(back->work[0].rope_offset, 32);
     EXPECT_EQ(back->work[1].n_logits, 0);
     for (size_t cut = 0; cut < bytes.size(); ++cut)
         EXPECT_FALSE(engine::decode_step({bytes.data(), cut}).ok()) << cut;
@@ -193,9 +196,10 @@ TEST(StepMessage, RoundTripsAndRefusesTruncation) {
     EXPECT_FALSE(engine::decode_step(bytes).ok());
 }
 
-// Two steps of two sequences (a prefill of both, then a decode of both) on `runner`: the
-// logits of each step, back to back.
-std::vector<float> two_steps(engine::ModelRunner& runner) {
+// Three steps of two sequences (a prefill of both, a decode of both, then a decode of the first
+// as KV eviction runs it: its first block copied and its keys moved, its token at a rotary
+// position past its cache slot) on `runner`: the logits of each step, back to back.
+std::vector<float> three_steps(engine::ModelRunner& runner) {
     const std::vector<int32_t> a = {1, 5, 9, 14, 2, 7, 3}, b = {4, 8, 15, 16, 23};
     const std::vector<int32_t> blocks_a = {0, 1}, blocks_b = {2};
     std::vector<float> out;
@@ -205,6 +209,18 @@ std::vector<float> two_steps(engine::ModelRunner& runner) {
     const std::vector<int32_t> na = {11}, nb = {12};
     const engine::ModelRunner::Work decode[] = {{na, 7, blocks_a, 1}, {nb, 5, blocks_b, 1}};
     l = runner.run(decode);
+    out.insert(out.end(), l.begin(), l.end());
+    engine::SchedulerOutput evicting;
+    evicting.copies.push_back({0, 3});
+    evicting.moves.push_back({3, 5});
+    engine::ScheduledSeq s;
+    s.tokens = {17};
+    s.start_pos = 8;
+    s.rope_offset = 5;
+    s.blocks = {3, 1};
+    s.wants_logits = true;
+    evicting.seqs.push_back(s);
+    l = runner.execute(evicting);
     out.insert(out.end(), l.begin(), l.end());
     return out;
 }
@@ -231,14 +247,14 @@ void expect_split_equals_whole(const std::string& dir, int tp, std::optional<DTy
     auto whole = engine::LoadedModel::load(dir, false, backend(act), weights);
     ASSERT_TRUE(whole.ok()) << whole.error().message;
     engine::ModelRunner ref(*whole->model, whole->backend, 4, 8);
-    const std::vector<float> want = two_steps(ref);
+    const std::vector<float> want = three_steps(ref);
     float grid = 0;
     if (act != kernels::Activations::F32) {
         auto exact =
             engine::LoadedModel::load(dir, false, backend(kernels::Activations::F32), weights);
         ASSERT_TRUE(exact.ok());
         engine::ModelRunner f32(*exact->model, exact->backend, 4, 8);
-        grid = max_diff(two_steps(f32), want);
+        grid = max_diff(three_steps(f32), want);
     }
 
     LocalGroup group(tp);
@@ -264,7 +280,7 @@ void expect_split_equals_whole(const std::string& dir, int tp, std::optional<DTy
             }
             {
                 engine::ModelRunner runner(*lm->model, lm->backend, 4, 8);
-                got[0] = two_steps(runner);
+                got[0] = three_steps(runner);
             }
             comm->finish();
         });

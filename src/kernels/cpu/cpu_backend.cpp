@@ -2,7 +2,9 @@
 
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/huge_buffer.h"
 #include "kernels/cpu/dispatch.h"
@@ -222,7 +224,32 @@ void CpuBackend::rope_angles(const Batch& b, std::span<const double> inv_freq, f
     float* cs = cos_sin.data<float>();
     const int64_t rope_dim = 2 * static_cast<int64_t>(inv_freq.size());
     for (int64_t t = 0; t < b.n_tokens(); ++t)
-        cpu::rope_angles(b.positions[t], inv_freq, scale, cs + t * rope_dim);
+        cpu::rope_angles(b.positions[t] + b.seqs[b.token_seq[t]].rope_offset, inv_freq, scale,
+                         cs + t * rope_dim);
+}
+
+void CpuBackend::kv_rotate_keys(const KvCacheView& kv, int layer, int32_t block, int rope_dim,
+                                std::span<const float> cos_sin, RopeStyle style) {
+    if (kv.dtype == quant::KvDType::Int8)
+        throw std::invalid_argument("kv_rotate_keys: int8 keys have fixed per-channel scales");
+    if (static_cast<int>(cos_sin.size()) != rope_dim)
+        throw std::invalid_argument("kv_rotate_keys: cos_sin must hold rope_dim / 2 pairs");
+    const size_t eb = quant::kv_elem_bytes(kv.dtype);
+    const int hd = kv.head_dim, n_heads = kv.kv_dim / kv.head_dim;
+    std::byte* base = kv.k_block(layer, block);
+    auto* scales = reinterpret_cast<float*>(base + kv.layout.scale_offset);
+    const bool token_scales = quant::kv_token_scales(kv.dtype, true);
+    std::vector<float> row(static_cast<size_t>(hd));
+    for (int slot = 0; slot < kv.block_size; ++slot)
+        for (int h = 0; h < n_heads; ++h) {
+            std::byte* at = base + (h * kv.layout.head_stride + slot * kv.layout.pos_stride) * eb;
+            float* s = token_scales ? scales + static_cast<size_t>(slot) * n_heads + h : nullptr;
+            quant::dequantize_kv_row(kv.dtype, at, hd, s ? *s : 1.0f, nullptr, row.data());
+            cpu::rope(row.data(), 1, hd, rope_dim, cos_sin.data(), style);
+            float scale = 0;
+            store_row(kv.dtype, row.data(), hd, at, &scale, nullptr);
+            if (s) *s = scale;
+        }
 }
 
 void CpuBackend::rope(const Tensor& x, int n_heads, int head_dim, int rope_dim,

@@ -46,6 +46,8 @@ class CpuBackend final : public Backend {
                      const Tensor& cos_sin) override;
     void rope(const Tensor& x, int n_heads, int head_dim, int rope_dim, const Tensor& cos_sin,
               RopeStyle style) override;
+    void kv_rotate_keys(const KvCacheView& kv, int layer, int32_t block, int rope_dim,
+                        std::span<const float> cos_sin, RopeStyle style) override;
     void kv_write(const KvCacheView& kv, int layer, const Batch& b, const Tensor& k,
                   const Tensor& v) override;
     void attention(const KvCacheView& kv, int layer, const Batch& b, const AttentionShape& shape,
