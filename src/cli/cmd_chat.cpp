@@ -19,6 +19,7 @@ struct ChatOptions {
     ModelOptions model;
     SamplingOptions sampling;
     KvDTypeOption kv_dtype;
+    KvEvictionOption kv_eviction;
     std::string system;
     int max_tokens = 512;
     bool stats = false;
@@ -36,7 +37,15 @@ void chat(const ChatOptions& o) {
     if (!lm.chat_template) throw ExitError(lm.chat_template_error);
     const auto& tok = *lm.tokenizer;
     const int ctx = o.model.resolved_ctx(lm);
-    engine::Generator gen(*lm.model, lm.backend, ctx, o.kv_dtype.format(lm));
+    // Under KV eviction the conversation is never cut: the cache keeps its first tokens and its
+    // latest, and the oldest turns fade out of the window instead of being dropped and
+    // recomputed.
+    const engine::KvEvictionConfig eviction = o.kv_eviction.resolved();
+    if (Status s =
+            engine::Generator::check_eviction(*lm.model, o.kv_dtype.resolved(), ctx, eviction);
+        !s)
+        throw ExitError(s.error().message);
+    engine::Generator gen(*lm.model, lm.backend, ctx, o.kv_dtype.format(lm), eviction);
     LineEditor input("ferry", o.history_file);
     const bool tty = input.interactive();
     // At a terminal Ctrl-C stops a reply; reading a file, it ends the program as usual.
@@ -44,8 +53,8 @@ void chat(const ChatOptions& o) {
     if (tty) catcher.emplace();
     std::vector<tokenizer::ChatMessage> msgs;
     const size_t first_turn = o.system.empty() ? 0 : 1;
-    if (!o.system.empty()) {
-        msgs.push_back({"system", o.system});
+    if (!o.system.empty()) msgs.push_back({"system", o.system});
+    if (!o.system.empty() && !eviction.on()) {
         // A system message the context cannot hold with a turn would fail every turn.
         std::vector<tokenizer::ChatMessage> probe = msgs;
         probe.push_back({"user", "hi"});
@@ -100,7 +109,7 @@ void chat(const ChatOptions& o) {
                 break;
             }
             ids = tok.encode(*text, false, true);
-            if (static_cast<int64_t>(ids.size()) + reply_room <= ctx) break;
+            if (static_cast<int64_t>(ids.size()) + reply_room <= ctx || eviction.on()) break;
             // Drop the oldest turn: from the first message after the system one up to the
             // next user message, so the conversation still starts with a user turn.
             size_t end = first_turn + 1;
@@ -131,7 +140,9 @@ void chat(const ChatOptions& o) {
 
         tokenizer::StreamDecoder dec(tok);
         std::string reply;
-        const int budget = std::min<int64_t>(o.max_tokens, ctx - static_cast<int64_t>(ids.size()));
+        const int budget =
+            eviction.on() ? o.max_tokens
+                          : std::min<int64_t>(o.max_tokens, ctx - static_cast<int64_t>(ids.size()));
         interrupt::clear();
         bool stopped = false;
         auto st = take(gen.generate(
@@ -176,6 +187,7 @@ void add_chat_command(CLI::App& app) {
                     "where typed lines are kept across sessions (empty: this session only)")
         ->capture_default_str();
     o->kv_dtype.add_to(*cmd);
+    o->kv_eviction.add_to(*cmd);
     cmd->callback([o] { chat(*o); });
 }
 

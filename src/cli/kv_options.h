@@ -1,7 +1,7 @@
 // `--kv-dtype f32|f16|int8|fp8`: what the KV cache stores, spelled the same by `run`, `chat`,
 // `bench decode`, `serve` and `bench throughput`; `--kv-eviction streaming --kv-budget N
-// [--kv-sink N]` (engine/kv_eviction.h), spelled the same by `run`, `serve`, `bench throughput`
-// and `eval --stream`.
+// [--kv-sink N]` (engine/kv_eviction.h), spelled the same by `run`, `chat`, `serve`,
+// `bench throughput` and `eval --stream`.
 #pragma once
 
 #include <string>

@@ -117,3 +117,21 @@ def test_eval_stream_scores_with_and_without_eviction(model_path, tmp_path):
     bad = run_ferry("eval", "-m", model_path, "--text", text, "--kv-eviction", "streaming",
                     "--kv-budget", 256)
     assert bad.returncode != 0 and "--stream" in bad.stderr
+
+
+def test_chat_keeps_the_conversation_past_the_context(model_path):
+    # The conversation outgrows a 512-token context: without eviction the oldest turns are
+    # dropped and the rest recomputed; with it nothing is dropped, the old turns fade out of
+    # the window, and every turn is answered.
+    turns = ("Tell me about the history of Paris in detail.\n"
+             "And what about London, its bridges and its river?\n"
+             "Describe the canals of Amsterdam.\n"
+             "What is the capital of Germany?\n/exit\n")
+    args = ["chat", "--ctx", 512, "-n", 150, "--temperature", 0]
+    plain = run_ferry(*args, input=turns)
+    assert plain.returncode == 0, plain.stderr
+    assert "dropped" in plain.stderr
+    r = run_ferry(*args, "--kv-eviction", "streaming", "--kv-budget", 224, input=turns)
+    assert r.returncode == 0, r.stderr
+    assert "dropped" not in r.stderr and "error" not in r.stderr
+    assert "Berlin" in r.stdout
