@@ -37,7 +37,7 @@ class EngineService : public server::Service {
     engine::EngineMetrics metrics() const override { return e_.metrics(); }
     std::optional<std::string> failure() const override { return e_.failure(); }
     int max_model_len() const override { return e_.max_model_len(); }
-    bool evicts_kv() const override { return e_.config().kv_eviction.on(); }
+    bool runs_past_context() const override { return e_.config().kv_eviction.past_context(); }
     int n_vocab() const override { return lm_.tokenizer->n_vocab(); }
     std::vector<int32_t> encode(std::string_view text, bool add_special) const override {
         return lm_.tokenizer->encode(text, add_special, true);

@@ -25,10 +25,12 @@ void KvEvictionOption::add_to(CLI::App& cmd) {
     kind_option = cmd.add_option("--kv-eviction", kind,
                                  "streaming: a sequence keeps its first tokens (attention sinks) "
                                  "and its latest, --kv-budget in all, so it runs past the budget "
-                                 "and the model's context in flat memory (StreamingLLM); none: "
-                                 "the whole context")
+                                 "and the model's context in flat memory (StreamingLLM); h2o: "
+                                 "the sinks, the latest half of the budget and the blocks that "
+                                 "drew the most attention (Heavy-Hitter Oracle; within the "
+                                 "context); none: the whole context")
                       ->capture_default_str()
-                      ->check(CLI::IsMember({"none", "streaming"}));
+                      ->check(CLI::IsMember({"none", "streaming", "h2o"}));
     budget_option = cmd.add_option("--kv-budget", config.budget,
                                    "--kv-eviction: tokens a sequence's cache keeps at most")
                         ->check(CLI::Range(1, 1 << 24));
@@ -51,7 +53,7 @@ engine::KvEvictionConfig KvEvictionOption::resolved() const {
     if (c.on() && c.budget <= 0)
         throw ExitError("--kv-eviction " + kind + " needs --kv-budget TOKENS");
     if (!c.on() && (c.budget > 0 || (sink_option && sink_option->count() > 0)))
-        throw ExitError("--kv-budget and --kv-sink apply to --kv-eviction streaming");
+        throw ExitError("--kv-budget and --kv-sink apply to --kv-eviction streaming or h2o");
     return c;
 }
 

@@ -73,6 +73,7 @@ void BlockManager::trim(BlockTable& t, int64_t n_positions) {
         t.blocks.pop_back();
     }
     t.hashes.resize(std::min(t.hashes.size(), t.blocks.size()));
+    t.mass.resize(std::min(t.mass.size(), t.blocks.size()));
 }
 
 int BlockManager::drop_before(BlockTable& t, int64_t first_needed) {
@@ -105,6 +106,10 @@ int64_t BlockManager::evict(BlockTable& t, int64_t cache_len, int64_t budget, in
     if (pool_.num_free() + freed < fresh) return 0;
     for (auto it = from; it != from + k; ++it) pool_.decref(*it);
     t.blocks.erase(from, from + k);
+    if (t.mass.size() > sinks)
+        t.mass.erase(t.mass.begin() + static_cast<std::ptrdiff_t>(sinks),
+                     t.mass.begin() + static_cast<std::ptrdiff_t>(
+                                          std::min(t.mass.size(), sinks + static_cast<size_t>(k))));
     if (first && sink_blocks > 0)
         t.sink_sources.assign(t.blocks.begin(), t.blocks.begin() + sink_blocks);
     t.hashes.clear();  // the table's blocks no longer follow the tokens' order
@@ -121,6 +126,35 @@ int64_t BlockManager::evict(BlockTable& t, int64_t cache_len, int64_t budget, in
     return k * bs;
 }
 
+int64_t BlockManager::evict_light(BlockTable& t, int64_t cache_len, int64_t budget, int sink_blocks,
+                                  int64_t recent) {
+    const int bs = block_size();
+    int64_t evicted = 0;
+    while (cache_len > budget) {
+        // Blocks [sink_blocks, keep_from) are candidates; keep_from holds the first recent
+        // position.
+        const int64_t keep_from = std::max<int64_t>(0, cache_len - recent) / bs;
+        if (keep_from <= sink_blocks || static_cast<int64_t>(t.blocks.size()) < keep_from) break;
+        auto mass_of = [&](int64_t j) {
+            return static_cast<size_t>(j) < t.mass.size() ? t.mass[static_cast<size_t>(j)] : 0.0f;
+        };
+        int64_t victim = sink_blocks;
+        for (int64_t j = sink_blocks + 1; j < keep_from; ++j)
+            if (mass_of(j) < mass_of(victim)) victim = j;
+        pool_.decref(t.blocks[static_cast<size_t>(victim)]);
+        t.blocks.erase(t.blocks.begin() + static_cast<std::ptrdiff_t>(victim));
+        if (static_cast<size_t>(victim) < t.mass.size())
+            t.mass.erase(t.mass.begin() + static_cast<std::ptrdiff_t>(victim));
+        cache_len -= bs;
+        evicted += bs;
+    }
+    if (evicted > 0) {
+        t.hashes.clear();  // the table's blocks no longer follow the tokens' order
+        t.evicted += evicted;
+    }
+    return evicted;
+}
+
 void BlockManager::release(BlockTable& t) {
     for (size_t i = t.blocks.size(); i-- > t.n_dropped;) pool_.decref(t.blocks[i]);
     for (int32_t b : t.sink_sources) pool_.decref(b);
@@ -129,6 +163,7 @@ void BlockManager::release(BlockTable& t) {
     t.n_dropped = 0;
     t.sink_sources.clear();
     t.evicted = 0;
+    t.mass.clear();
 }
 
 void BlockManager::share(const BlockTable& from, BlockTable& to) {

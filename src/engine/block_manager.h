@@ -26,6 +26,9 @@ struct BlockTable {
     size_t n_dropped = 0;
     std::vector<int32_t> sink_sources;
     int64_t evicted = 0;
+    // H2O: the attention each block has drawn so far, by table index (may be shorter than
+    // blocks: missing entries are 0).
+    std::vector<float> mass;
 };
 
 // A block to copy before the step that writes into dst runs (copy-on-write).
@@ -76,6 +79,12 @@ class BlockManager {
     // what it computes from then on saw only part of its prefix.
     int64_t evict(BlockTable& t, int64_t cache_len, int64_t budget, int sink_blocks,
                   std::vector<BlockCopy>& copies, std::vector<KeyMove>& moves);
+    // H2O: while the table holds more than `budget` positions, gives back the block between the
+    // first sink_blocks and the blocks holding the last `recent` positions that has drawn the
+    // least attention (t.mass; the oldest among equals). Nothing moves: kept blocks keep their
+    // positions. Returns the tokens evicted.
+    int64_t evict_light(BlockTable& t, int64_t cache_len, int64_t budget, int sink_blocks,
+                        int64_t recent);
     // Gives back every block (the last first, so a prefix's later blocks are evicted before
     // its first ones).
     void release(BlockTable& t);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "core/thread_pool.h"
@@ -82,27 +83,40 @@ Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), c
 Expected<std::unique_ptr<Engine>> Engine::create(const LoadedModel& model, EngineConfig config) {
     if (!config.draft_model && config.spec.method == SpecMethod::Draft)
         return make_error("--spec draft needs a draft model (--draft-model)");
+    // Before the engine is made (int8 keys calibrate there): what does not depend on its pool.
+    if (auto s = check_eviction(model, config, std::numeric_limits<int64_t>::max(), ""); !s)
+        return s.error();
     std::unique_ptr<Engine> e(new Engine(model, std::move(config)));
-    if (auto s = e->check_eviction(); !s) return s.error();
+    if (auto s = check_eviction(
+            model, e->config_, e->max_model_len_,
+            e->context_before_kv_cap_ ? "the KV cache (--kv-cache-memory)" : "the context");
+        !s)
+        return s.error();
     if (auto s = e->attach_draft(); !s) return s.error();
     return e;
 }
 
-Status Engine::check_eviction() const {
-    const KvEvictionConfig& ev = config_.kv_eviction;
+int64_t Engine::context_len(const Sequence& s) const {
+    const auto n = static_cast<int64_t>(s.tokens.size());
+    return config_.kv_eviction.past_context() ? n - s.kv.evicted : n;
+}
+
+Status Engine::check_eviction(const LoadedModel& model, const EngineConfig& config, int64_t context,
+                              const char* context_name) {
+    const KvEvictionConfig& ev = config.kv_eviction;
     if (!ev.on()) return Status::Ok();
     const char* what = kv_eviction_name(ev.kind);
-    if (config_.kv_layout != EngineConfig::KvLayout::Paged)
+    if (config.kv_layout != EngineConfig::KvLayout::Paged)
         return make_error("--kv-eviction {} gives back blocks: it needs the paged KV cache", what);
-    if (config_.draft_model || config_.spec.method == SpecMethod::Draft)
+    if (config.draft_model || config.spec.method == SpecMethod::Draft)
         return make_error(
             "--kv-eviction {} with a draft model is not supported (the draft's cache would "
             "still grow with the sequence); use --spec ngram or none",
             what);
-    return check_kv_eviction(
-        ev, config_.kv_dtype, model_.model->config().sliding_window > 0, config_.block_size,
-        config_.max_num_batched_tokens, "lower --max-num-batched-tokens", max_model_len_,
-        context_before_kv_cap_ ? "the KV cache (--kv-cache-memory)" : "this model's context");
+    return check_kv_eviction(ev, config.kv_dtype, model.model->config().sliding_window > 0,
+                             config.block_size, config.max_num_batched_tokens,
+                             "lower --max-num-batched-tokens, or raise --ctx", context,
+                             context_name);
 }
 
 Status Engine::attach_draft() {
@@ -143,7 +157,8 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt, RequestPara
         if (t < 0 || t >= n_vocab)
             return make_error("token id {} is outside the vocabulary (0..{})", t, n_vocab - 1);
     // With eviction the cache never holds the whole prompt: any length runs.
-    if (static_cast<int64_t>(prompt.size()) >= max_model_len_ && !config_.kv_eviction.on())
+    if (static_cast<int64_t>(prompt.size()) >= max_model_len_ &&
+        !config_.kv_eviction.past_context())
         return make_error(
             "the prompt is {} tokens, but {} holds {} tokens; at most {} prompt tokens fit "
             "with room for one generated token",
@@ -291,8 +306,10 @@ bool Engine::step() {
     const auto t_exec = Clock::now();
     const std::span<const float> logits = runner_->execute(out);
     // Draft tokens count as computed only once verified.
-    for (size_t i = 0; i < seqs.size(); ++i)
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        scheduler_->add_attention_mass(seqs[i], runner_->attention_mass(i));
         scheduler_->on_computed(seqs[i], out.seqs[i].num_tokens() - out.seqs[i].num_draft);
+    }
 
     const int n_vocab = runner_->n_vocab();
     size_t row = 0;
@@ -489,13 +506,20 @@ void Engine::propose_drafts() {
         const RequestParams& p = s->request->params;
         // Never draft past what may still be emitted or past the context.
         const int64_t room = std::min<int64_t>(p.max_tokens - s->output_len() - 1,
-                                               max_model_len_ - s->cache_len() - 2);
+                                               max_model_len_ - context_len(*s) - 1);
         const int k = static_cast<int>(std::min<int64_t>(sc.k, room));
         if (k > 0) want.push_back({s, k});
     }
     if (want.empty()) return;
-    auto job = [](Sequence* s, int k) {
-        return ProposalJob{s->id, s->tokens, k, s->sampler.get(), &s->draft};
+    // Under streaming eviction a sequence never ends: prompt lookup searches what its cache
+    // holds at most (the budget), not everything it ever saw.
+    const size_t look_back = config_.kv_eviction.past_context()
+                                 ? static_cast<size_t>(config_.kv_eviction.budget)
+                                 : std::numeric_limits<size_t>::max();
+    auto job = [look_back](Sequence* s, int k) {
+        std::span<const int32_t> t = s->tokens;
+        if (t.size() > look_back) t = t.last(look_back);
+        return ProposalJob{s->id, t, k, s->sampler.get(), &s->draft};
     };
     // Prompt lookup costs nothing: it drafts the most now and the plan trims.
     std::vector<ProposalJob> jobs;
@@ -648,8 +672,7 @@ void Engine::emit(Sequence& seq, int32_t tok, const float* logits) {
     FinishReason reason = FinishReason::None;
     if (eog || stop_id || seq.text->stopped() || grammar_done)
         reason = FinishReason::Stop;
-    else if (seq.output_len() >= p.max_tokens ||
-             static_cast<int64_t>(seq.tokens.size()) - seq.kv.evicted >= max_model_len_)
+    else if (seq.output_len() >= p.max_tokens || context_len(seq) >= max_model_len_)
         reason = FinishReason::Length;
     if (reason != FinishReason::None) {
         finish(seq, reason, &ev);

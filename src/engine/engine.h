@@ -83,8 +83,14 @@ class Engine {
 
   private:
     Engine(const LoadedModel& model, EngineConfig config);
-    Status check_eviction() const;  // --kv-eviction's limits, against this engine's pool
-    Status attach_draft();          // the draft model's proposer, sized to this engine's pool
+    // --kv-eviction's rules (kv_eviction.h) and the engine's own: the paged layout, no draft
+    // model; the budget and a step within `context` positions.
+    static Status check_eviction(const LoadedModel& model, const EngineConfig& config,
+                                 int64_t context, const char* context_name);
+    // What counts against the context: every token, or under streaming eviction (which runs
+    // past it) the positions its cache holds.
+    int64_t context_len(const Sequence& s) const;
+    Status attach_draft();  // the draft model's proposer, sized to this engine's pool
     struct Live;
     void loop();
     void drain_inbox();

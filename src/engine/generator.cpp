@@ -58,10 +58,17 @@ void Generator::reset() {
 
 void Generator::truncate(int64_t n) {
     if (n >= position()) return;
-    if (blocks_mgr_ &&
-        n - table_.evicted < static_cast<int64_t>(table_.sink_sources.size() + 1) * kEvictBlock) {
-        reset();  // the cut falls where the cache no longer follows the history
-        return;
+    // Once something was evicted, the cache follows the history only after the last block
+    // taken out: past the sinks (streaming), within the recent window (H2O). A cut before that
+    // starts over.
+    if (blocks_mgr_ && table_.evicted > 0) {
+        const int64_t follows_from = eviction_.kind == KvEvictionKind::H2O
+                                         ? cache_len() - eviction_.recent_tokens()
+                                         : int64_t{sink_blocks(eviction_)} * kEvictBlock;
+        if (n - table_.evicted < follows_from) {
+            reset();
+            return;
+        }
     }
     history_.resize(static_cast<size_t>(n));
     if (blocks_mgr_) blocks_mgr_->trim(table_, cache_len());
@@ -75,8 +82,12 @@ std::span<const float> Generator::feed(std::span<const int32_t> tokens, int n_lo
     } else {
         // As the engine's scheduler does: evict what is over the budget, then place the tokens.
         SchedulerOutput out;
-        blocks_mgr_->evict(table_, cache_len(), eviction_.budget, sink_blocks(eviction_),
-                           out.copies, out.moves);
+        if (eviction_.kind == KvEvictionKind::H2O)
+            blocks_mgr_->evict_light(table_, cache_len(), eviction_.budget, sink_blocks(eviction_),
+                                     eviction_.recent_tokens());
+        else
+            blocks_mgr_->evict(table_, cache_len(), eviction_.budget, sink_blocks(eviction_),
+                               out.copies, out.moves);
         blocks_mgr_->trim(table_, cache_len());  // positions a rejected draft left behind
         if (!blocks_mgr_->allocate(table_, cache_len(),
                                    cache_len() + static_cast<int64_t>(tokens.size()), out.copies))
@@ -88,8 +99,14 @@ std::span<const float> Generator::feed(std::span<const int32_t> tokens, int n_lo
         s.blocks = table_.blocks;
         s.num_draft = std::max(0, n_logits - 1);
         s.wants_logits = n_logits > 0;
+        s.attn_mass = eviction_.kind == KvEvictionKind::H2O;
         out.seqs.push_back(std::move(s));
         logits = runner_.execute(out);
+        if (eviction_.kind == KvEvictionKind::H2O) {  // the attention each block drew
+            const auto m = runner_.attention_mass(0);
+            if (table_.mass.size() < m.size()) table_.mass.resize(m.size(), 0.0f);
+            for (size_t j = 0; j < m.size(); ++j) table_.mass[j] += m[j];
+        }
     }
     history_.insert(history_.end(), tokens.begin(), tokens.end());
     return logits;
@@ -105,7 +122,7 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
     for (int32_t t : prompt)
         if (t < 0 || t >= n_vocab)
             return make_error("token id {} is outside the vocabulary (0..{})", t, n_vocab - 1);
-    if (cache_len() + static_cast<int64_t>(prompt.size()) > n_ctx() && !eviction_.on())
+    if (context_len() + static_cast<int64_t>(prompt.size()) > n_ctx() && !eviction_.past_context())
         return make_error("the prompt is {} tokens but the context holds {} ({} already used)",
                           prompt.size(), n_ctx(), position());
 
@@ -115,16 +132,18 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
     const int k_max = spec.proposer ? std::max(1, spec.k) : 0;
     auto t0 = std::chrono::steady_clock::now();
     std::span<const float> logits;
-    if (eviction_.on()) {  // in chunks, the last one's last logits kept
+    if (eviction_.on()) {  // in chunks, the last one's last logits kept, each a step
         for (size_t at = 0; at < prompt.size(); at += kEvictChunk) {
             const size_t n = std::min<size_t>(kEvictChunk, prompt.size() - at);
+            const auto t_chunk = std::chrono::steady_clock::now();
             logits = feed(prompt.subspan(at, n), at + n == prompt.size() ? 1 : 0);
+            planner_.record_step(static_cast<int64_t>(n), ms_since(t_chunk) * 1e-3);
         }
     } else {
         logits = feed(prompt, 1);
+        planner_.record_step(static_cast<int64_t>(prompt.size()), ms_since(t0) * 1e-3);
     }
     st.prefill_ms = ms_since(t0);
-    planner_.record_step(static_cast<int64_t>(prompt.size()), st.prefill_ms * 1e-3);
     if (spec.proposer) spec.proposer->prefill(0, history_);
 
     st.finish_reason = "length";
@@ -153,13 +172,13 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
                 break;
             }
         }
-        if (done || cache_len() + 1 > n_ctx()) break;
+        if (done || context_len() + 1 > n_ctx()) break;
         const int32_t last = pending.back();
 
         draft.clear();
         if (spec.proposer) {
-            const int64_t room =
-                std::min<int64_t>(max_tokens - st.generated_tokens - 1, n_ctx() - cache_len() - 1);
+            const int64_t room = std::min<int64_t>(max_tokens - st.generated_tokens - 1,
+                                                   n_ctx() - context_len() - 1);
             int want = static_cast<int>(std::min<int64_t>(k_max, room));
             const bool cost = spec.policy == SpecPolicy::Cost, cheap = spec.proposer->cheap();
             // The draft model is told how many tokens pay; prompt lookup drafts the most and
@@ -167,7 +186,14 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
             if (want > 0 && cost && !cheap)
                 want = planned_k(planner_, acceptance, want, planner_.draft_seconds_per_token());
             if (want > 0) {
-                std::vector<int32_t> ctx = history_;
+                // Under streaming eviction the stream never ends: prompt lookup searches what
+                // the cache holds at most, not everything it ever saw.
+                const size_t look =
+                    eviction_.past_context()
+                        ? std::min(history_.size(), static_cast<size_t>(eviction_.budget))
+                        : history_.size();
+                std::vector<int32_t> ctx(history_.end() - static_cast<std::ptrdiff_t>(look),
+                                         history_.end());
                 ctx.push_back(last);
                 ProposalJob job{0, ctx, want, &sampler, &draft};
                 const auto t_draft = std::chrono::steady_clock::now();

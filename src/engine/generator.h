@@ -94,6 +94,9 @@ class Generator {
     std::span<const float> feed(std::span<const int32_t> tokens, int n_logits);
     // Positions the cache holds: the history, but what eviction took out.
     int64_t cache_len() const { return position() - table_.evicted; }
+    // What counts against n_ctx: the history, or under streaming eviction (which runs past it)
+    // what the cache holds.
+    int64_t context_len() const { return eviction_.past_context() ? cache_len() : position(); }
 
     int64_t n_ctx_;
     KvEvictionConfig eviction_;

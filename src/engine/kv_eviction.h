@@ -24,22 +24,30 @@
 
 namespace ferry::engine {
 
-enum class KvEvictionKind { None, Streaming };
+// Streaming: the sinks and the latest tokens, the sinks moved up to the window, so a sequence
+// runs past the trained context. H2O (Zhang et al., 2023, "Heavy-Hitter Oracle"): the sinks,
+// the latest budget / 2 tokens, and of the blocks between them those that have drawn the most
+// attention (summed over heads and layers, from each step's last token); kept blocks keep their
+// positions, as in the paper, so a sequence stays within the trained context.
+enum class KvEvictionKind { None, Streaming, H2O };
 
 struct KvEvictionConfig {
     KvEvictionKind kind = KvEvictionKind::None;
     int budget = 0;       // tokens a sequence's cache keeps at most before a step's new ones
     int sink_tokens = 4;  // the attention sinks, rounded up to whole blocks; 0: a plain window
     bool on() const { return kind != KvEvictionKind::None; }
+    // Whether a sequence may run past the model's context (its positions stay within the cache).
+    bool past_context() const { return kind == KvEvictionKind::Streaming; }
+    int recent_tokens() const { return budget / 2; }  // H2O's recent window
 };
 
-const char* kv_eviction_name(KvEvictionKind k);                          // "none", "streaming"
+const char* kv_eviction_name(KvEvictionKind k);  // "none", "streaming", "h2o"
 std::optional<KvEvictionKind> parse_kv_eviction(std::string_view name);  // the same names
 
 // What a runner of `e` must hold, the rules the engine and the single stream share: not int8
-// keys (their fixed per-channel scales cannot follow a move), not a model with sliding-window
-// layers, a budget of the sinks and two blocks at least, and the budget, one step's tokens
-// and the sinks' originals within `context` positions (`context_name` says whose; `remedy`
+// keys under streaming (their fixed per-channel scales cannot follow a move), not a model with
+// sliding-window layers, a budget of the sinks and two blocks at least, and the budget, one step's
+// tokens and the sinks' originals within `context` positions (`context_name` says whose; `remedy`
 // says how to take a step's tokens down). Ok when it can run, or when e is off.
 Status check_kv_eviction(const KvEvictionConfig& e, quant::KvDType kv, bool sliding_window,
                          int block_size, int step_tokens, const char* remedy, int64_t context,

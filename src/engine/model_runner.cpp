@@ -53,6 +53,7 @@ std::span<const float> ModelRunner::step(std::span<const std::pair<int32_t, int3
         const kernels::KvCacheView view = store_.view();
         for (const auto& [block, delta] : moves) model_.move_keys(*backend_, view, block, delta);
     }
+    mass_sum_at_.clear();  // a step without tokens leaves no mass behind
     int64_t n_tokens = 0, rows = 0;
     for (const Work& w : work)
         n_tokens += static_cast<int64_t>(w.tokens.size()), rows += w.n_logits;
@@ -85,19 +86,47 @@ std::span<const float> ModelRunner::step(std::span<const std::pair<int32_t, int3
     const auto group_logits = [&](const Group& gr) {
         return gr.rows > 0 ? logits_.slice(gr.row0, gr.rows) : Tensor();
     };
+    // Attention mass: every asking item's rows laid out before the pass, so pointers stay put.
+    const auto n_head = static_cast<size_t>(model_.config().n_head);
+    mass_at_.assign(work.size(), kNoMass);
+    mass_sum_at_.assign(work.size(), kNoMass);
+    mass_blocks_.assign(work.size(), 0);
+    size_t mass_floats = 0, sum_floats = 0;
+    for (size_t i = 0; i < work.size(); ++i)
+        if (work[i].attn_mass) {
+            mass_at_[i] = mass_floats;
+            mass_sum_at_[i] = sum_floats;
+            mass_blocks_[i] = work[i].blocks.size();
+            mass_floats += n_head * work[i].blocks.size();
+            sum_floats += work[i].blocks.size();
+        }
+    mass_.assign(mass_floats, 0.0f);
+    mass_sum_.assign(sum_floats, 0.0f);
     for (const Group& gr : groups_) {
-        pack(work.subspan(gr.begin, gr.end - gr.begin));
+        pack(work.subspan(gr.begin, gr.end - gr.begin), gr.begin);
         const kernels::Batch batch{tokens_, positions_, token_seq_, seqs_, logit_tokens_};
         model_.forward_stage(*backend_, batch, store_.view(), group_logits(gr), observer_);
     }
     for (const Group& gr : groups_) model_.collect_logits(*backend_, group_logits(gr));
     model_.end_step();
+    for (size_t i = 0; i < work.size(); ++i) {
+        if (mass_at_[i] == kNoMass) continue;
+        const size_t nb = work[i].blocks.size();
+        for (size_t h = 0; h < n_head; ++h)
+            for (size_t b = 0; b < nb; ++b)
+                mass_sum_[mass_sum_at_[i] + b] += mass_[mass_at_[i] + h * nb + b];
+    }
     if (rows == 0) return {};
     const Tensor host = backend_->host_view(logits_.slice(0, rows));
     return {host.data<const float>(), static_cast<size_t>(rows * n_vocab)};
 }
 
-void ModelRunner::pack(std::span<const Work> work) {
+std::span<const float> ModelRunner::attention_mass(size_t i) const {
+    if (i >= mass_sum_at_.size() || mass_sum_at_[i] == kNoMass) return {};
+    return {mass_sum_.data() + mass_sum_at_[i], mass_blocks_[i]};
+}
+
+void ModelRunner::pack(std::span<const Work> work, size_t first_item) {
     tokens_.clear();
     positions_.clear();
     token_seq_.clear();
@@ -112,7 +141,9 @@ void ModelRunner::pack(std::span<const Work> work) {
             token_seq_.push_back(static_cast<int32_t>(seqs_.size()));
         }
         for (int32_t i = n - w.n_logits; i < n; ++i) logit_tokens_.push_back(first + i);
-        seqs_.push_back({w.start_pos, n, first, w.blocks, w.rope_offset});
+        const size_t item = first_item + seqs_.size();
+        seqs_.push_back({w.start_pos, n, first, w.blocks, w.rope_offset,
+                         mass_at_[item] == kNoMass ? nullptr : mass_.data() + mass_at_[item]});
     }
 }
 
@@ -123,7 +154,8 @@ std::span<const float> ModelRunner::execute(const SchedulerOutput& out) {
     for (const KeyMove& m : out.moves) moves_.emplace_back(m.block, m.delta);
     work_.clear();
     for (const ScheduledSeq& s : out.seqs)
-        work_.push_back({s.tokens, s.start_pos, s.blocks, s.num_logits(), s.rope_offset});
+        work_.push_back(
+            {s.tokens, s.start_pos, s.blocks, s.num_logits(), s.rope_offset, s.attn_mass});
     return step(copies_, moves_, work_);
 }
 

@@ -34,6 +34,8 @@ class ModelRunner {
         std::span<const int32_t> blocks;
         int n_logits = 1;
         int64_t rope_offset = 0;  // added to the positions for RoPE only (kernels::BatchSeq)
+        // Sum the attention weights of the item's last token per block (attention_mass).
+        bool attn_mass = false;
     };
     // Runs the work as one forward pass and returns the logits rows (n_vocab each), work item
     // by work item; valid until the next call.
@@ -41,6 +43,11 @@ class ModelRunner {
     // An engine step: the block copies first, then the keys moved, then the scheduled
     // sequences, with 1 + num_draft logits rows for each that wants them.
     std::span<const float> execute(const SchedulerOutput& out);
+
+    // After a run: work item i's attention mass per block (its table's blocks, in order): the
+    // softmax weights its last token gave each block, summed over this rank's query heads and
+    // layers (H2O eviction's scores). Empty unless the item asked for it.
+    std::span<const float> attention_mass(size_t i) const;
 
     // A rank other than 0 of the group `model` is split over: runs what rank 0's runner runs,
     // step by step, until rank 0 ends the group (Ok) or the group fails (its error).
@@ -64,8 +71,8 @@ class ModelRunner {
                                 std::span<const std::pair<int32_t, int64_t>> moves,
                                 std::span<const Work> work);
     bool leads_group() const;
-    // The packed batch of these work items.
-    void pack(std::span<const Work> work);
+    // The packed batch of these work items (the first of them item `first` of the step).
+    void pack(std::span<const Work> work, size_t first_item);
 
     const model::LlamaModel& model_;
     std::shared_ptr<kernels::Backend> backend_;
@@ -81,6 +88,11 @@ class ModelRunner {
         int64_t row0, rows;  // its logits rows
     };
     std::vector<Group> groups_;
+    // Attention mass: per item its offset into mass_ (n_head x blocks floats, summed into
+    // mass_sum_ at its blocks' offset after the step), or kNoMass.
+    static constexpr size_t kNoMass = static_cast<size_t>(-1);
+    std::vector<size_t> mass_at_, mass_sum_at_, mass_blocks_;
+    std::vector<float> mass_, mass_sum_;
     std::vector<std::pair<int32_t, int32_t>> copies_;
     std::vector<std::pair<int32_t, int64_t>> moves_;
     Tensor logits_;                   // on the device, grown to the largest step

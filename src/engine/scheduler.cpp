@@ -82,10 +82,30 @@ bool Scheduler::ensure_blocks(Sequence* seq, int num_tokens, SchedulerOutput& ou
     return blocks_.allocate(seq->kv, seq->cache_len(), need_tokens, out.copies);
 }
 
-void Scheduler::evict(Sequence* seq, SchedulerOutput& out) {
-    if (!config_.kv_eviction.on()) return;
-    evicted_tokens_ += blocks_.evict(seq->kv, seq->cache_len(), config_.kv_eviction.budget,
-                                     sink_blocks_, out.copies, out.moves);
+Scheduler::Evicted Scheduler::evict(Sequence* seq, SchedulerOutput& out) {
+    const KvEvictionConfig& e = config_.kv_eviction;
+    Evicted ev{out.copies.size(), out.moves.size(), 0};
+    if (e.kind == KvEvictionKind::Streaming)
+        ev.tokens =
+            blocks_.evict(seq->kv, seq->cache_len(), e.budget, sink_blocks_, out.copies, out.moves);
+    else if (e.kind == KvEvictionKind::H2O)
+        ev.tokens = blocks_.evict_light(seq->kv, seq->cache_len(), e.budget, sink_blocks_,
+                                        e.recent_tokens());
+    evicted_tokens_ += static_cast<uint64_t>(ev.tokens);
+    return ev;
+}
+
+void Scheduler::forget_eviction(const Evicted& ev, SchedulerOutput& out) {
+    // The sequence gave back every block since: its sinks' copy and move are not to be done.
+    out.copies.resize(ev.copies);
+    out.moves.resize(ev.moves);
+    evicted_tokens_ -= static_cast<uint64_t>(ev.tokens);
+}
+
+void Scheduler::add_attention_mass(Sequence* seq, std::span<const float> mass) {
+    std::vector<float>& m = seq->kv.mass;
+    if (m.size() < mass.size()) m.resize(mass.size(), 0.0f);
+    for (size_t j = 0; j < mass.size(); ++j) m[j] += mass[j];
 }
 
 void Scheduler::release_blocks(Sequence* seq) {
@@ -109,6 +129,7 @@ void Scheduler::emit(Sequence* seq, int num_tokens, int num_draft, SchedulerOutp
                     seq->draft.tokens.begin() + num_draft);
     s.start_pos = seq->cache_len();
     s.rope_offset = seq->kv.evicted;
+    s.attn_mass = config_.kv_eviction.kind == KvEvictionKind::H2O;
     s.blocks = seq->kv.blocks;
     s.num_draft = num_draft;
     s.wants_logits =
@@ -190,13 +211,14 @@ SchedulerOutput Scheduler::schedule(Clock::time_point now, int step_token_limit)
         const int n = std::min(s->num_uncomputed() + static_cast<int>(s->draft.tokens.size()),
                                prefill ? std::min({budget, prefill_left, chunk_cap(s)}) : budget);
         if (n <= 0) continue;
-        evict(s, out);
+        const Evicted ev = evict(s, out);
         bool ok = true;
         while (!ensure_blocks(s, n, out)) {
             Sequence* victim = pick_victim();
             const bool self = victim == s;
             preempt(victim, out);
             if (self) {
+                forget_eviction(ev, out);
                 ok = false;
                 break;
             }
@@ -244,8 +266,9 @@ SchedulerOutput Scheduler::schedule(Clock::time_point now, int step_token_limit)
             if (s->request->params.priority >= boards_below_) break;
             const int hit = match_prefix(s);
             const int n = std::min({s->num_uncomputed(), budget, prefill_left, chunk_cap(s)});
-            evict(s, out);  // a prefix-cache hit may be longer than the budget
+            const Evicted ev = evict(s, out);  // a prefix-cache hit may outgrow the budget
             if (!ensure_blocks(s, n, out)) {
+                forget_eviction(ev, out);
                 release_blocks(s);
                 s->num_computed = 0;
                 break;

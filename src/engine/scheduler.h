@@ -34,6 +34,8 @@ class Scheduler {
     // After the model ran: the scheduled tokens are now in the cache (for a speculative
     // sequence, the real token now and the accepted draft tokens once verified).
     void on_computed(Sequence* seq, int num_tokens);
+    // H2O eviction: the attention a step's last token gave each of the sequence's blocks.
+    void add_attention_mass(Sequence* seq, std::span<const float> mass);
     // After a verification: frees whole blocks past the sequence's tokens (rejected drafts).
     void trim_blocks(Sequence* seq);
     const std::vector<Sequence*>& running() const { return running_; }
@@ -63,9 +65,14 @@ class Scheduler {
     bool admit_allowed() const;
     int match_prefix(Sequence* seq);  // takes cached blocks, returns tokens covered
     bool ensure_blocks(Sequence* seq, int num_tokens, SchedulerOutput& out);
-    // KV eviction: a sequence whose cache outgrew the budget gives its oldest window blocks back
-    // before its next tokens are placed.
-    void evict(Sequence* seq, SchedulerOutput& out);
+    // KV eviction: a sequence whose cache outgrew the budget gives blocks back before its next
+    // tokens are placed; what it listed, so a placement that fails after can take it back.
+    struct Evicted {
+        size_t copies, moves;  // out's lists before
+        int64_t tokens;
+    };
+    Evicted evict(Sequence* seq, SchedulerOutput& out);
+    void forget_eviction(const Evicted& ev, SchedulerOutput& out);
     void release_blocks(Sequence* seq);
     // The output entry for a sequence whose blocks are in place: its next num_tokens tokens
     // (the draft's last num_draft of them).

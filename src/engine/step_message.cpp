@@ -61,7 +61,15 @@ void encode_step(const StepMessage& m, std::vector<std::byte>& out) {
         return;
     }
     put_array(out, m.copies);
-    put_array(out, m.moves);
+    // Moves as two arrays: a (int32, int64) pair has padding, which would go out unwritten.
+    std::vector<int32_t> move_blocks;
+    std::vector<int64_t> move_deltas;
+    for (const auto& [b, d] : m.moves) {
+        move_blocks.push_back(b);
+        move_deltas.push_back(d);
+    }
+    put_array(out, move_blocks);
+    put_array(out, move_deltas);
     put<uint32_t>(out, static_cast<uint32_t>(m.work.size()));
     for (const StepWork& w : m.work) {
         put<int64_t>(out, w.start_pos);
@@ -91,7 +99,13 @@ Expected<StepMessage> decode_step(std::span<const std::byte> bytes) {
     }
     if (kind != static_cast<uint8_t>(StepMessage::Kind::Step)) return bad();
     uint32_t n = 0;
-    if (!r.get_array(m.copies) || !r.get_array(m.moves) || !r.get(n)) return bad();
+    std::vector<int32_t> move_blocks;
+    std::vector<int64_t> move_deltas;
+    if (!r.get_array(m.copies) || !r.get_array(move_blocks) || !r.get_array(move_deltas) ||
+        move_blocks.size() != move_deltas.size() || !r.get(n))
+        return bad();
+    for (size_t i = 0; i < move_blocks.size(); ++i)
+        m.moves.emplace_back(move_blocks[i], move_deltas[i]);
     m.work.resize(n);
     for (StepWork& w : m.work)
         if (!r.get(w.start_pos) || !r.get(w.rope_offset) || !r.get(w.n_logits) ||

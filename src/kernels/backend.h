@@ -82,6 +82,10 @@ struct BatchSeq {
     // oldest cache blocks were evicted (engine/kv_eviction.h) keeps its tokens' own positions
     // for RoPE while their slots in the cache, which `positions` index, moved down.
     int64_t rope_offset = 0;
+    // Host memory of n_head x blocks.size() floats, or null: attention adds the sequence's last
+    // token's softmax weights to it, per query head and block, every layer (the attention mass
+    // H2O eviction ranks blocks by).
+    float* attn_mass = nullptr;
 };
 
 // A ragged batch as one forward pass runs it; host arrays that the model runner packed.

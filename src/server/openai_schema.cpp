@@ -635,7 +635,7 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
     }
     // Under KV eviction the cache keeps a budget of each sequence, so neither the prompt nor
     // the output is bounded by the context; an output asked for nothing gets one context's worth.
-    const bool evicts = service.evicts_kv();
+    const bool evicts = service.runs_past_context();
     if (int64_t(longest) >= ctx && !evicts) {
         f.fail(fmt::format("the prompt is {} tokens, but this model's context is {} tokens; it "
                            "must be at most {} tokens to leave room for one generated token",

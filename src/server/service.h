@@ -33,9 +33,10 @@ class Service {
     virtual std::optional<std::string> failure() const { return std::nullopt; }
 
     virtual int max_model_len() const = 0;
-    // KV eviction keeps each sequence's cache within a budget (engine/kv_eviction.h): a prompt
-    // and its output may then run past max_model_len.
-    virtual bool evicts_kv() const { return false; }
+    // Streaming KV eviction keeps each sequence's cache within a budget and its positions
+    // within the cache (engine/kv_eviction.h): a prompt and its output may then run past
+    // max_model_len.
+    virtual bool runs_past_context() const { return false; }
     virtual int n_vocab() const = 0;
     virtual std::vector<int32_t> encode(std::string_view text, bool add_special) const = 0;
     virtual std::string decode(std::span<const int32_t> ids) const = 0;

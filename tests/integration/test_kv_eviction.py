@@ -40,6 +40,10 @@ def test_run_refuses_what_eviction_cannot_serve(model_path):
     r = run_ferry("run", "-m", model_path, "-p", "hi", "--ctx", 512, "--kv-eviction",
                   "streaming", "--kv-budget", 400)
     assert r.returncode != 0 and "exceed the 512 positions the context holds" in r.stderr
+    # H2O keeps positions: a prompt past the context is still refused.
+    r = run_ferry("run", "-m", model_path, "-p", LONG, "--ctx", 512, "--kv-eviction", "h2o",
+                  "--kv-budget", 200)
+    assert r.returncode != 0 and "context" in r.stderr
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +118,13 @@ def test_eval_stream_scores_with_and_without_eviction(model_path, tmp_path):
     assert b["peak_kv_blocks"] < a["peak_kv_blocks"] / 2
     # A repeated text is predictable from its last repetition alone: the window keeps that.
     assert b["perplexity"] < a["perplexity"] * 1.10
+    h2o = run_ferry("eval", "-m", model_path, "--text", text, "--stream", "--json",
+                    "--kv-eviction", "h2o", "--kv-budget", 256)
+    assert h2o.returncode == 0, h2o.stderr
+    c = json.loads(h2o.stdout)
+    assert c["kv_eviction"] == "h2o" and c["evicted_tokens"] > 500
+    assert c["peak_kv_blocks"] < a["peak_kv_blocks"] / 2
+    assert c["perplexity"] < a["perplexity"] * 1.10
     bad = run_ferry("eval", "-m", model_path, "--text", text, "--kv-eviction", "streaming",
                     "--kv-budget", 256)
     assert bad.returncode != 0 and "--stream" in bad.stderr

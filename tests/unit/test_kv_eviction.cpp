@@ -437,3 +437,81 @@ TEST(KvEvictionGenerator, SingleStreamEvictsAsTheEngineDoes) {
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+TEST(KvEvictionH2O, GivesBackTheLeastAttendedMiddleBlocks) {
+    BlockManager bm(32, 16, false);
+    BlockTable t;
+    std::vector<engine::BlockCopy> copies;
+    ASSERT_TRUE(bm.allocate(t, 0, 150, copies));  // blocks 0..9, the last partial
+    const std::vector<int32_t> orig = t.blocks;
+    // Block 0 the sink; the recent window (the last 48 positions: 102..149) holds blocks 6..9;
+    // candidates 1..5, of which 3 and then 1 drew the least.
+    t.mass = {9.0f, 0.5f, 4.0f, 0.1f, 2.0f, 3.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    ASSERT_EQ(bm.evict_light(t, 150, 118, 1, 48), 32);
+    EXPECT_EQ(t.blocks, (std::vector<int32_t>{orig[0], orig[2], orig[4], orig[5], orig[6], orig[7],
+                                              orig[8], orig[9]}));
+    EXPECT_EQ(t.mass, (std::vector<float>{9.0f, 4.0f, 2.0f, 3.0f, 0.0f, 0.0f, 0.0f, 0.0f}));
+    EXPECT_EQ(t.evicted, 32);
+    EXPECT_TRUE(t.sink_sources.empty());  // nothing is moved
+    EXPECT_EQ(bm.pool().num_used(), 8);
+    // Only the sink and the recent window left to keep: nothing more can go.
+    t.mass.assign(t.blocks.size(), 0.0f);
+    EXPECT_EQ(bm.evict_light(t, 118, 16, 1, 100), 0);
+    bm.release(t);
+    EXPECT_EQ(bm.pool().num_used(), 0);
+    EXPECT_TRUE(bm.pool().consistent());
+}
+
+TEST(KvEvictionH2O, TheRunnerSumsEachHeadsWeightsOverTheBlocks) {
+    // Each head's softmax weights add up to 1 in every layer, so a sequence's mass sums to
+    // n_layer x n_head; a sequence that did not ask gets none.
+    const auto& lm = testing::default_model();
+    engine::ModelRunner r(*lm.model, testing::cpu_backend(2), 8, 16);
+    const auto a = text_tokens(40), b = text_tokens(20);
+    const std::vector<int32_t> ba = {0, 1, 2}, bb = {3, 4};
+    engine::ModelRunner::Work w[] = {{a, 0, ba, 1, 0, true}, {b, 0, bb, 1, 0, false}};
+    r.run(w);
+    const auto m = r.attention_mass(0);
+    ASSERT_EQ(m.size(), 3u);
+    const auto& c = lm.model->config();
+    EXPECT_NEAR(m[0] + m[1] + m[2], double(c.n_layer) * c.n_head, 1e-2);
+    EXPECT_GT(m[0], m[1]);  // the first block holds the attention sink
+    EXPECT_TRUE(r.attention_mass(1).empty());
+}
+
+TEST(KvEvictionH2O, ServesWithinTheContextInBoundedMemory) {
+    engine::EngineConfig c = eviction_config(96);
+    c.kv_eviction.kind = engine::KvEvictionKind::H2O;
+    c.max_num_batched_tokens = 64;
+    auto e = testing::make_engine(c);
+    const auto prompts = std::vector<std::vector<int32_t>>{text_tokens(150), text_tokens(30)};
+    int64_t peak = 0;
+    std::vector<testing::Collected> out(2);
+    for (size_t i = 0; i < 2; ++i)
+        ASSERT_TRUE(e->add_request(prompts[i], testing::greedy(200),
+                                   [&out, i](const engine::TokenEvent& ev) {
+                                       if (ev.token >= 0) out[i].tokens[0].push_back(ev.token);
+                                   })
+                        .ok());
+    while (e->has_work()) {
+        e->step();
+        peak = std::max(peak, e->metrics().kv_blocks_used);
+    }
+    EXPECT_EQ(out[0].tokens[0].size(), 200u);
+    EXPECT_EQ(out[1].tokens[0].size(), 200u);
+    EXPECT_GT(e->metrics().kv_evicted_tokens, 300u);
+    EXPECT_LE(peak, 2 * ((96 + 64) / 16 + 1));
+    testing::expect_all_free(*e);
+    // H2O keeps positions, so the context still bounds a sequence.
+    const auto too_long = text_tokens(600);
+    EXPECT_FALSE(e->add_request(too_long, testing::greedy(4), nullptr).ok());
+    // int8 keys are fine: nothing is moved.
+    c.kv_dtype = quant::KvDType::Int8;
+    EXPECT_TRUE(engine::Engine::create(testing::model(), c).ok());
+}
+
+}  // namespace
+}  // namespace ferry

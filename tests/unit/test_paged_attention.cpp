@@ -476,3 +476,60 @@ TEST(PagedAttention, QuantizedBatchMatchesReferenceAndIsBatchInvariant) {
 }
 
 }  // namespace
+
+namespace {
+
+// H2O's block scores: a row's softmax weights summed per block, computed here in double, equal
+// at every level and KV type (f32 keys exactly as defined; the others through the same stored
+// bits as the reference), and they add up to 1 over the attended blocks.
+TEST(PagedAttention, AttentionMassPerBlockIsTheSoftmaxWeights) {
+    LevelGuard guard;
+    std::mt19937 rng(9);
+    const int hd = 40;
+    const int64_t n_kv = 83;  // five full blocks of 16 and a partial one
+    const auto k = random_vec(n_kv * hd, rng, -2.0f, 2.0f);
+    const auto v = random_vec(n_kv * hd, rng);
+    const auto q = random_vec(hd, rng, -2.0f, 2.0f);
+    const float scale = 0.4f;
+    const size_t nb = (n_kv + 15) / 16;
+    for (int64_t start : {int64_t(0), int64_t(21)}) {
+        std::vector<double> s(static_cast<size_t>(n_kv)), want(nb, 0.0);
+        double mx = -1e300, z = 0;
+        for (int64_t p = start; p < n_kv; ++p) {
+            for (int d = 0; d < hd; ++d) s[p] += double(q[d]) * k[p * hd + d];
+            mx = std::max(mx, s[p] *= scale);
+        }
+        for (int64_t p = start; p < n_kv; ++p) z += std::exp(s[p] - mx);
+        for (int64_t p = start; p < n_kv; ++p) want[p / 16] += std::exp(s[p] - mx) / z;
+        for (KvDType t : kAllTypes) {
+            const Paged p = make_paged(k, v, n_kv, hd, 16, t, hd);
+            std::vector<float> ref_out(hd), ref(nb, 0.5f);  // added to, not overwritten
+            kernels::cpu::attend_paged_reference(q.data(), p.view(0), n_kv, hd, scale,
+                                                 ref_out.data(), start, ref.data());
+            double total = 0;
+            for (size_t b = 0; b < nb; ++b) total += ref[b] - 0.5;
+            EXPECT_NEAR(total, 1.0, 1e-5) << quant::kv_dtype_name(t);
+            if (t == KvDType::F32) {
+                for (size_t b = 0; b < nb; ++b) EXPECT_NEAR(ref[b] - 0.5, want[b], 1e-6) << b;
+            }
+            if (start > 16) {
+                EXPECT_EQ(ref[0], 0.5f);  // a block before the window gets nothing
+            }
+            for (CpuLevel l : simd_levels(true)) {
+                kernels::cpu::set_cpu_level(l);
+                std::vector<float> out(hd), mass(nb, 0.5f), other(hd);
+                const kernels::cpu::AttnRow rows[] = {
+                    {q.data(), out.data(), n_kv, start, mass.data()},
+                    {q.data(), other.data(), n_kv - 7, 0}};
+                kernels::cpu::attend_paged_rows(rows, p.view(0), hd, scale);
+                expect_near_all(mass, ref, 1e-6f,
+                                std::string(kernels::cpu::cpu_level_name(l)) + " " +
+                                    quant::kv_dtype_name(t) + " mass, start " +
+                                    std::to_string(start));
+                expect_near_all(out, ref_out, 2e-5f, "output unchanged by mass");
+            }
+        }
+    }
+}
+
+}  // namespace

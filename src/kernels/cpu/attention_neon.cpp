@@ -238,6 +238,9 @@ void attend_rows(const AttnRow* rows, int nr, const PagedKvView& kv, int hd, flo
         }
         const float l = vaddvq_f32(sum);
         inv_sum[r] = l > 0 ? 1.0f / l : 0.0f;
+        if (float* mass = rows[r].mass)  // H2O's block scores: the weights, block by block
+            for (int64_t p = rows[r].kv_start; p < n; ++p)
+                mass[p / kv.block_size] += s[p] * inv_sum[r];
     }
 
     // Pass 3: weighted sum of values, kValueChunk positions at a time.

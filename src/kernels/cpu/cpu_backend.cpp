@@ -304,7 +304,8 @@ void CpuBackend::attention(const KvCacheView& kv, int layer, const Batch& b,
     block_v_.resize(total);
     std::vector<SeqBlocks> seqs(b.seqs.size());
     for (size_t s = 0, at = 0; s < b.seqs.size(); ++s) {
-        seqs[s] = {block_k_.data() + at, block_v_.data() + at};
+        seqs[s] = {block_k_.data() + at, block_v_.data() + at, b.seqs[s].attn_mass,
+                   static_cast<int64_t>(b.seqs[s].blocks.size())};
         for (int32_t blk : b.seqs[s].blocks) {
             block_k_[at] = kv.k_block(layer, blk);
             block_v_[at] = kv.v_block(layer, blk);

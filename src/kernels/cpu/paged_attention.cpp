@@ -10,12 +10,15 @@
 namespace ferry::kernels::cpu {
 
 void attend_paged_reference(const float* q, const PagedKvView& kv, int64_t n_kv, int head_dim,
-                            float scale, float* out, int64_t kv_start) {
+                            float scale, float* out, int64_t kv_start, float* mass) {
     const size_t eb = quant::kv_elem_bytes(kv.dtype);
     const size_t scale_off = kv.scale_offset;
     const bool k_scaled = quant::kv_token_scales(kv.dtype, true);
     const bool v_scaled = quant::kv_token_scales(kv.dtype, false);
     std::vector<float> kp(head_dim), vp(head_dim);
+    // Per block, the weights so far on the running maximum's scale, rescaled with l.
+    std::vector<float> block_w(
+        mass ? static_cast<size_t>((n_kv + kv.block_size - 1) / kv.block_size) : 0);
     float m = -std::numeric_limits<float>::infinity(), l = 0;
     std::fill(out, out + head_dim, 0.0f);
     for (int64_t start = 0, b = 0; start < n_kv; start += kv.block_size, ++b) {
@@ -38,15 +41,18 @@ void attend_paged_reference(const float* q, const PagedKvView& kv, int64_t n_kv,
                 const float c = std::exp(m - s);
                 l *= c;
                 for (int d = 0; d < head_dim; ++d) out[d] *= c;
+                for (float& bw : block_w) bw *= c;
                 m = s;
             }
             const float w = std::exp(s - m);
             l += w;
+            if (mass) block_w[static_cast<size_t>(b)] += w;
             for (int d = 0; d < head_dim; ++d) out[d] += w * vp[d];
         }
     }
     const float inv = l > 0 ? 1.0f / l : 0.0f;
     for (int d = 0; d < head_dim; ++d) out[d] *= inv;
+    for (size_t b = 0; b < block_w.size(); ++b) mass[b] += block_w[b] * inv;
 }
 
 namespace {
@@ -70,7 +76,7 @@ void attend_paged_rows(std::span<const AttnRow> rows, const PagedKvView& kv, int
     const AttendRowsFn fn = dispatch().attend_rows;
     if (!fn) {
         for (const AttnRow& r : rows)
-            attend_paged_reference(r.q, kv, r.n_kv, head_dim, scale, r.out, r.kv_start);
+            attend_paged_reference(r.q, kv, r.n_kv, head_dim, scale, r.out, r.kv_start, r.mass);
         return;
     }
     for (size_t i = 0; i < rows.size(); i += kMaxAttendRows) {
@@ -129,6 +135,10 @@ void attend_batch(const AttentionBatch& b, ThreadPool& pool) {
         bound[k] = std::lower_bound(cost_before.begin(), cost_before.end(), total * k / n_shares) -
                    cost_before.begin();
 
+    // The last token of each sequence in the batch: the one whose weights feed `mass`.
+    std::vector<int64_t> last_of(b.seqs.size(), -1);
+    for (int64_t t = 0; t < b.n_tokens; ++t) last_of[static_cast<size_t>(b.tok_seq[t])] = t;
+
     auto run_share = [&](int64_t k) {
         AttnRow tile[kTileRows];
         int n = 0, seq = -1, g = -1;
@@ -158,8 +168,12 @@ void attend_batch(const AttentionBatch& b, ThreadPool& pool) {
             }
             const size_t off = (static_cast<size_t>(it.t) * b.n_head + it.h) * hd;
             const int64_t pos = b.tok_pos[it.t];
+            const SeqBlocks& sb = b.seqs[static_cast<size_t>(s)];
+            float* mass = sb.mass && last_of[static_cast<size_t>(s)] == it.t
+                              ? sb.mass + static_cast<size_t>(it.h) * sb.n_blocks
+                              : nullptr;
             tile[n++] = {b.q + off, b.out + off, pos + 1,
-                         b.window > 0 ? std::max<int64_t>(0, pos + 1 - b.window) : 0};
+                         b.window > 0 ? std::max<int64_t>(0, pos + 1 - b.window) : 0, mass};
         }
         flush();
     };

@@ -34,9 +34,9 @@ struct PagedKvView {
 
 // The scalar reference: out = softmax(q·K[kv_start..n_kv) * scale) · V[kv_start..n_kv), with
 // a streaming softmax over positions, each key and value row dequantized to floats first; q,
-// out: head_dim floats. What the SIMD paths are tested against.
+// out: head_dim floats; mass (may be null) as AttnRow's. What the SIMD paths are tested against.
 void attend_paged_reference(const float* q, const PagedKvView& kv, int64_t n_kv, int head_dim,
-                            float scale, float* out, int64_t kv_start = 0);
+                            float scale, float* out, int64_t kv_start = 0, float* mass = nullptr);
 
 // One query row: it attends to positions [kv_start, n_kv) of the view it is computed with
 // (kv_start > 0: a sliding window). No path reads a position before the smallest kv_start of
@@ -46,6 +46,10 @@ struct AttnRow {
     float* out;      // head_dim floats
     int64_t n_kv;
     int64_t kv_start = 0;
+    // Where set: each position's softmax weight is added to its block's entry (the view's
+    // blocks, in order), the attention mass H2O eviction ranks blocks by. Every path adds the
+    // same weights; only their summation order differs.
+    float* mass = nullptr;
 };
 
 // Several query rows over the same KV head, at the dispatched CPU level: each key and value
@@ -62,6 +66,11 @@ void attend_paged(const float* q, const PagedKvView& kv, int64_t n_kv, int head_
 struct SeqBlocks {
     const void* const* k;
     const void* const* v;
+    // Where set: n_head x n_blocks floats the sequence's last token in the batch adds its
+    // attention weights to, head by head (AttnRow::mass); each head its own row, so threads
+    // never share an entry.
+    float* mass = nullptr;
+    int64_t n_blocks = 0;
 };
 
 // Causal attention for a whole ragged batch: token t (of sequence tok_seq[t], at position
