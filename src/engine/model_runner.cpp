@@ -93,11 +93,11 @@ std::span<const float> ModelRunner::step(std::span<const std::pair<int32_t, int3
     mass_blocks_.assign(work.size(), 0);
     size_t mass_floats = 0, sum_floats = 0;
     for (size_t i = 0; i < work.size(); ++i)
-        if (work[i].attn_mass) {
+        if (work[i].attn_mass > 0) {
             mass_at_[i] = mass_floats;
             mass_sum_at_[i] = sum_floats;
             mass_blocks_[i] = work[i].blocks.size();
-            mass_floats += n_head * work[i].blocks.size();
+            mass_floats += work[i].tokens.size() * n_head * work[i].blocks.size();
             sum_floats += work[i].blocks.size();
         }
     mass_.assign(mass_floats, 0.0f);
@@ -111,10 +111,12 @@ std::span<const float> ModelRunner::step(std::span<const std::pair<int32_t, int3
     model_.end_step();
     for (size_t i = 0; i < work.size(); ++i) {
         if (mass_at_[i] == kNoMass) continue;
+        // The real tokens' rows; a draft's (verified this step, perhaps rejected) do not count.
         const size_t nb = work[i].blocks.size();
-        for (size_t h = 0; h < n_head; ++h)
+        const size_t rows = static_cast<size_t>(work[i].attn_mass) * n_head;
+        for (size_t r = 0; r < rows; ++r)
             for (size_t b = 0; b < nb; ++b)
-                mass_sum_[mass_sum_at_[i] + b] += mass_[mass_at_[i] + h * nb + b];
+                mass_sum_[mass_sum_at_[i] + b] += mass_[mass_at_[i] + r * nb + b];
     }
     if (rows == 0) return {};
     const Tensor host = backend_->host_view(logits_.slice(0, rows));
@@ -154,8 +156,8 @@ std::span<const float> ModelRunner::execute(const SchedulerOutput& out) {
     for (const KeyMove& m : out.moves) moves_.emplace_back(m.block, m.delta);
     work_.clear();
     for (const ScheduledSeq& s : out.seqs)
-        work_.push_back(
-            {s.tokens, s.start_pos, s.blocks, s.num_logits(), s.rope_offset, s.attn_mass});
+        work_.push_back({s.tokens, s.start_pos, s.blocks, s.num_logits(), s.rope_offset,
+                         s.attn_mass ? s.num_tokens() - s.num_draft : 0});
     return step(copies_, moves_, work_);
 }
 

@@ -34,8 +34,9 @@ class ModelRunner {
         std::span<const int32_t> blocks;
         int n_logits = 1;
         int64_t rope_offset = 0;  // added to the positions for RoPE only (kernels::BatchSeq)
-        // Sum the attention weights of the item's last token per block (attention_mass).
-        bool attn_mass = false;
+        // Sum the attention weights of the item's first attn_mass tokens per block
+        // (attention_mass); 0: none.
+        int attn_mass = 0;
     };
     // Runs the work as one forward pass and returns the logits rows (n_vocab each), work item
     // by work item; valid until the next call.
@@ -45,8 +46,8 @@ class ModelRunner {
     std::span<const float> execute(const SchedulerOutput& out);
 
     // After a run: work item i's attention mass per block (its table's blocks, in order): the
-    // softmax weights its last token gave each block, summed over this rank's query heads and
-    // layers (H2O eviction's scores). Empty unless the item asked for it.
+    // softmax weights its tokens gave each block, summed over them, this rank's query heads and
+    // the layers (H2O eviction's scores). Empty unless the item asked for it.
     std::span<const float> attention_mass(size_t i) const;
 
     // A rank other than 0 of the group `model` is split over: runs what rank 0's runner runs,

@@ -19,7 +19,7 @@ struct ScheduledSeq {
     // What the tokens' rotary positions add to their cache positions: the tokens evicted
     // from the middle of the sequence's cache (engine/kv_eviction.h), 0 without eviction.
     int64_t rope_offset = 0;
-    // H2O eviction: the runner sums the attention the chunk's last token gives each block.
+    // H2O eviction: the runner sums the attention the chunk's real tokens give each block.
     bool attn_mass = false;
     // The sequence's block table, covering every position up to the last of `tokens`.
     std::vector<int32_t> blocks;

@@ -82,9 +82,9 @@ struct BatchSeq {
     // oldest cache blocks were evicted (engine/kv_eviction.h) keeps its tokens' own positions
     // for RoPE while their slots in the cache, which `positions` index, moved down.
     int64_t rope_offset = 0;
-    // Host memory of n_head x blocks.size() floats, or null: attention adds the sequence's last
-    // token's softmax weights to it, per query head and block, every layer (the attention mass
-    // H2O eviction ranks blocks by).
+    // Host memory of n_tokens x n_head x blocks.size() floats, or null: attention adds each of
+    // the sequence's tokens' softmax weights to it, per query head and block, every layer (the
+    // attention mass H2O eviction ranks blocks by).
     float* attn_mass = nullptr;
 };
 

@@ -135,9 +135,9 @@ void attend_batch(const AttentionBatch& b, ThreadPool& pool) {
         bound[k] = std::lower_bound(cost_before.begin(), cost_before.end(), total * k / n_shares) -
                    cost_before.begin();
 
-    // The last token of each sequence in the batch: the one whose weights feed `mass`.
-    std::vector<int64_t> last_of(b.seqs.size(), -1);
-    for (int64_t t = 0; t < b.n_tokens; ++t) last_of[static_cast<size_t>(b.tok_seq[t])] = t;
+    // Each sequence's first token in the batch: a token's `mass` rows follow from it.
+    std::vector<int64_t> first_of(b.seqs.size(), -1);
+    for (int64_t t = b.n_tokens - 1; t >= 0; --t) first_of[static_cast<size_t>(b.tok_seq[t])] = t;
 
     auto run_share = [&](int64_t k) {
         AttnRow tile[kTileRows];
@@ -169,9 +169,12 @@ void attend_batch(const AttentionBatch& b, ThreadPool& pool) {
             const size_t off = (static_cast<size_t>(it.t) * b.n_head + it.h) * hd;
             const int64_t pos = b.tok_pos[it.t];
             const SeqBlocks& sb = b.seqs[static_cast<size_t>(s)];
-            float* mass = sb.mass && last_of[static_cast<size_t>(s)] == it.t
-                              ? sb.mass + static_cast<size_t>(it.h) * sb.n_blocks
-                              : nullptr;
+            float* mass =
+                sb.mass ? sb.mass + (static_cast<size_t>(it.t - first_of[static_cast<size_t>(s)]) *
+                                         static_cast<size_t>(b.n_head) +
+                                     static_cast<size_t>(it.h)) *
+                                        static_cast<size_t>(sb.n_blocks)
+                        : nullptr;
             tile[n++] = {b.q + off, b.out + off, pos + 1,
                          b.window > 0 ? std::max<int64_t>(0, pos + 1 - b.window) : 0, mass};
         }

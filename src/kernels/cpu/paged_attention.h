@@ -66,9 +66,9 @@ void attend_paged(const float* q, const PagedKvView& kv, int64_t n_kv, int head_
 struct SeqBlocks {
     const void* const* k;
     const void* const* v;
-    // Where set: n_head x n_blocks floats the sequence's last token in the batch adds its
-    // attention weights to, head by head (AttnRow::mass); each head its own row, so threads
-    // never share an entry.
+    // Where set: n_tokens x n_head x n_blocks floats each of the sequence's tokens in the batch
+    // adds its attention weights to, head by head (AttnRow::mass); each (token, head) its own
+    // row, so threads never share an entry.
     float* mass = nullptr;
     int64_t n_blocks = 0;
 };
