@@ -155,6 +155,26 @@ int64_t BlockManager::evict_light(BlockTable& t, int64_t cache_len, int64_t budg
     return evicted;
 }
 
+int64_t BlockManager::evict_over_budget(BlockTable& t, int64_t cache_len, const KvEvictionConfig& e,
+                                        std::vector<BlockCopy>& copies,
+                                        std::vector<KeyMove>& moves) {
+    const int sinks = e.sink_blocks(block_size());
+    switch (e.kind) {
+        case KvEvictionKind::Streaming:
+            return evict(t, cache_len, e.budget, sinks, copies, moves);
+        case KvEvictionKind::H2O:
+            return evict_light(t, cache_len, e.budget, sinks, e.recent_tokens());
+        case KvEvictionKind::None:
+            break;
+    }
+    return 0;
+}
+
+void BlockManager::add_attention_mass(BlockTable& t, std::span<const float> mass) {
+    if (t.mass.size() < mass.size()) t.mass.resize(mass.size(), 0.0f);
+    for (size_t j = 0; j < mass.size(); ++j) t.mass[j] += mass[j];
+}
+
 void BlockManager::release(BlockTable& t) {
     for (size_t i = t.blocks.size(); i-- > t.n_dropped;) pool_.decref(t.blocks[i]);
     for (int32_t b : t.sink_sources) pool_.decref(b);

@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/kv_eviction.h"
 #include "kv/block_pool.h"
 
 namespace ferry::engine {
@@ -85,6 +86,12 @@ class BlockManager {
     // positions. Returns the tokens evicted.
     int64_t evict_light(BlockTable& t, int64_t cache_len, int64_t budget, int sink_blocks,
                         int64_t recent);
+    // The policy `e` names (evict or evict_light) on a table holding cache_len positions;
+    // returns the tokens evicted.
+    int64_t evict_over_budget(BlockTable& t, int64_t cache_len, const KvEvictionConfig& e,
+                              std::vector<BlockCopy>& copies, std::vector<KeyMove>& moves);
+    // H2O's scores: adds the attention a step gave each of the table's blocks.
+    static void add_attention_mass(BlockTable& t, std::span<const float> mass);
     // Gives back every block (the last first, so a prefix's later blocks are evicted before
     // its first ones).
     void release(BlockTable& t);

@@ -12,10 +12,6 @@ constexpr int kBlock = 256;  // a single stream needs no fine-grained blocks
 constexpr int kEvictBlock = 16;
 constexpr int kEvictChunk = 256;
 
-int sink_blocks(const KvEvictionConfig& e) {
-    return (e.sink_tokens + kEvictBlock - 1) / kEvictBlock;
-}
-
 double ms_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -33,8 +29,9 @@ Generator::Generator(const model::LlamaModel& model, std::shared_ptr<kernels::Ba
       eviction_(eviction),
       // Under eviction: the context, and the sinks' originals with a spare block.
       runner_(model, std::move(backend),
-              eviction.on() ? (n_ctx + kEvictBlock - 1) / kEvictBlock + sink_blocks(eviction) + 1
-                            : (n_ctx + kBlock - 1) / kBlock,
+              eviction.on()
+                  ? (n_ctx + kEvictBlock - 1) / kEvictBlock + eviction.sink_blocks(kEvictBlock) + 1
+                  : (n_ctx + kBlock - 1) / kBlock,
               eviction.on() ? kEvictBlock : kBlock, std::move(kv)),
       planner_(static_cast<int>(std::min<int64_t>(n_ctx, 4096)) + 1) {
     if (eviction_.on()) {
@@ -62,9 +59,10 @@ void Generator::truncate(int64_t n) {
     // taken out: past the sinks (streaming), within the recent window (H2O). A cut before that
     // starts over.
     if (blocks_mgr_ && table_.evicted > 0) {
-        const int64_t follows_from = eviction_.kind == KvEvictionKind::H2O
-                                         ? cache_len() - eviction_.recent_tokens()
-                                         : int64_t{sink_blocks(eviction_)} * kEvictBlock;
+        const int64_t follows_from =
+            eviction_.kind == KvEvictionKind::H2O
+                ? cache_len() - eviction_.recent_tokens()
+                : int64_t{eviction_.sink_blocks(kEvictBlock)} * kEvictBlock;
         if (n - table_.evicted < follows_from) {
             reset();
             return;
@@ -82,12 +80,7 @@ std::span<const float> Generator::feed(std::span<const int32_t> tokens, int n_lo
     } else {
         // As the engine's scheduler does: evict what is over the budget, then place the tokens.
         SchedulerOutput out;
-        if (eviction_.kind == KvEvictionKind::H2O)
-            blocks_mgr_->evict_light(table_, cache_len(), eviction_.budget, sink_blocks(eviction_),
-                                     eviction_.recent_tokens());
-        else
-            blocks_mgr_->evict(table_, cache_len(), eviction_.budget, sink_blocks(eviction_),
-                               out.copies, out.moves);
+        blocks_mgr_->evict_over_budget(table_, cache_len(), eviction_, out.copies, out.moves);
         blocks_mgr_->trim(table_, cache_len());  // positions a rejected draft left behind
         if (!blocks_mgr_->allocate(table_, cache_len(),
                                    cache_len() + static_cast<int64_t>(tokens.size()), out.copies))
@@ -102,11 +95,8 @@ std::span<const float> Generator::feed(std::span<const int32_t> tokens, int n_lo
         s.attn_mass = eviction_.kind == KvEvictionKind::H2O;
         out.seqs.push_back(std::move(s));
         logits = runner_.execute(out);
-        if (eviction_.kind == KvEvictionKind::H2O) {  // the attention each block drew
-            const auto m = runner_.attention_mass(0);
-            if (table_.mass.size() < m.size()) table_.mass.resize(m.size(), 0.0f);
-            for (size_t j = 0; j < m.size(); ++j) table_.mass[j] += m[j];
-        }
+        if (eviction_.kind == KvEvictionKind::H2O)  // the attention each block drew
+            BlockManager::add_attention_mass(table_, runner_.attention_mass(0));
     }
     history_.insert(history_.end(), tokens.begin(), tokens.end());
     return logits;

@@ -39,7 +39,7 @@ Status check_kv_eviction(const KvEvictionConfig& e, quant::KvDType kv, bool slid
             what);
     if (e.sink_tokens < 0) return make_error("--kv-sink must not be negative");
     const int bs = block_size;
-    const int sinks = (e.sink_tokens + bs - 1) / bs;
+    const int sinks = e.sink_blocks(bs);
     if (e.budget < (sinks + 2) * bs)
         return make_error(
             "--kv-budget {} is too small: the {} sink token(s) take {} block(s) of {} and the "

@@ -39,6 +39,9 @@ struct KvEvictionConfig {
     // Whether a sequence may run past the model's context (its positions stay within the cache).
     bool past_context() const { return kind == KvEvictionKind::Streaming; }
     int recent_tokens() const { return budget / 2; }  // H2O's recent window
+    int sink_blocks(int block_size) const {           // the sinks in whole blocks
+        return (sink_tokens + block_size - 1) / block_size;
+    }
 };
 
 const char* kv_eviction_name(KvEvictionKind k);  // "none", "streaming", "h2o"

@@ -37,11 +37,7 @@ Scheduler::Scheduler(const EngineConfig& config, int max_model_len, int64_t n_bl
       max_model_len_(max_model_len),
       kv_window_(config.kv_layout == EngineConfig::KvLayout::Paged ? kv_window : 0),
       blocks_(n_blocks, config.block_size,
-              config.prefix_cache && config.kv_layout == EngineConfig::KvLayout::Paged),
-      sink_blocks_(config.kv_eviction.on()
-                       ? (config.kv_eviction.sink_tokens + config.block_size - 1) /
-                             config.block_size
-                       : 0) {}
+              config.prefix_cache && config.kv_layout == EngineConfig::KvLayout::Paged) {}
 
 Sequence* Scheduler::sequence(uint64_t id) const {
     auto it = by_id_.find(id);
@@ -83,14 +79,9 @@ bool Scheduler::ensure_blocks(Sequence* seq, int num_tokens, SchedulerOutput& ou
 }
 
 Scheduler::Evicted Scheduler::evict(Sequence* seq, SchedulerOutput& out) {
-    const KvEvictionConfig& e = config_.kv_eviction;
     Evicted ev{out.copies.size(), out.moves.size(), 0};
-    if (e.kind == KvEvictionKind::Streaming)
-        ev.tokens =
-            blocks_.evict(seq->kv, seq->cache_len(), e.budget, sink_blocks_, out.copies, out.moves);
-    else if (e.kind == KvEvictionKind::H2O)
-        ev.tokens = blocks_.evict_light(seq->kv, seq->cache_len(), e.budget, sink_blocks_,
-                                        e.recent_tokens());
+    ev.tokens = blocks_.evict_over_budget(seq->kv, seq->cache_len(), config_.kv_eviction,
+                                          out.copies, out.moves);
     evicted_tokens_ += static_cast<uint64_t>(ev.tokens);
     return ev;
 }
@@ -103,9 +94,7 @@ void Scheduler::forget_eviction(const Evicted& ev, SchedulerOutput& out) {
 }
 
 void Scheduler::add_attention_mass(Sequence* seq, std::span<const float> mass) {
-    std::vector<float>& m = seq->kv.mass;
-    if (m.size() < mass.size()) m.resize(mass.size(), 0.0f);
-    for (size_t j = 0; j < mass.size(); ++j) m[j] += mass[j];
+    BlockManager::add_attention_mass(seq->kv, mass);
 }
 
 void Scheduler::release_blocks(Sequence* seq) {

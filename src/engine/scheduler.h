@@ -98,7 +98,6 @@ class Scheduler {
     int boards_below_ = 0;  // this step admits only priorities below this (its victims')
     uint64_t dropped_blocks_ = 0;
     uint64_t evicted_tokens_ = 0;
-    int sink_blocks_ = 0;  // KV eviction's sinks in whole blocks (0: a plain window)
 };
 
 }  // namespace ferry::engine

@@ -135,9 +135,14 @@ void attend_batch(const AttentionBatch& b, ThreadPool& pool) {
         bound[k] = std::lower_bound(cost_before.begin(), cost_before.end(), total * k / n_shares) -
                    cost_before.begin();
 
-    // Each sequence's first token in the batch: a token's `mass` rows follow from it.
-    std::vector<int64_t> first_of(b.seqs.size(), -1);
-    for (int64_t t = b.n_tokens - 1; t >= 0; --t) first_of[static_cast<size_t>(b.tok_seq[t])] = t;
+    // Each sequence's first token in the batch, where any asks for H2O's mass (a token's rows
+    // follow from it); a plain step builds nothing.
+    std::vector<int64_t> first_of;
+    if (std::any_of(b.seqs.begin(), b.seqs.end(), [](const SeqBlocks& s) { return s.mass; })) {
+        first_of.assign(b.seqs.size(), -1);
+        for (int64_t t = b.n_tokens - 1; t >= 0; --t)
+            first_of[static_cast<size_t>(b.tok_seq[t])] = t;
+    }
 
     auto run_share = [&](int64_t k) {
         AttnRow tile[kTileRows];
