@@ -15,6 +15,7 @@
 #include "cli/spec_options.h"
 #include "core/progress.h"
 #include "engine/generator.h"
+#include "engine/lookahead_proposer.h"
 #include "model/moe.h"
 #include "plan/bottleneck.h"
 #include "plan/roofline.h"
@@ -237,6 +238,16 @@ void bench_decode(const DecodeBenchOptions& o) {
             if (cm.measured(n)) costs.push_back({{"tokens", n}, {"ms", *cm.estimate(n) * 1e3}});
         j["spec_step_ms"] = costs;
         j["spec_trace"] = {{"drafted", trace_drafted}, {"accepted", trace_accepted}};
+        if (auto* la = dynamic_cast<const engine::LookaheadProposer*>(proposer.get())) {
+            // Which of lookahead's sources drafted the verified tokens, and how many were kept.
+            const auto& ss = la->stats();
+            for (auto [src, name] : {std::pair{engine::LookaheadProposer::kLookup, "lookup"},
+                                     std::pair{engine::LookaheadProposer::kPool, "pool"},
+                                     std::pair{engine::LookaheadProposer::kJacobi, "jacobi"}})
+                j["lookahead_sources"][name] = {{"verified", ss.drafted[src]},
+                                                {"reached", ss.reached[src]},
+                                                {"accepted", ss.accepted[src]}};
+        }
     }
     for (const auto& ph : phases) j["bottleneck"][ph.phase] = ph.to_json();
     const model::ExpertLoad load =

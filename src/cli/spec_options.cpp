@@ -9,11 +9,12 @@ void SpecOptions::add_to(CLI::App& cmd, bool serving) {
     auto& c = config;
     cmd.add_option("--spec", method,
                    serving ? "speculative decoding for requests that do not choose: off, ngram "
-                             "(prompt lookup) or draft (--draft-model)"
-                           : "speculative decoding: off, ngram (prompt lookup) or draft "
-                             "(--draft-model)")
+                             "(prompt lookup), lookahead (Jacobi guesses and an n-gram pool) or "
+                             "draft (--draft-model)"
+                           : "speculative decoding: off, ngram (prompt lookup), lookahead (Jacobi "
+                             "guesses and an n-gram pool) or draft (--draft-model)")
         ->capture_default_str()
-        ->check(CLI::IsMember({"off", "ngram", "draft"}));
+        ->check(CLI::IsMember({"off", "ngram", "lookahead", "draft"}));
     cmd.add_option("--spec-k", c.k, "draft tokens per step (the most, under --spec-policy cost)")
         ->capture_default_str()
         ->check(CLI::Range(1, 32));
@@ -23,6 +24,10 @@ void SpecOptions::add_to(CLI::App& cmd, bool serving) {
     cmd.add_option("--spec-ngram-max", c.ngram_max, "prompt lookup: longest suffix matched")
         ->capture_default_str()
         ->check(CLI::Range(1, 64));
+    cmd.add_option("--spec-lookahead-n", c.lookahead_n,
+                   "lookahead: the length of the n-grams its pool collects")
+        ->capture_default_str()
+        ->check(CLI::Range(2, 8));
     cmd.add_option("--spec-policy", policy,
                    "cost: 0..K draft tokens per sequence and step, where the measured step costs "
                    "and acceptance say they pay (off where they would lose); fixed: always K")

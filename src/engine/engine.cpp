@@ -13,6 +13,7 @@
 
 #include "core/thread_pool.h"
 #include "engine/kv_calibration.h"
+#include "engine/lookahead_proposer.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
 
@@ -74,6 +75,8 @@ Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), c
         std::make_unique<ModelRunner>(*model.model, model.backend, n_blocks_, config_.block_size,
                                       kv_format_for(model, config_.kv_dtype));
     ngram_ = std::make_unique<NgramProposer>(config_.spec.ngram_min, config_.spec.ngram_max);
+    lookahead_ = std::make_unique<LookaheadProposer>(config_.spec.ngram_min, config_.spec.ngram_max,
+                                                     config_.spec.lookahead_n);
     planner_ = SpecPlanner(config_.max_num_batched_tokens + 1);
     config_.spec.k = std::max(1, config_.spec.k);
     metrics_.kv_blocks_total = n_blocks_;
@@ -519,24 +522,30 @@ void Engine::propose_drafts() {
     auto job = [look_back](Sequence* s, int k) {
         std::span<const int32_t> t = s->tokens;
         if (t.size() > look_back) t = t.last(look_back);
-        return ProposalJob{s->id, t, k, s->sampler.get(), &s->draft};
+        const auto start = static_cast<int64_t>(s->tokens.size() - t.size());
+        return ProposalJob{s->id, t, start, k, s->sampler.get(), &s->draft};
     };
-    // Prompt lookup costs nothing: it drafts the most now and the plan trims.
+    // Prompt lookup and lookahead cost nothing: they draft the most now and the plan trims.
+    auto lookup = [](SpecMethod m) { return m == SpecMethod::Ngram || m == SpecMethod::Lookahead; };
     std::vector<ProposalJob> jobs;
-    for (const Want& w : want)
-        if (w.seq->spec == SpecMethod::Ngram) jobs.push_back(job(w.seq, w.k));
-    if (!jobs.empty()) {
-        ngram_->propose(jobs);
+    for (SpecMethod m : {SpecMethod::Ngram, SpecMethod::Lookahead}) {
+        jobs.clear();
         for (const Want& w : want)
-            if (w.seq->spec == SpecMethod::Ngram) trim_to_grammar(*w.seq);
+            if (w.seq->spec == m) jobs.push_back(job(w.seq, w.k));
+        if (jobs.empty()) continue;
+        (m == SpecMethod::Ngram ? ngram_ : lookahead_)->propose(jobs);
+        for (const Want& w : want)
+            if (w.seq->spec == m) trim_to_grammar(*w.seq);
     }
     if (sc.policy == SpecPolicy::Cost) {
         std::vector<DraftCandidate> cands;
         for (const Want& w : want) {
-            const bool lookup = w.seq->spec == SpecMethod::Ngram;
-            cands.push_back({planner_.acceptance(w.seq->spec_acceptance),
-                             lookup ? static_cast<int>(w.seq->draft.tokens.size()) : w.k,
-                             lookup ? 0.0 : planner_.draft_seconds_per_token()});
+            const bool cheap = lookup(w.seq->spec);
+            const Draft& d = w.seq->draft;
+            cands.push_back({d.accept.empty() ? planner_.acceptance(w.seq->spec_acceptance)
+                                              : depth_rates(d.accept),
+                             cheap ? static_cast<int>(w.seq->draft.tokens.size()) : w.k,
+                             cheap ? 0.0 : planner_.draft_seconds_per_token()});
         }
         // A step's prefill tokens are work it does, not overhead: a draft token must pay at the
         // rate of the step's every token, or a prefill-heavy step would make any draft look cheap.
@@ -544,14 +553,13 @@ void Engine::propose_drafts() {
         for (size_t i = 0; i < want.size(); ++i) {
             Sequence& s = *want[i].seq;
             Draft& d = s.draft;
-            if (s.spec != SpecMethod::Ngram) {
+            if (!lookup(s.spec)) {
                 want[i].k = plan.k[i];
                 continue;
             }
             if (plan.k[i] == 0 && !d.tokens.empty() && !s.spec_shadow.active())
                 s.spec_shadow.start(d.tokens);
-            if (d.tokens.size() > size_t(plan.k[i]))
-                d.tokens.resize(static_cast<size_t>(plan.k[i]));
+            d.cut(static_cast<size_t>(plan.k[i]));
             if (!d.tokens.empty()) s.spec_shadow.clear();  // a real verification judges it
         }
         std::lock_guard lock(metrics_mu_);
@@ -577,8 +585,7 @@ void Engine::trim_to_grammar(Sequence& s) {
     grammar::Matcher m = *s.matcher;
     size_t keep = 0;
     while (keep < s.draft.tokens.size() && m.accept(s.draft.tokens[keep])) ++keep;
-    s.draft.tokens.resize(keep);
-    if (s.draft.q.size() > keep) s.draft.q.resize(keep);
+    s.draft.cut(keep);
 }
 
 void Engine::verify_and_emit(Sequence& seq, const float* logits) {
@@ -603,6 +610,11 @@ void Engine::verify_and_emit(Sequence& seq, const float* logits) {
     }
     const std::vector<int32_t> toks = verify_draft(*seq.sampler, rows, n_vocab, seq.draft, history);
     const int accepted = static_cast<int>(toks.size()) - 1;
+    if (seq.spec == SpecMethod::Lookahead) {
+        std::vector<int32_t> fed{seq.tokens.back()};
+        fed.insert(fed.end(), seq.draft.tokens.begin(), seq.draft.tokens.end());
+        lookahead_->observe(seq.id, fed, rows, n_vocab);
+    }
     seq.draft.clear();
     {
         std::lock_guard lock(metrics_mu_);
@@ -725,6 +737,7 @@ void Engine::finish(Sequence& seq, FinishReason reason, TokenEvent* last) {
     const bool was_waiting_unstarted = !r.started;
     scheduler_->remove(&seq);
     if (draft_) draft_->release(seq.id);
+    lookahead_->release(seq.id);
     deliver(r, ev);
     if (--r.unfinished > 0) return;
 

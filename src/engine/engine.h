@@ -120,7 +120,7 @@ class Engine {
     int64_t n_blocks_ = 0;
     std::unique_ptr<Scheduler> scheduler_;
     std::unique_ptr<ModelRunner> runner_;
-    std::unique_ptr<Proposer> ngram_, draft_;
+    std::unique_ptr<Proposer> ngram_, lookahead_, draft_;
     SpecPlanner planner_;  // step costs and acceptance, for the cost policy
 
     // Owned by the engine thread (or whoever calls step()).

@@ -17,8 +17,8 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // One sequence's plan: how many of `max_k` draft tokens pay (engine/spec_planner.h).
-int planned_k(SpecPlanner& planner, const AcceptanceStats& acc, int max_k, double s_per_token) {
-    const DraftCandidate c{planner.acceptance(acc), max_k, s_per_token};
+int planned_k(SpecPlanner& planner, const DepthRates& acc, int max_k, double s_per_token) {
+    const DraftCandidate c{acc, max_k, s_per_token};
     return planner.plan({&c, 1}, 1, 1.0).k[0];
 }
 }  // namespace
@@ -174,7 +174,8 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
             // The draft model is told how many tokens pay; prompt lookup drafts the most and
             // the plan trims.
             if (want > 0 && cost && !cheap)
-                want = planned_k(planner_, acceptance, want, planner_.draft_seconds_per_token());
+                want = planned_k(planner_, planner_.acceptance(acceptance), want,
+                                 planner_.draft_seconds_per_token());
             if (want > 0) {
                 // Under streaming eviction the stream never ends: prompt lookup searches what
                 // the cache holds at most, not everything it ever saw.
@@ -185,7 +186,8 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
                 std::vector<int32_t> ctx(history_.end() - static_cast<std::ptrdiff_t>(look),
                                          history_.end());
                 ctx.push_back(last);
-                ProposalJob job{0, ctx, want, &sampler, &draft};
+                ProposalJob job{0,    ctx,      static_cast<int64_t>(history_.size() - look),
+                                want, &sampler, &draft};
                 const auto t_draft = std::chrono::steady_clock::now();
                 spec.proposer->propose({&job, 1});
                 if (!cheap)
@@ -193,10 +195,12 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
                                                ms_since(t_draft) * 1e-3);
             }
             if (cost && cheap && !draft.tokens.empty()) {
-                const int keep =
-                    planned_k(planner_, acceptance, static_cast<int>(draft.tokens.size()), 0.0);
+                const int keep = planned_k(planner_,
+                                           draft.accept.empty() ? planner_.acceptance(acceptance)
+                                                                : depth_rates(draft.accept),
+                                           static_cast<int>(draft.tokens.size()), 0.0);
                 if (keep == 0 && !shadow.active()) shadow.start(draft.tokens);
-                draft.tokens.resize(static_cast<size_t>(keep));
+                draft.cut(static_cast<size_t>(keep));
                 if (keep > 0) shadow.clear();  // a real verification judges it
             }
             st.spec_declined_steps = static_cast<int>(planner_.declined_steps() - declined_before);
@@ -219,6 +223,7 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
         history_.resize(static_cast<size_t>(before + 1));
         std::vector<int32_t> hist = history_;
         pending = verify_draft(sampler, logits.data(), static_cast<int>(n_vocab), draft, hist);
+        spec.proposer->observe(0, run, logits.data(), static_cast<int>(n_vocab));
         planner_.record_step(static_cast<int64_t>(run.size()), ms_since(t_step) * 1e-3);
         const int accepted = static_cast<int>(pending.size()) - 1;
         history_.insert(history_.end(), draft.tokens.begin(), draft.tokens.begin() + accepted);

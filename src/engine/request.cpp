@@ -25,6 +25,8 @@ const char* spec_method_name(SpecMethod m) {
             return "ngram";
         case SpecMethod::Draft:
             return "draft";
+        case SpecMethod::Lookahead:
+            return "lookahead";
         default:
             return "off";
     }
@@ -34,7 +36,9 @@ Expected<SpecMethod> parse_spec_method(const std::string& s) {
     if (s == "off" || s == "none") return SpecMethod::Off;
     if (s == "ngram") return SpecMethod::Ngram;
     if (s == "draft") return SpecMethod::Draft;
-    return make_error("unknown speculation method '{}' (expected off, ngram or draft)", s);
+    if (s == "lookahead") return SpecMethod::Lookahead;
+    return make_error("unknown speculation method '{}' (expected off, ngram, draft or lookahead)",
+                      s);
 }
 
 }  // namespace ferry::engine

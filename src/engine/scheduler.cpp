@@ -215,8 +215,7 @@ SchedulerOutput Scheduler::schedule(Clock::time_point now, int step_token_limit)
         if (!ok) break;
         // A draft that does not fit the budget is cut short, never the real tokens.
         const int n_draft = std::max(0, n - s->num_uncomputed());
-        s->draft.tokens.resize(n_draft);
-        if (!s->draft.q.empty()) s->draft.q.resize(n_draft);
+        s->draft.cut(n_draft);
         emit(s, n, n_draft, out);
         budget -= n;
         if (prefill) prefill_left -= n;

@@ -13,6 +13,12 @@ constexpr double kPoolDecay = 0.99;
 
 }  // namespace
 
+DepthRates depth_rates(std::span<const double> per_token) {
+    DepthRates r{};
+    for (size_t i = 0; i < per_token.size() && i < r.size(); ++i) r[i] = per_token[i];
+    return r;
+}
+
 DepthRates constant_rates(double a) {
     DepthRates r;
     r.fill(a);

@@ -103,6 +103,8 @@ struct DraftCandidate {
     double seconds_per_token = 0;  // the proposer's cost of one draft token (0: prompt lookup)
 };
 DepthRates constant_rates(double a);
+// A draft's own per-token estimates (Draft::accept) as depth rates; 0 past its end.
+DepthRates depth_rates(std::span<const double> per_token);
 
 struct DraftPlan {
     std::vector<int> k;             // draft tokens per candidate

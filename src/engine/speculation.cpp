@@ -4,6 +4,7 @@
 
 #include "engine/draft_proposer.h"
 #include "engine/loaded_model.h"
+#include "engine/lookahead_proposer.h"
 
 namespace ferry::engine {
 
@@ -122,6 +123,9 @@ Expected<std::unique_ptr<Proposer>> make_proposer(const SpecConfig& cfg, const L
         case SpecMethod::Ngram:
             return std::unique_ptr<Proposer>(
                 std::make_unique<NgramProposer>(cfg.ngram_min, cfg.ngram_max));
+        case SpecMethod::Lookahead:
+            return std::unique_ptr<Proposer>(
+                std::make_unique<LookaheadProposer>(cfg.ngram_min, cfg.ngram_max, cfg.lookahead_n));
         case SpecMethod::Draft: {
             if (!draft) return make_error("--spec draft needs a draft model (--draft-model)");
             auto p = DraftProposer::create(target, *draft, max_tokens, draft_kv);

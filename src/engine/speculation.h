@@ -23,8 +23,8 @@ namespace ferry::engine {
 
 struct LoadedModel;
 
-enum class SpecMethod { Off, Ngram, Draft };
-const char* spec_method_name(SpecMethod m);  // "off", "ngram", "draft"
+enum class SpecMethod { Off, Ngram, Draft, Lookahead };
+const char* spec_method_name(SpecMethod m);  // "off", "ngram", "draft", "lookahead"
 Expected<SpecMethod> parse_spec_method(const std::string& s);
 
 // How many draft tokens a step verifies: Cost chooses 0..K per sequence and step from the
@@ -35,9 +35,10 @@ Expected<SpecPolicy> parse_spec_policy(const std::string& s);
 
 struct SpecConfig {
     SpecMethod method = SpecMethod::Off;
-    int k = 4;          // tokens proposed per step (the most, under the cost policy)
-    int ngram_min = 2;  // prompt lookup: shortest suffix that may match
-    int ngram_max = 4;  // longest suffix tried first
+    int k = 4;            // tokens proposed per step (the most, under the cost policy)
+    int ngram_min = 2;    // prompt lookup: shortest suffix that may match
+    int ngram_max = 4;    // longest suffix tried first
+    int lookahead_n = 4;  // lookahead: the length of the n-grams its pool keeps
     SpecPolicy policy = SpecPolicy::Cost;
     // Speculation is switched off for a step when more sequences than this decode together
     // (0: never forced off). The cost policy already declines where a batch keeps the cores
@@ -50,17 +51,28 @@ struct SpecConfig {
 struct Draft {
     std::vector<int32_t> tokens;
     std::vector<std::vector<Sampler::Candidate>> q;
+    // Per token, the proposer's estimate of the chance it is accepted once the one before it
+    // was, where it knows better than the sequence's record (lookahead mixes sources that are
+    // right at very different rates); empty: the planner uses the record.
+    std::vector<double> accept;
     void clear() {
         tokens.clear();
         q.clear();
+        accept.clear();
+    }
+    void cut(size_t n) {  // keeps the first n tokens
+        if (tokens.size() > n) tokens.resize(n);
+        if (q.size() > n) q.resize(n);
+        if (accept.size() > n) accept.resize(n);
     }
 };
 
 struct ProposalJob {
     uint64_t seq = 0;                 // stable id, so a stateful proposer keeps its cache
     std::span<const int32_t> tokens;  // the whole sequence so far, the last token included
-    int k = 0;                        // propose at most this many
-    Sampler* sampler = nullptr;       // the sequence's sampling rules (for q), and its stream
+    int64_t start = 0;  // the index of tokens[0] in the sequence (a window of it, under eviction)
+    int k = 0;          // propose at most this many
+    Sampler* sampler = nullptr;  // the sequence's sampling rules (for q), and its stream
     Draft* out = nullptr;
 };
 
@@ -75,6 +87,11 @@ class Proposer {
     // Lets a stateful proposer take in a prompt during prefill (the draft model's own
     // prefill belongs to time-to-first-token, not to decoding). Optional: propose catches up.
     virtual void prefill(uint64_t /*seq*/, std::span<const int32_t> /*tokens*/) {}
+    // After a verification: the chain scored (the sequence's last token, then the draft as it
+    // was verified, possibly cut by the plan) and the target's logits for each of its positions.
+    // Lookahead takes its next guesses from them. Optional.
+    virtual void observe(uint64_t /*seq*/, std::span<const int32_t> /*fed*/,
+                         const float* /*logits*/, int /*n_vocab*/) {}
 };
 
 // Prompt lookup: the longest suffix of the context (ngram_max down to ngram_min tokens) that

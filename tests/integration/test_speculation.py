@@ -41,6 +41,15 @@ def test_run_output_is_unchanged_by_either_proposer(model_path):
     assert declined and int(declined.group(1)) > 0, err
 
 
+def test_lookahead_leaves_the_output_unchanged(model_path):
+    plain, _ = run_text(model_path)
+    for policy in ("fixed", "cost"):
+        out, err = run_text(model_path, "--spec", "lookahead", "--spec-k", "5", "--spec-policy",
+                            policy, "--spec-lookahead-n", "3")
+        assert out == plain, policy
+        assert f"speculation (lookahead, {policy})" in err
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--spec", "draft"], "--draft-model"),
     (["--spec", "magic"], "--spec"),
@@ -72,6 +81,21 @@ def test_bench_decode_reports_speculation(model_path, tmp_path):
     assert j["spec_mean_accepted"] > 0
 
 
+def test_bench_decode_reports_lookaheads_sources(model_path, tmp_path):
+    prompt = tmp_path / "copy.txt"
+    prompt.write_text(COPY)
+    r = run_ferry("bench", "decode", "-m", model_path, "--prompt-file", prompt, "--chat", "-n", "32",
+                  "-r", "1", "-t", "2", "--spec", "lookahead", "--spec-policy", "fixed", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["spec_method"] == "lookahead" and j["spec_output_identical"] is True
+    sources = j["lookahead_sources"]
+    assert set(sources) == {"lookup", "pool", "jacobi"}
+    assert sum(s["verified"] for s in sources.values()) > 0
+    for s in sources.values():
+        assert 0 <= s["accepted"] <= s["reached"]
+
+
 @pytest.fixture(scope="module")
 def spec_server(model_path):
     s = Server("--spec", "ngram", "--spec-k", "4", "--spec-policy", "fixed")
@@ -101,6 +125,13 @@ def test_server_speculates_without_changing_output(spec_server):
     drafted = metric(spec_server, "ferry:spec_decode_num_draft_tokens_total")
     accepted = metric(spec_server, "ferry:spec_decode_num_accepted_tokens_total")
     assert drafted > before and 0 < accepted <= drafted
+
+
+def test_server_lookahead_per_request_gives_the_same_text(spec_server):
+    on = complete(spec_server, speculation="lookahead")
+    off = complete(spec_server, speculation="off")
+    assert on.status_code == 200 and off.status_code == 200, on.text + off.text
+    assert on.json()["choices"][0]["text"] == off.json()["choices"][0]["text"]
 
 
 @pytest.mark.parametrize("value, needle", [("draft", "--draft-model"), ("fast", "speculation"),

@@ -10,6 +10,7 @@
 
 #include "engine/draft_proposer.h"
 #include "engine/generator.h"
+#include "engine/lookahead_proposer.h"
 #include "engine/speculation.h"
 #include "engine_test_util.h"
 #include "gguf/gguf_writer.h"
@@ -207,11 +208,37 @@ TEST(Speculation, GeneratorGreedyOutputIsIdenticalForBothProposers) {
     EXPECT_EQ((*draft)->blocks_in_use(), 0);
 }
 
+// Lookahead drafts from three sources (context lookup, its pool, the Jacobi guesses); with a
+// fixed K every source gets verified, and whatever it drafts the output is plain decoding's.
+TEST(Speculation, GeneratorGreedyOutputIsIdenticalWithLookahead) {
+    Generator gen(*model().model, ferry::testing::cpu_backend(2), 512);
+    LookaheadProposer lookahead(2, 3);
+    auto prompts = grounded_prompts();
+    for (auto& p : mixed_prompts(4, 3)) prompts.push_back(p);
+    for (const auto& prompt : prompts) {
+        const auto plain = generate(gen, prompt, 24, {});
+        for (int k : {1, 5}) {
+            EXPECT_EQ(generate(gen, prompt, 24, {&lookahead, k, SpecPolicy::Fixed}), plain)
+                << "k " << k;
+            EXPECT_EQ(generate(gen, prompt, 24, {&lookahead, k, SpecPolicy::Cost}), plain)
+                << "k " << k << ", cost policy";
+        }
+    }
+    const auto& st = lookahead.stats();
+    for (auto src :
+         {LookaheadProposer::kLookup, LookaheadProposer::kPool, LookaheadProposer::kJacobi})
+        EXPECT_GT(st.drafted[src], 0) << "source " << int(src) << " never verified";
+    EXPECT_GT(st.accepted[LookaheadProposer::kLookup] + st.accepted[LookaheadProposer::kPool] +
+                  st.accepted[LookaheadProposer::kJacobi],
+              0);
+}
+
 // Verifying a prompt-lookup draft draws every position as plain decoding does, so a seeded
 // sampled stream is the same text with speculation as without, whatever K the policy picks.
 TEST(Speculation, SeededSamplingGivesPlainDecodingsTextWithPromptLookup) {
     Generator gen(*model().model, ferry::testing::cpu_backend(2), 512);
     NgramProposer ngram(1, 3);
+    LookaheadProposer lookahead(1, 3);
     for (float temperature : {0.7f, 1.2f}) {
         const SamplingParams sp = sampled(temperature);
         int drafted = 0;
@@ -224,6 +251,11 @@ TEST(Speculation, SeededSamplingGivesPlainDecodingsTextWithPromptLookup) {
                 drafted += st.spec_draft_tokens;
                 EXPECT_EQ(generate(gen, prompt, 32, {&ngram, k, SpecPolicy::Cost}, nullptr, sp),
                           plain);
+                // Lookahead's drafts are point masses too.
+                EXPECT_EQ(
+                    generate(gen, prompt, 32, {&lookahead, k, SpecPolicy::Fixed}, nullptr, sp),
+                    plain)
+                    << "lookahead k " << k << ", temperature " << temperature;
             }
         }
         EXPECT_GT(drafted, 50) << "too few drafts to show anything";
@@ -241,8 +273,10 @@ TEST(Speculation, EngineGreedyOutputIsIdenticalInABatch) {
     const auto expected = run_all(plain, prompts, params);
     for (auto [m, policy] : {std::pair{SpecMethod::Ngram, SpecPolicy::Fixed},
                              std::pair{SpecMethod::Draft, SpecPolicy::Fixed},
+                             std::pair{SpecMethod::Lookahead, SpecPolicy::Fixed},
                              std::pair{SpecMethod::Ngram, SpecPolicy::Cost},
-                             std::pair{SpecMethod::Draft, SpecPolicy::Cost}}) {
+                             std::pair{SpecMethod::Draft, SpecPolicy::Cost},
+                             std::pair{SpecMethod::Lookahead, SpecPolicy::Cost}}) {
         auto cfg = small_config();
         cfg.spec.method = m;
         cfg.spec.k = 4;
@@ -271,62 +305,68 @@ TEST(Speculation, EngineGreedyOutputIsIdenticalInABatch) {
 
 TEST(Speculation, RejectionsAndAbortsGiveBackEveryBlock) {
     // Unigram lookup on varied text proposes often and is often wrong: many rollbacks, some
-    // across block boundaries (block size 4), with random aborts on top.
-    auto cfg = small_config();
-    cfg.block_size = 4;
-    cfg.spec.method = SpecMethod::Ngram;
-    cfg.spec.ngram_min = 1;
-    cfg.spec.ngram_max = 1;
-    cfg.spec.k = 7;
-    cfg.spec.policy = SpecPolicy::Fixed;
-    auto e_engine = make_engine(cfg);
-    Engine& e = *e_engine;
-    const auto prompts = mixed_prompts(24, 9);
-    std::vector<RequestId> ids;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-        auto id = e.add_request(prompts[i], greedy(20 + int(i % 7) * 5), nullptr);
-        ASSERT_TRUE(id.ok());
-        ids.push_back(*id);
+    // across block boundaries (block size 4), with random aborts on top. Lookahead's guesses
+    // are wrong more often still.
+    for (SpecMethod method : {SpecMethod::Ngram, SpecMethod::Lookahead}) {
+        auto cfg = small_config();
+        cfg.block_size = 4;
+        cfg.spec.method = method;
+        cfg.spec.ngram_min = 1;
+        cfg.spec.ngram_max = 1;
+        cfg.spec.k = 7;
+        cfg.spec.policy = SpecPolicy::Fixed;
+        auto e_engine = make_engine(cfg);
+        Engine& e = *e_engine;
+        const auto prompts = mixed_prompts(24, 9);
+        std::vector<RequestId> ids;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            auto id = e.add_request(prompts[i], greedy(20 + int(i % 7) * 5), nullptr);
+            ASSERT_TRUE(id.ok());
+            ids.push_back(*id);
+        }
+        std::mt19937 rng(3);
+        int steps = 0;
+        while (e.has_work()) {
+            e.step();
+            if (++steps % 5 == 0) e.abort(ids[rng() % ids.size()]);
+        }
+        const auto m = e.metrics();
+        EXPECT_GT(m.spec_draft_tokens - m.spec_accepted_tokens, 100u)
+            << "too few rejections, " << spec_method_name(method);
+        expect_all_free(e);
     }
-    std::mt19937 rng(3);
-    int steps = 0;
-    while (e.has_work()) {
-        e.step();
-        if (++steps % 5 == 0) e.abort(ids[rng() % ids.size()]);
-    }
-    const auto m = e.metrics();
-    EXPECT_GT(m.spec_draft_tokens - m.spec_accepted_tokens, 100u) << "too few rejections";
-    expect_all_free(e);
 }
 
 TEST(Speculation, SampledRequestsGiveTheTextOfPlainDecodingWithTheirSeed) {
-    auto cfg = small_config();
-    cfg.spec.method = SpecMethod::Ngram;
-    cfg.spec.ngram_min = 1;
-    cfg.spec.policy = SpecPolicy::Fixed;
-    auto p = greedy(30);
-    p.sampling.temperature = 0.8f;
-    p.sampling.seed = 42;
-    p.sampling.has_seed = true;
-    const auto prompts = grounded_prompts();
-    std::vector<RequestParams> params(prompts.size(), p);
-    auto cost_cfg = cfg, off_cfg = cfg;
-    cost_cfg.spec.policy = SpecPolicy::Cost;
-    off_cfg.spec.method = SpecMethod::Off;
-    auto a_engine = make_engine(cfg), b_engine = make_engine(cost_cfg),
-         c_engine = make_engine(off_cfg);
-    Engine &a = *a_engine, &b = *b_engine, &c = *c_engine;
-    const auto x = run_all(a, prompts, params);
-    const auto y = run_all(b, prompts, params);
-    const auto z = run_all(c, prompts, params);
-    for (size_t i = 0; i < prompts.size(); ++i) {
-        EXPECT_EQ(x[i].tokens.at(0), z[i].tokens.at(0)) << "fixed K, request " << i;
-        EXPECT_EQ(y[i].tokens.at(0), z[i].tokens.at(0)) << "cost policy, request " << i;
-        EXPECT_EQ(x[i].tokens.at(0).size(), 30u);
+    for (SpecMethod method : {SpecMethod::Ngram, SpecMethod::Lookahead}) {
+        auto cfg = small_config();
+        cfg.spec.method = method;
+        cfg.spec.ngram_min = 1;
+        cfg.spec.policy = SpecPolicy::Fixed;
+        auto p = greedy(30);
+        p.sampling.temperature = 0.8f;
+        p.sampling.seed = 42;
+        p.sampling.has_seed = true;
+        const auto prompts = grounded_prompts();
+        std::vector<RequestParams> params(prompts.size(), p);
+        auto cost_cfg = cfg, off_cfg = cfg;
+        cost_cfg.spec.policy = SpecPolicy::Cost;
+        off_cfg.spec.method = SpecMethod::Off;
+        auto a_engine = make_engine(cfg), b_engine = make_engine(cost_cfg),
+             c_engine = make_engine(off_cfg);
+        Engine &a = *a_engine, &b = *b_engine, &c = *c_engine;
+        const auto x = run_all(a, prompts, params);
+        const auto y = run_all(b, prompts, params);
+        const auto z = run_all(c, prompts, params);
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            EXPECT_EQ(x[i].tokens.at(0), z[i].tokens.at(0)) << "fixed K, request " << i;
+            EXPECT_EQ(y[i].tokens.at(0), z[i].tokens.at(0)) << "cost policy, request " << i;
+            EXPECT_EQ(x[i].tokens.at(0).size(), 30u);
+        }
+        EXPECT_GT(a.metrics().spec_draft_tokens, 0u) << spec_method_name(method);
+        expect_all_free(a);
+        expect_all_free(b);
     }
-    EXPECT_GT(a.metrics().spec_draft_tokens, 0u);
-    expect_all_free(a);
-    expect_all_free(b);
 }
 
 TEST(Speculation, DraftNeedsAModelAndPerRequestChoiceIsChecked) {
