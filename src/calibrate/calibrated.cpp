@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cmath>
+#include <optional>
 #include <type_traits>
 
 #include "calibrate/smoothquant.h"
@@ -119,6 +121,60 @@ Expected<TensorOverrides> run_gptq(const gguf::File& f, const model::LlamaConfig
                 auto q = gptq_quantize(*type, w->w.data(), w->rows, w->cols, *hess, pool);
                 if (!q) return make_error("{}: {}", name, q.error().message);
                 out.bytes[name] = std::move(*q);
+            }
+        }
+        if (progress) progress(li + 1, c.n_layer);
+    }
+    return out;
+}
+
+std::vector<std::string> prunable_tensors(int layer) {
+    std::vector<std::string> names;
+    for (const Consumers& group : kConsumers)
+        for (const char* what : group.tensors) names.push_back(layer_name(layer, what));
+    return names;
+}
+
+Expected<TensorOverrides> run_prune(const gguf::File& f, const model::LlamaConfig& c,
+                                    const CalibrationStats* stats, const PruneOptions& opt,
+                                    ThreadPool& pool, const LayerProgress& progress) {
+    if (c.is_moe())
+        return make_error("{}: pruning a mixture of experts is not supported yet", f.path());
+    if (f.tensor("blk.0.attn_qkv.weight") || !f.tensor("blk.0.ffn_gate.weight"))
+        return make_error(
+            "{}: pruning needs separate q/k/v and gate/up matrices; this checkpoint fuses them "
+            "(as Phi-3 does)",
+            f.path());
+    if (opt.method != PruneMethod::Magnitude && !stats)
+        return make_error("{} pruning needs calibration statistics", prune_method_name(opt.method));
+    TensorOverrides out;
+    for (int li = 0; li < c.n_layer; ++li) {
+        for (const Consumers& group : kConsumers) {
+            std::optional<GptqHessian> hess;
+            std::vector<double> norms;
+            if (opt.method == PruneMethod::SparseGpt) {
+                GptqOptions g;
+                g.damp = opt.damp;
+                auto h = prepare_gptq_hessian(stats->at(li, group.input).hessian,
+                                              stats->at(li, group.input).dim, g, pool);
+                if (!h) return make_error("layer {}: {}", li, h.error().message);
+                if (h->damp != opt.damp)
+                    out.notes.push_back(fmt::format(
+                        "layer {}: damping raised to {} to factorize the Hessian", li, h->damp));
+                hess = std::move(*h);
+            } else if (opt.method == PruneMethod::Wanda) {
+                // ||x_j|| up to the token count, which every column shares.
+                for (double m : stats->at(li, group.input).sq_mean) norms.push_back(std::sqrt(m));
+            }
+            for (const char* what : group.tensors) {
+                const std::string name = layer_name(li, what);
+                auto w = read_float_tensor(f, name);
+                if (!w) return w.error();
+                const Status s =
+                    hess ? sparsegpt_prune(w->w, w->rows, w->cols, opt.pattern, *hess, pool)
+                         : prune_by_score(w->w, w->rows, w->cols, opt.pattern, norms, pool);
+                if (!s) return make_error("{}: {}", name, s.error().message);
+                out.floats[name] = std::move(w->w);
             }
         }
         if (progress) progress(li + 1, c.n_layer);

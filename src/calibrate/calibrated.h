@@ -13,6 +13,7 @@
 #include "calibrate/awq.h"
 #include "calibrate/calibration.h"
 #include "calibrate/gptq.h"
+#include "calibrate/pruning.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "gguf/gguf_file.h"
@@ -49,6 +50,20 @@ Expected<TensorOverrides> run_smoothquant(const gguf::File& f, const model::Llam
                                           const CalibrationStats& stats,
                                           const TypeForTensor& type_of, double alpha,
                                           const LayerProgress& progress = nullptr);
+
+// Pruning (calibrate/pruning.h) of every layer's linear maps (q, k, v, attn_output, gate, up,
+// down) into `floats`; the embedding and the output head are left whole. stats: the calibration
+// (per-channel mean squares for Wanda, Hessians for SparseGPT); nullptr for magnitude.
+struct PruneOptions {
+    SparsityPattern pattern;
+    PruneMethod method = PruneMethod::Magnitude;
+    double damp = 0.01;  // sparsegpt, as GPTQ's
+};
+Expected<TensorOverrides> run_prune(const gguf::File& f, const model::LlamaConfig& c,
+                                    const CalibrationStats* stats, const PruneOptions& opt,
+                                    ThreadPool& pool, const LayerProgress& progress = nullptr);
+// The names run_prune prunes in a layer ("blk.L.attn_q.weight", ...).
+std::vector<std::string> prunable_tensors(int layer);
 
 // One layer's tensors as floats, and back into `out.floats` under their names.
 Expected<AwqLayer> read_awq_layer(const gguf::File& f, const model::LlamaConfig& c, int layer);

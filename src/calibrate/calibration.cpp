@@ -34,11 +34,19 @@ class Collector final : public model::ActivationObserver {
             if (opt_.hessian) st.hessian.assign(static_cast<size_t>(dim * dim), 0.0);
             if (opt_.abs_mean) st.abs_mean.assign(static_cast<size_t>(dim), 0.0);
             if (opt_.abs_max) st.abs_max.assign(static_cast<size_t>(dim), 0.0);
+            if (opt_.sq_mean) st.sq_mean.assign(static_cast<size_t>(dim), 0.0);
         }
         st.n_tokens += n;
         if (opt_.abs_mean) {
             for (int64_t t = 0; t < n; ++t)
                 for (int64_t i = 0; i < dim; ++i) st.abs_mean[i] += std::fabs(x[t * dim + i]);
+        }
+        if (opt_.sq_mean) {
+            for (int64_t t = 0; t < n; ++t)
+                for (int64_t i = 0; i < dim; ++i) {
+                    const double v = x[t * dim + i];
+                    st.sq_mean[i] += v * v;
+                }
         }
         if (opt_.abs_max) {
             for (int64_t t = 0; t < n; ++t)
@@ -114,6 +122,7 @@ Expected<CalibrationStats> calibrate(const model::LlamaModel& model,
             const double inv = 1.0 / static_cast<double>(st.n_tokens);
             for (double& h : st.hessian) h *= 2.0 * inv;
             for (double& a : st.abs_mean) a *= inv;
+            for (double& a : st.sq_mean) a *= inv;
         }
     return stats;
 }

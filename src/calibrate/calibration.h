@@ -21,6 +21,7 @@ struct CalibrationOptions {
     bool hessian = false;   // GPTQ: H = 2/N X^T X
     bool abs_mean = false;  // AWQ: per-channel mean |x|
     bool abs_max = false;   // SmoothQuant: per-channel max |x|
+    bool sq_mean = false;   // Wanda: per-channel mean x^2
     int64_t n_samples = 0;  // AWQ: keep this many token rows, spread evenly over the text
     int window = 512;       // tokens per forward pass, each from an empty cache
 };
@@ -31,6 +32,7 @@ struct InputStats {
     std::vector<double> hessian;   // dim x dim, 2/N X^T X
     std::vector<double> abs_mean;  // dim
     std::vector<double> abs_max;   // dim
+    std::vector<double> sq_mean;   // dim
     std::vector<float> samples;    // n_samples x dim, rows of X
     int64_t n_samples = 0;
 };

@@ -22,6 +22,7 @@
 
 #include "calibrate/calibrated.h"
 #include "calibrate/calibration.h"
+#include "cli/calib_text.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "cli/weight_types.h"
@@ -62,22 +63,6 @@ struct QuantizeOptions {
     bool smoothing() const { return smooth_alpha >= 0; }
 };
 
-// The calibration text shipped in the repository: from the working directory (the
-// repository root, as the README's commands run), else next to a build directory inside it.
-std::string default_calib_path() {
-    const std::string rel = "data/calib/default.txt";
-    std::vector<std::string> candidates = {rel};
-    if (const char* src = std::getenv("FERRY_SOURCE_DIR"))
-        candidates.push_back(std::string(src) + "/" + rel);
-    std::error_code ec;
-    const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-    if (!ec) candidates.push_back((exe.parent_path().parent_path() / rel).string());
-    for (const std::string& p : candidates)
-        if (std::filesystem::is_regular_file(p, ec)) return p;
-    throw ExitError(
-        "the default calibration text data/calib/default.txt was not found; pass --calib FILE");
-}
-
 bool matches_any(const std::string& name, const std::vector<std::string>& patterns) {
     for (const auto& p : patterns)
         if (fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
@@ -101,11 +86,8 @@ std::optional<DType> planned_type(const QuantizeOptions& o, DType target, const 
 // the layers' matrices (and, for AWQ, their norms).
 calibrate::TensorOverrides calibrated_overrides(const QuantizeOptions& o, DType target,
                                                 engine::LoadedModel& lm, ThreadPool& pool) {
-    const std::string path = o.calib.empty() ? default_calib_path() : o.calib;
-    std::vector<int32_t> tokens = lm.tokenizer->encode(read_file_or_exit(path), true);
-    if (static_cast<int64_t>(tokens.size()) > o.calib_tokens)
-        tokens.resize(static_cast<size_t>(o.calib_tokens));
-    if (tokens.size() < 2) throw ExitError(path + ": the calibration text is (nearly) empty");
+    std::string path;
+    const std::vector<int32_t> tokens = calibration_tokens(lm, o.calib, o.calib_tokens, &path);
     const std::string what = o.smoothing() ? "smoothquant" : o.method;
     if (lm.model->config().is_moe())
         throw ExitError(what +

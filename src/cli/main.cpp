@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
     ferry::cli::add_plan_command(app);
     ferry::cli::add_bench_command(app);
     ferry::cli::add_quantize_command(app);
+    ferry::cli::add_prune_command(app);
     ferry::cli::add_synth_command(app);
     ferry::cli::add_eval_command(app);
     try {

@@ -1,0 +1,198 @@
+// `ferry prune IN.gguf OUT.gguf --sparsity 2:4|0.5 [--method magnitude|wanda|sparsegpt]
+// [--calib FILE] [--calib-tokens N] [--type f16] [--damp F]`: zeroes the least important
+// weights of every layer's linear maps (calibrate/pruning.h) and writes them in a type that holds
+// zero exactly, so the pattern survives. Quantizing the result afterwards keeps it too where the
+// type rounds 0 to 0 (q8_0, q4_0, int8, int4; `ferry quantize` rounding to nearest).
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "calibrate/calibrated.h"
+#include "calibrate/calibration.h"
+#include "calibrate/pruning.h"
+#include "cli/calib_text.h"
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "cli/weight_types.h"
+#include "core/paths.h"
+#include "core/progress.h"
+#include "engine/loaded_model.h"
+#include "gguf/gguf_file.h"
+#include "gguf/gguf_writer.h"
+#include "quant/dequantize.h"
+#include "quant/quantize.h"
+
+namespace ferry::cli {
+namespace {
+
+struct PruneCliOptions {
+    std::string in, out, sparsity, method = "wanda", type = "f16", calib;
+    int64_t calib_tokens = 4096;
+    double damp = 0.01;
+    int threads = 0;
+    bool quiet = false;
+};
+
+// The pruned matrices' output types: those whose rounding keeps 0 at 0 (a group or row scale
+// with a symmetric or zero-including grid). q4_1 and the k-quants shift their grid by a
+// minimum, so a zero would come back as a small value.
+constexpr const char* kZeroExactTypes[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "int8", "int4"};
+
+void prune_file(const PruneCliOptions& o) {
+    const calibrate::SparsityPattern pattern = take(calibrate::parse_sparsity(o.sparsity));
+    const calibrate::PruneMethod method = take(calibrate::parse_prune_method(o.method));
+    const DType out_type = take(parse_weight_type(o.type, 128));
+    const auto backend =
+        take(kernels::make_backend({.threads = resolve_threads(o.threads), .activations = {}}));
+    ThreadPool& pool = backend->host_pool();
+    engine::LoadedModel lm = take(engine::LoadedModel::load(o.in, false, backend));
+    const model::LlamaConfig& c = lm.model->config();
+
+    calibrate::CalibrationStats stats;
+    if (method != calibrate::PruneMethod::Magnitude) {
+        std::string path;
+        const auto tokens = calibration_tokens(lm, o.calib, o.calib_tokens, &path);
+        if (!o.quiet)
+            std::fprintf(stderr, "ferry prune: %s calibration on %zu tokens of %s\n",
+                         calibrate::prune_method_name(method), tokens.size(), path.c_str());
+        calibrate::CalibrationOptions copt;
+        copt.hessian = method == calibrate::PruneMethod::SparseGpt;
+        copt.sq_mean = method == calibrate::PruneMethod::Wanda;
+        const auto n = static_cast<int64_t>(tokens.size());
+        Progress bar("calibrate", n, !o.quiet);
+        stats = take(calibrate::calibrate(*lm.model, lm.backend, tokens, copt,
+                                          [&](int d, int t) { bar.update(n * d / t); }));
+        bar.finish();
+    }
+    calibrate::PruneOptions popt;
+    popt.pattern = pattern;
+    popt.method = method;
+    popt.damp = o.damp;
+    calibrate::TensorOverrides ov;
+    {
+        Progress bar(fmt::format("prune {} {}", pattern.name(), o.method), c.n_layer, !o.quiet);
+        ov = take(calibrate::run_prune(
+            *lm.file, c, method == calibrate::PruneMethod::Magnitude ? nullptr : &stats, popt, pool,
+            [&](int d, int) { bar.update(d); }));
+        bar.finish();
+    }
+    if (!o.quiet)
+        for (const auto& n : ov.notes) std::fprintf(stderr, "ferry prune: %s\n", n.c_str());
+
+    gguf::Writer w;
+    w.copy_metadata(*lm.file);
+    w.set("ferry.sparsity.pattern", gguf::make_string(pattern.name()));
+    w.set("ferry.sparsity.method", gguf::make_string(calibrate::prune_method_name(method)));
+    int64_t pruned_weights = 0, all_weights = 0;
+    auto floats = std::make_shared<std::map<std::string, std::vector<float>>>(std::move(ov.floats));
+    for (const auto& t : lm.file->tensors()) {
+        all_weights += t.n_elements;
+        const auto it = floats->find(t.name);
+        if (it == floats->end()) {
+            std::vector<uint8_t> bytes(t.data, t.data + t.n_bytes);
+            if (Status s = w.add_tensor(t.name, t.shape, t.type, std::move(bytes)); !s)
+                throw ExitError(s.error().message);
+            continue;
+        }
+        pruned_weights += t.n_elements;
+        const int64_t cols = t.shape[0], rows = t.n_elements / cols;
+        if (cols % dtype_info(out_type).block_size != 0)
+            throw ExitError(
+                fmt::format("{}: rows of {} do not split into {} blocks", t.name, cols, o.type));
+        auto produce = [floats, name = t.name, rows, cols, out_type,
+                        pattern](std::vector<uint8_t>& out) -> Status {
+            const std::vector<float>& f = floats->at(name);
+            const size_t rb = row_bytes(out_type, cols);
+            out.resize(rb * static_cast<size_t>(rows));
+            std::vector<float> back(static_cast<size_t>(rows * cols));
+            for (int64_t r = 0; r < rows; ++r) {
+                if (Status s =
+                        quant::quantize_row(out_type, &f[r * cols], out.data() + rb * r, cols);
+                    !s)
+                    return s;
+                if (Status s =
+                        quant::dequantize_row(out_type, out.data() + rb * r, &back[r * cols], cols);
+                    !s)
+                    return s;
+            }
+            // What is written must follow the pattern, read back as a loader reads it.
+            if (!calibrate::follows_pattern(back, rows, cols, pattern))
+                return make_error("{}: the pattern did not survive rounding to {}", name,
+                                  dtype_name(out_type));
+            floats->erase(name);
+            return Status::Ok();
+        };
+        if (Status s = w.add_tensor(t.name, t.shape, out_type, produce); !s)
+            throw ExitError(s.error().message);
+    }
+    if (Status s = w.write(o.out); !s) throw ExitError(s.error().message);
+    auto result = take(gguf::File::open(o.out));
+    std::fprintf(stderr,
+                 "ferry prune: wrote %s: %s (%s) on %lld weights of the layers' linear maps "
+                 "(%.0f %% of all), written as %s; %.1f MiB\n",
+                 o.out.c_str(), pattern.name().c_str(), o.method.c_str(),
+                 static_cast<long long>(pruned_weights),
+                 100.0 * static_cast<double>(pruned_weights) / static_cast<double>(all_weights),
+                 o.type.c_str(), result->file_size() / 1048576.0);
+}
+
+}  // namespace
+
+void add_prune_command(CLI::App& app) {
+    auto o = std::make_shared<PruneCliOptions>();
+    auto* cmd = app.add_subcommand(
+        "prune",
+        "Prune a GGUF model's layer matrices (2:4 semi-structured or unstructured; magnitude, "
+        "Wanda or SparseGPT), to be quantized afterwards as usual");
+    cmd->add_option("input", o->in, "Input GGUF file, or `default` for the default model")
+        ->required();
+    cmd->add_option("output", o->out, "Output GGUF file")->required();
+    cmd->add_option("--sparsity", o->sparsity,
+                    "N:M (2:4: at most 2 non-zero in every 4 consecutive weights of a row) or a "
+                    "fraction of each row (0.5)")
+        ->required();
+    cmd->add_option("--method", o->method,
+                    "magnitude (|w|), wanda (|w| times the input's norm, calibrated) or sparsegpt "
+                    "(calibrated; the kept weights are updated to make up for the pruned)")
+        ->check(CLI::IsMember({"magnitude", "wanda", "sparsegpt"}))
+        ->capture_default_str();
+    cmd->add_option("--type", o->type,
+                    "type of the pruned matrices: f32, f16, bf16, q8_0, q4_0, int8 or int4 (types "
+                    "that keep 0 exact); the other tensors keep theirs")
+        ->check(CLI::IsMember(
+            std::vector<std::string>(std::begin(kZeroExactTypes), std::end(kZeroExactTypes))))
+        ->capture_default_str();
+    auto* calib = cmd->add_option("--calib", o->calib,
+                                  "Calibration text for wanda/sparsegpt (default: "
+                                  "data/calib/default.txt)");
+    auto* calib_tokens = cmd->add_option("--calib-tokens", o->calib_tokens,
+                                         "Use at most this many calibration tokens")
+                             ->check(CLI::PositiveNumber)
+                             ->capture_default_str();
+    auto* damp = cmd->add_option("--damp", o->damp,
+                                 "sparsegpt: dampening added to the Hessian's diagonal, as a "
+                                 "fraction of its mean")
+                     ->check(CLI::Range(0.0, 10.0))
+                     ->capture_default_str();
+    cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)")
+        ->check(CLI::Range(0, 1024));
+    cmd->add_flag("-q,--quiet", o->quiet, "No progress bar");
+    cmd->callback([o, calib, calib_tokens, damp] {
+        o->in = take(resolve_model_path(o->in));
+        if (o->in == o->out) throw ExitError("input and output must be different files");
+        if (std::error_code ec; std::filesystem::is_directory(o->out, ec))
+            throw ExitError(o->out + ": is a directory; name the output file");
+        take(calibrate::parse_sparsity(o->sparsity));  // a bad pattern before loading anything
+        if (o->method == "magnitude" && (calib->count() || calib_tokens->count()))
+            throw ExitError("--calib and --calib-tokens apply to --method wanda or sparsegpt");
+        if (o->method != "sparsegpt" && damp->count())
+            throw ExitError("--damp applies to --method sparsegpt only");
+        prune_file(*o);
+    });
+}
+
+}  // namespace ferry::cli

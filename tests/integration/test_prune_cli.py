@@ -1,0 +1,100 @@
+"""`ferry prune` end to end: the pruned file is read back by gguf-py and its matrices checked for
+the pattern there (not by ferry's own check), it runs, and it stays pruned when quantized to q4_0
+afterwards. Bad switches give one clear line and write nothing."""
+
+import pytest
+
+from conftest import run_ferry
+
+gguf = pytest.importorskip("gguf")
+np = pytest.importorskip("numpy")
+from gguf.quants import dequantize  # noqa: E402
+
+PRUNED = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+
+
+def matrices(path):
+    r = gguf.GGUFReader(path)
+    return {t.name: t for t in r.tensors}, r
+
+
+def weights(t):
+    return dequantize(t.data, t.tensor_type).reshape(-1, int(t.shape[0]))
+
+
+def assert_n_m(w, n, m, name):
+    groups = (w.reshape(w.shape[0], -1, m) != 0).sum(axis=2)
+    assert groups.max() <= n, f"{name}: a group of {m} keeps {groups.max()} weights"
+
+
+@pytest.fixture(scope="module")
+def pruned_2_4(model_path, tmp_path_factory):
+    out = tmp_path_factory.mktemp("prune") / "wanda-2-4.gguf"
+    r = run_ferry("prune", model_path, out, "--sparsity", "2:4", "--method", "wanda",
+                  "--calib-tokens", "256", "-q")
+    assert r.returncode == 0, r.stderr
+    assert "2:4 (wanda)" in r.stderr
+    return out
+
+
+def test_every_layer_matrix_is_2_4_and_the_rest_is_untouched(model_path, pruned_2_4):
+    src, _ = matrices(model_path)
+    out, reader = matrices(pruned_2_4)
+    assert src.keys() == out.keys()
+    pruned = 0
+    for name, t in out.items():
+        if any(f".{p}.weight" in name for p in PRUNED):
+            assert t.tensor_type == gguf.GGMLQuantizationType.F16, name
+            w = weights(t)
+            assert_n_m(w, 2, 4, name)
+            assert (w == 0).mean() >= 0.5, name
+            pruned += 1
+        else:
+            assert t.tensor_type == src[name].tensor_type, name
+            assert bytes(t.data) == bytes(src[name].data), name
+    assert pruned == 7 * 30
+    f = reader.fields["ferry.sparsity.pattern"]
+    assert bytes(f.parts[f.data[0]]).decode() == "2:4"
+
+
+def test_the_pruned_model_runs_and_stays_pruned_through_q4_0(pruned_2_4, tmp_path):
+    r = run_ferry("run", "-m", pruned_2_4, "-p", "The capital of France is", "-n", "8",
+                  "--temperature", "0", "-t", "2")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip()
+    q = tmp_path / "q4_0.gguf"
+    r = run_ferry("quantize", pruned_2_4, q, "--type", "q4_0", "-q")
+    assert r.returncode == 0, r.stderr
+    out, _ = matrices(q)
+    for name in ("blk.0.attn_q.weight", "blk.12.ffn_up.weight", "blk.29.ffn_down.weight"):
+        assert out[name].tensor_type == gguf.GGMLQuantizationType.Q4_0
+        assert_n_m(weights(out[name]), 2, 4, name)
+
+
+def test_magnitude_unstructured_zeroes_the_fraction_of_each_row(model_path, tmp_path):
+    out = tmp_path / "mag.gguf"
+    r = run_ferry("prune", model_path, out, "--sparsity", "0.3", "--method", "magnitude",
+                  "--type", "q8_0", "-q")
+    assert r.returncode == 0, r.stderr
+    t, _ = matrices(out)
+    for name in ("blk.3.attn_k.weight", "blk.20.ffn_gate.weight"):
+        w = weights(t[name])
+        zeros = (w == 0).sum(axis=1)
+        assert zeros.min() >= round(0.3 * w.shape[1]), name
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--sparsity", "4:2"], "N:M"),
+    (["--sparsity", "half"], "--sparsity"),
+    (["--sparsity", "2:4", "--type", "q4_1"], "--type"),
+    (["--sparsity", "2:4", "--method", "magnitude", "--damp", "0.1"], "--damp"),
+    (["--sparsity", "2:4", "--method", "magnitude", "--calib-tokens", "64"], "--calib"),
+    (["--sparsity", "2:4", "--method", "pruney"], "--method"),
+])
+def test_bad_switches_give_one_clear_error_and_write_nothing(model_path, tmp_path, args, needle):
+    out = tmp_path / "out.gguf"
+    r = run_ferry("prune", model_path, out, *args)
+    assert r.returncode != 0
+    assert needle in r.stderr, r.stderr
+    assert "terminate" not in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists()
