@@ -21,12 +21,18 @@ void LookaheadProposer::SourceStats::record(Source s, int depth, bool ok) {
     ++accepted_at[s][d];
 }
 
+void LookaheadProposer::SourceStats::fade(double f) {
+    for (auto& src : reached_at)
+        for (double& x : src) x *= f;
+    for (auto& src : accepted_at)
+        for (double& x : src) x *= f;
+}
+
 double LookaheadProposer::SourceStats::rate(Source s, int depth, double prior,
                                             double weight) const {
     double r = prior;
     for (int d = 0; d <= std::min(depth, kDepths - 1); ++d)
-        r = (static_cast<double>(accepted_at[s][d]) + r * weight) /
-            (static_cast<double>(reached_at[s][d]) + weight);
+        r = (accepted_at[s][d] + r * weight) / (reached_at[s][d] + weight);
     return r;
 }
 
@@ -124,6 +130,7 @@ bool LookaheadProposer::judge(State& st, std::span<const int32_t> tokens, int64_
     }
     if (!rejected && decided < st.drafted.size()) return false;  // not decided yet
     const std::vector<int> depth = run_depths(st.drafted_from);
+    st.stats.fade(kSeqDecay);
     for (size_t i = 0; i <= decided && i < st.drafted.size(); ++i)
         for (SourceStats* s : {&st.stats, &stats_})
             s->record(st.drafted_from[i], depth[i], i < decided);
@@ -194,9 +201,8 @@ void LookaheadProposer::propose(std::span<ProposalJob> jobs) {
             const Source src = from_src[i];
             const int d = std::min(depth[i], kDepths - 1);
             const double global = stats_.rate(src, d, kPriors[src], 4.0);
-            j.out->accept.push_back(
-                (static_cast<double>(st.stats.accepted_at[src][d]) + global * 4.0) /
-                (static_cast<double>(st.stats.reached_at[src][d]) + 4.0));
+            j.out->accept.push_back((st.stats.accepted_at[src][d] + global * 4.0) /
+                                    (st.stats.reached_at[src][d] + 4.0));
         }
         st.latest_at = next;
         st.latest = out;

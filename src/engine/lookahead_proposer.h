@@ -55,8 +55,11 @@ class LookaheadProposer final : public Proposer {
         std::array<int64_t, kSources> drafted{};  // verified
         std::array<int64_t, kSources> reached{};
         std::array<int64_t, kSources> accepted{};
-        std::array<std::array<int64_t, kDepths>, kSources> reached_at{}, accepted_at{};
+        // Per depth, weighted: a sequence's own record fades (each judged proposal scales it by
+        // kSeqDecay, so recent proposals weigh most, as AcceptanceStats' do), the pooled one not.
+        std::array<std::array<double, kDepths>, kSources> reached_at{}, accepted_at{};
         void record(Source s, int depth, bool ok);
+        void fade(double f);
         // The chance at a depth, shrunk while little is known towards the one above it (towards
         // `prior` at the first depth): the same estimate as AcceptanceStats'.
         double rate(Source s, int depth, double prior, double weight) const;
@@ -65,6 +68,7 @@ class LookaheadProposer final : public Proposer {
     size_t pool_size(uint64_t seq) const;  // n-grams held for a sequence (tests)
     // A source's acceptance before anything is known of it (lookup's is the planner's prior).
     static constexpr std::array<double, kSources> kPriors{0.6, 0.3, 0.2};
+    static constexpr double kSeqDecay = 0.9;
 
   private:
     struct PoolEntry {
