@@ -118,7 +118,8 @@ Expected<TensorOverrides> run_gptq(const gguf::File& f, const model::LlamaConfig
                 }
                 auto w = read_float_tensor(f, name);
                 if (!w) return w.error();
-                auto q = gptq_quantize(*type, w->w.data(), w->rows, w->cols, *hess, pool);
+                auto q = gptq_quantize(*type, w->w.data(), w->rows, w->cols, *hess, pool,
+                                       opt.keep_zeros);
                 if (!q) return make_error("{}: {}", name, q.error().message);
                 out.bytes[name] = std::move(*q);
             }

@@ -122,7 +122,8 @@ Expected<GptqHessian> prepare_gptq_hessian(std::span<const double> h, int64_t n,
 }
 
 Expected<std::vector<uint8_t>> gptq_quantize(DType type, const float* w, int64_t rows, int64_t cols,
-                                             const GptqHessian& hess, ThreadPool& pool) {
+                                             const GptqHessian& hess, ThreadPool& pool,
+                                             bool keep_zeros) {
     if (!quant::has_group_grid(type))
         return make_error("gptq: type {} has no group grid", dtype_name(type));
     const int G = quant::grid_group_size(type);
@@ -134,6 +135,17 @@ Expected<std::vector<uint8_t>> gptq_quantize(DType type, const float* w, int64_t
     std::vector<int32_t> pos(static_cast<size_t>(n));  // column -> processing step
     for (int64_t p = 0; p < n; ++p) pos[hess.perm[p]] = static_cast<int32_t>(p);
     std::vector<uint8_t> out(out_row * static_cast<size_t>(rows));
+    if (keep_zeros) {
+        // A group's grid has an exact 0 when its zero code maps back to 0 for any scale.
+        std::vector<float> probe(static_cast<size_t>(G));
+        for (int j = 0; j < G; ++j) probe[j] = 0.25f + 0.5f * static_cast<float>(j) / G;
+        const quant::GroupParams gp = quant::fit_group(type, probe.data());
+        if (quant::grid_value(type, gp, quant::round_to_grid(type, gp, 0.0f)) != 0.0f)
+            return make_error(
+                "gptq: a pruned matrix needs a type whose grid holds 0 exactly (int4, q4_0), "
+                "not {}",
+                dtype_name(type));
+    }
 
     pool.run_tasks((rows + kTileRows - 1) / kTileRows, [&](int64_t tile) {
         const int64_t r0 = tile * kTileRows, nr = std::min<int64_t>(kTileRows, rows - r0);
@@ -144,6 +156,10 @@ Expected<std::vector<uint8_t>> gptq_quantize(DType type, const float* w, int64_t
                 const int32_t c = hess.perm[p];
                 wt[r * n + p] = hess.dead[c] ? 0.0 : w[(r0 + r) * cols + c];
             }
+        // A pruned weight (0 in w) stays 0; its error is fed forward like any rounding error.
+        auto pruned = [&](int64_t r, int64_t c) {
+            return keep_zeros && w[(r0 + r) * cols + c] == 0;
+        };
         std::vector<uint8_t> codes(static_cast<size_t>(nr * n));  // column order
         std::vector<quant::GroupParams> params(static_cast<size_t>(nr * n_groups));
         std::vector<uint8_t> fitted(static_cast<size_t>(n_groups), 0);
@@ -156,7 +172,9 @@ Expected<std::vector<uint8_t>> gptq_quantize(DType type, const float* w, int64_t
                 // already quantized have left them.
                 for (int64_t r = 0; r < nr; ++r) {
                     for (int j = 0; j < G; ++j)
-                        group[j] = static_cast<float>(wt[r * n + pos[g * G + j]]);
+                        group[j] = pruned(r, g * G + j)
+                                       ? 0.0f
+                                       : static_cast<float>(wt[r * n + pos[g * G + j]]);
                     params[r * n_groups + g] = quant::fit_group(type, group.data());
                 }
                 fitted[g] = 1;
@@ -166,7 +184,8 @@ Expected<std::vector<uint8_t>> gptq_quantize(DType type, const float* w, int64_t
             for (int64_t r = 0; r < nr; ++r) {
                 double* wr = &wt[r * n];
                 const quant::GroupParams& gp = params[r * n_groups + g];
-                const uint8_t code = quant::round_to_grid(type, gp, static_cast<float>(wr[p]));
+                const uint8_t code =
+                    quant::round_to_grid(type, gp, pruned(r, c) ? 0.0f : static_cast<float>(wr[p]));
                 codes[r * n + c] = code;
                 const double err = (wr[p] - quant::grid_value(type, gp, code)) / d;
                 if (err == 0 || !std::isfinite(err)) continue;

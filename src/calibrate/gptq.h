@@ -17,8 +17,9 @@
 namespace ferry::calibrate {
 
 struct GptqOptions {
-    double damp = 0.01;      // added to H's diagonal, as a fraction of its mean
-    bool act_order = false;  // columns in order of descending H_ii (most active first)
+    double damp = 0.01;       // added to H's diagonal, as a fraction of its mean
+    bool act_order = false;   // columns in order of descending H_ii (most active first)
+    bool keep_zeros = false;  // a pruned model: its zeros stay exact 0 (gptq_quantize)
 };
 
 // What the matrices sharing one input need from its Hessian, computed once for all of them.
@@ -36,8 +37,12 @@ Expected<GptqHessian> prepare_gptq_hessian(std::span<const double> h, int64_t n,
                                            const GptqOptions& opt, ThreadPool& pool);
 
 // w: rows x cols floats (cols == hess.n), type with has_group_grid(type). Returns the
-// matrix as rows x row_bytes(type, cols) bytes.
+// matrix as rows x row_bytes(type, cols) bytes. keep_zeros (a pruned matrix): every weight that
+// is 0 in w is written as an exact 0 whatever the error feedback brought it to, so the sparsity
+// pattern survives (SparseGPT's joint sparsification and quantization, with the mask fixed);
+// refused for a type whose grid has no exact 0 (q4_1).
 Expected<std::vector<uint8_t>> gptq_quantize(DType type, const float* w, int64_t rows, int64_t cols,
-                                             const GptqHessian& hess, ThreadPool& pool);
+                                             const GptqHessian& hess, ThreadPool& pool,
+                                             bool keep_zeros = false);
 
 }  // namespace ferry::calibrate

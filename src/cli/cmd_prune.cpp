@@ -1,8 +1,9 @@
 // `ferry prune IN.gguf OUT.gguf --sparsity 2:4|0.5 [--method magnitude|wanda|sparsegpt]
 // [--calib FILE] [--calib-tokens N] [--type f16] [--damp F]`: zeroes the least important
 // weights of every layer's linear maps (calibrate/pruning.h) and writes them in a type that holds
-// zero exactly, so the pattern survives. Quantizing the result afterwards keeps it too where the
-// type rounds 0 to 0 (q8_0, q4_0, int8, int4; `ferry quantize` rounding to nearest).
+// zero exactly, so the pattern survives. `ferry quantize` keeps it too (to q8_0, q4_0, int8 or
+// int4, rounding to nearest or with GPTQ told by the file's ferry.sparsity.pattern key to keep
+// the zeros) and refuses the types and methods that would not.
 #include <cstdio>
 #include <filesystem>
 #include <map>

@@ -126,6 +126,7 @@ calibrate::TensorOverrides calibrated_overrides(const QuantizeOptions& o, DType 
         calibrate::GptqOptions g;
         g.damp = o.damp;
         g.act_order = o.act_order;
+        g.keep_zeros = lm.file->get_string("ferry.sparsity.pattern").has_value();
         ov = take(calibrate::run_gptq(*lm.file, c, stats, type_of, g, pool, on_layer));
     } else {
         ov = take(calibrate::run_awq(*lm.file, c, stats, type_of, pool, on_layer));
@@ -189,6 +190,23 @@ void quantize_file(const QuantizeOptions& o) {
     }
     set_weight_type_metadata(w, target);
 
+    // A pruned file (ferry prune) keeps its pattern only in a type that rounds 0 to 0; q4_1 and
+    // the k-quants shift their grid by a minimum, AWQ rescales the weights around their zeros.
+    if (in)
+        if (const auto pattern = in->get_string("ferry.sparsity.pattern")) {
+            const bool zero_exact = target == DType::F32 || target == DType::F16 ||
+                                    target == DType::BF16 || target == DType::Q8_0 ||
+                                    target == DType::Q4_0 || target == DType::INT8 ||
+                                    quant::is_int4(target);
+            if (!zero_exact || o.method == "awq" || o.smoothing())
+                throw ExitError(fmt::format(
+                    "{} is pruned ({}): {} would not keep its zeros; quantize it to q4_0, q8_0, "
+                    "int4 or int8 (round to nearest or --method gptq)",
+                    o.in, *pattern,
+                    o.method == "awq" ? "--method awq"
+                    : o.smoothing()   ? "--smooth-alpha"
+                                      : "--type " + o.type));
+        }
     auto overrides = std::make_shared<calibrate::TensorOverrides>();
     if (lm) *overrides = calibrated_overrides(o, target, *lm, pool);
     int64_t total_elems = 0, n_kept = 0, n_f16 = 0, n_fallback = 0;

@@ -98,3 +98,17 @@ def test_bad_switches_give_one_clear_error_and_write_nothing(model_path, tmp_pat
     assert needle in r.stderr, r.stderr
     assert "terminate" not in r.stderr and "Traceback" not in r.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--type", "q4_1"], "--type q4_1"),
+    (["--type", "q4_k"], "--type q4_k"),
+    (["--type", "int4", "--method", "awq"], "--method awq"),
+])
+def test_quantizing_a_pruned_file_to_a_type_that_loses_zeros_is_refused(pruned_2_4, tmp_path, args,
+                                                                         needle):
+    out = tmp_path / "q.gguf"
+    r = run_ferry("quantize", pruned_2_4, out, *args, "-q")
+    assert r.returncode != 0
+    assert "is pruned (2:4)" in r.stderr and needle in r.stderr, r.stderr
+    assert not out.exists()

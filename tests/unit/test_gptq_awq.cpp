@@ -16,6 +16,7 @@
 #include "calibrate/calibrated.h"
 #include "calibrate/calibration.h"
 #include "calibrate/gptq.h"
+#include "calibrate/pruning.h"
 #include "calibrate/smoothquant.h"
 #include "engine/loaded_model.h"
 #include "engine/model_runner.h"
@@ -202,6 +203,44 @@ TEST(Gptq, DeadColumnIsZeroedAndStillBeatsRtn) {
         EXPECT_EQ(deq[r * L.cols + dead], 0.0f);  // int4 has an exact 0
     for (float v : deq) ASSERT_TRUE(std::isfinite(v));
     EXPECT_LT(gptq, 0.8 * rtn_error(L, DType::INT4_G32));
+}
+
+// A pruned matrix quantized by GPTQ keeps its zeros (the error of forcing them is fed forward
+// like a rounding error), which plain GPTQ would fill in, and still beats rounding to nearest.
+TEST(Gptq, KeepZerosKeepsAPrunedPatternAndBeatsRtn) {
+    SyntheticLayer L = make_layer();
+    ThreadPool pool(2);
+    auto parsed = parse_sparsity("2:4");
+    ASSERT_TRUE(parsed.ok());
+    const SparsityPattern p = *parsed;
+    ASSERT_TRUE(prune_by_score(L.w, L.rows, L.cols, p, {}, pool).ok());
+    for (DType t : {DType::INT4_G32, DType::Q4_0})
+        for (bool act_order : {false, true}) {
+            GptqOptions opt;
+            opt.act_order = act_order;
+            auto hess = prepare_gptq_hessian(L.h, L.cols, opt, pool);
+            ASSERT_TRUE(hess.ok());
+            auto kept = gptq_quantize(t, L.w.data(), L.rows, L.cols, *hess, pool, true);
+            ASSERT_TRUE(kept.ok()) << kept.error().message;
+            const auto d = dequantize_matrix(t, *kept, L.rows, L.cols);
+            EXPECT_TRUE(follows_pattern(d, L.rows, L.cols, p)) << dtype_name(t);
+            for (size_t i = 0; i < d.size(); ++i) {
+                if (L.w[i] == 0) {
+                    ASSERT_EQ(d[i], 0.0f);
+                }
+            }
+            EXPECT_LT(output_error(L.x, L.n, L.w, d, L.rows, L.cols), 0.9 * rtn_error(L, t))
+                << dtype_name(t) << (act_order ? " act-order" : "");
+            // Without the flag the error feedback fills the zeros in.
+            auto plain = gptq_quantize(t, L.w.data(), L.rows, L.cols, *hess, pool);
+            ASSERT_TRUE(plain.ok());
+            EXPECT_FALSE(
+                follows_pattern(dequantize_matrix(t, *plain, L.rows, L.cols), L.rows, L.cols, p));
+        }
+    auto hess = prepare_gptq_hessian(L.h, L.cols, GptqOptions{}, pool);
+    auto q41 = gptq_quantize(DType::Q4_1, L.w.data(), L.rows, L.cols, *hess, pool, true);
+    ASSERT_FALSE(q41.ok());
+    EXPECT_NE(q41.error().message.find("0 exactly"), std::string::npos) << q41.error().message;
 }
 
 TEST(Awq, SearchNeverWorseThanRtnAndAlphaZeroIsRtn) {
