@@ -102,8 +102,20 @@ void LookaheadProposer::add_to_pool(State& st, const std::vector<int32_t>& trail
     const int32_t before = trail[0], first = trail[1];
     const std::span<const int32_t> rest(trail.begin() + 2, trail.end());
     ++st.clock;
-    add_entry(st.pool[first], rest, st.clock, per_token_);
-    if (before >= 0) add_entry(st.pool2[pair_key(before, first)], rest, st.clock, per_token_);
+    auto list = [](auto& map, auto& order, auto key) -> auto& {
+        auto [it, made] = map.try_emplace(key);
+        if (made) {
+            order.push_back(key);
+            if (order.size() > kMaxKeys) {
+                map.erase(order.front());
+                order.pop_front();
+            }
+        }
+        return map[key];
+    };
+    add_entry(list(st.pool, st.order, first), rest, st.clock, per_token_);
+    if (before >= 0)
+        add_entry(list(st.pool2, st.order2, pair_key(before, first)), rest, st.clock, per_token_);
 }
 
 // The pool's n-gram for a last token, the one that followed the same two tokens first.

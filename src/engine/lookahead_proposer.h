@@ -24,6 +24,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <unordered_map>
 #include <vector>
 
@@ -69,6 +70,7 @@ class LookaheadProposer final : public Proposer {
     // A source's acceptance before anything is known of it (lookup's is the planner's prior).
     static constexpr std::array<double, kSources> kPriors{0.6, 0.3, 0.2};
     static constexpr double kSeqDecay = 0.9;
+    static constexpr size_t kMaxKeys = 4096;  // pool lists per sequence, each map
 
   private:
     struct PoolEntry {
@@ -85,6 +87,10 @@ class LookaheadProposer final : public Proposer {
         // The pool, by an n-gram's first token, and by that and the token before it.
         std::unordered_map<int32_t, std::vector<PoolEntry>> pool;
         std::unordered_map<uint64_t, std::vector<PoolEntry>> pool2;
+        // Keys in the order their lists were made: past kMaxKeys the oldest list goes, so a
+        // sequence that never ends (a stream under KV eviction) holds a bounded pool.
+        std::deque<int32_t> order;
+        std::deque<uint64_t> order2;
         int32_t before_last = -1;  // the token before the sequence's last, at the last proposal
         uint64_t clock = 0;
         // The proposal being judged (the last verified one, or a declined one as a shadow),

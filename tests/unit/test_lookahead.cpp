@@ -113,3 +113,19 @@ TEST(Lookahead, ARolledBackSequenceStartsAfreshAndReleaseForgetsIt) {
     p.release(1);
     EXPECT_EQ(p.pool_size(1), 0u);
 }
+
+TEST(Lookahead, ANeverEndingSequenceHoldsABoundedPool) {
+    constexpr int W = 20000;  // a vocabulary wide enough for every n-gram to start afresh
+    LookaheadProposer p(2, 3);
+    Draft d;
+    const std::vector<int32_t> start = {1, 2};
+    ProposalJob job{1, start, 0, 4, nullptr, &d};
+    p.propose({&job, 1});
+    std::vector<float> rows(5 * W, 0.0f);
+    for (int32_t t = 0; t + 5 < W; t += 5) {
+        const std::vector<int32_t> fed = {t, t + 1, t + 2, t + 3, t + 4};
+        p.observe(1, fed, rows.data(), W);
+    }
+    EXPECT_GT(p.pool_size(1), 1000u);
+    EXPECT_LE(p.pool_size(1), LookaheadProposer::kMaxKeys);
+}
