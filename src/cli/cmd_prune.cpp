@@ -24,6 +24,7 @@
 #include "engine/loaded_model.h"
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_writer.h"
+#include "hf/model_dir.h"
 #include "quant/dequantize.h"
 #include "quant/quantize.h"
 
@@ -46,12 +47,18 @@ constexpr const char* kZeroExactTypes[] = {"f32", "f16", "bf16", "q8_0", "q4_0",
 void prune_file(const PruneCliOptions& o) {
     const calibrate::SparsityPattern pattern = take(calibrate::parse_sparsity(o.sparsity));
     const calibrate::PruneMethod method = take(calibrate::parse_prune_method(o.method));
-    const DType out_type = take(parse_weight_type(o.type, 128));
+    const DType type = take(parse_weight_type(o.type, 128));
     const auto backend =
         take(kernels::make_backend({.threads = resolve_threads(o.threads), .activations = {}}));
     ThreadPool& pool = backend->host_pool();
     engine::LoadedModel lm = take(engine::LoadedModel::load(o.in, false, backend));
     const model::LlamaConfig& c = lm.model->config();
+    // Every matrix's width against the pattern before minutes of calibration, not after.
+    for (int li = 0; li < c.n_layer && !c.is_moe(); ++li)
+        for (const std::string& name : calibrate::prunable_tensors(li))
+            if (const gguf::TensorInfo* t = lm.file->tensor(name))
+                if (Status s = calibrate::check_pattern(pattern, t->shape[0]); !s)
+                    throw ExitError(fmt::format("{}: {}", name, s.error().message));
 
     calibrate::CalibrationStats stats;
     if (method != calibrate::PruneMethod::Magnitude) {
@@ -101,9 +108,9 @@ void prune_file(const PruneCliOptions& o) {
         }
         pruned_weights += t.n_elements;
         const int64_t cols = t.shape[0], rows = t.n_elements / cols;
-        if (cols % dtype_info(out_type).block_size != 0)
-            throw ExitError(
-                fmt::format("{}: rows of {} do not split into {} blocks", t.name, cols, o.type));
+        // Rows that do not split into the type's blocks take its fallback (int4: smaller groups,
+        // then int8; q4_0: q8_0, then f16), each of which keeps 0 exact too.
+        const DType out_type = quant::fallback_for(type, cols);
         auto produce = [floats, name = t.name, rows, cols, out_type,
                         pattern](std::vector<uint8_t>& out) -> Status {
             const std::vector<float>& f = floats->at(name);
@@ -188,6 +195,11 @@ void add_prune_command(CLI::App& app) {
         if (std::error_code ec; std::filesystem::is_directory(o->out, ec))
             throw ExitError(o->out + ": is a directory; name the output file");
         take(calibrate::parse_sparsity(o->sparsity));  // a bad pattern before loading anything
+        if (hf::is_model_dir(o->in))
+            throw ExitError(fmt::format(
+                "{}: prune reads a GGUF; convert the directory first (ferry quantize {} "
+                "model-f16.gguf --type f16), then prune that",
+                o->in, o->in));
         if (o->method == "magnitude" && (calib->count() || calib_tokens->count()))
             throw ExitError("--calib and --calib-tokens apply to --method wanda or sparsegpt");
         if (o->method != "sparsegpt" && damp->count())

@@ -112,3 +112,22 @@ def test_quantizing_a_pruned_file_to_a_type_that_loses_zeros_is_refused(pruned_2
     assert r.returncode != 0
     assert "is pruned (2:4)" in r.stderr and needle in r.stderr, r.stderr
     assert not out.exists()
+
+
+def test_int4_rows_that_do_not_split_into_groups_of_128_fall_back_and_keep_the_pattern(
+        model_path, tmp_path):
+    out = tmp_path / "int4.gguf"
+    r = run_ferry("prune", model_path, out, "--sparsity", "2:4", "--method", "magnitude",
+                  "--type", "int4", "-q")
+    assert r.returncode == 0, r.stderr
+    r = run_ferry("run", "-m", out, "-p", "Hello", "-n", "4", "-t", "2")
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_pattern_the_rows_do_not_split_into_is_refused_before_any_work(model_path, tmp_path):
+    out = tmp_path / "out.gguf"
+    r = run_ferry("prune", model_path, out, "--sparsity", "3:7", "--method", "wanda")
+    assert r.returncode != 0
+    assert "groups of 7" in r.stderr, r.stderr
+    assert "calibration" not in r.stderr
+    assert not out.exists()
