@@ -39,15 +39,15 @@ struct PruneCliOptions {
     bool quiet = false;
 };
 
-// The pruned matrices' output types: those whose rounding keeps 0 at 0 (a group or row scale
-// with a symmetric or zero-including grid). q4_1 and the k-quants shift their grid by a
-// minimum, so a zero would come back as a small value.
-constexpr const char* kZeroExactTypes[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "int8", "int4"};
-
 void prune_file(const PruneCliOptions& o) {
     const calibrate::SparsityPattern pattern = take(calibrate::parse_sparsity(o.sparsity));
     const calibrate::PruneMethod method = take(calibrate::parse_prune_method(o.method));
     const DType type = take(parse_weight_type(o.type, 128));
+    if (!quant::keeps_zeros(type))
+        throw ExitError(fmt::format(
+            "--type {} would not keep the zeros (its grid is shifted by a minimum); use f32, "
+            "f16, bf16, q8_0, q4_0, int8 or int4",
+            o.type));
     const auto backend =
         take(kernels::make_backend({.threads = resolve_threads(o.threads), .activations = {}}));
     ThreadPool& pool = backend->host_pool();
@@ -171,8 +171,6 @@ void add_prune_command(CLI::App& app) {
     cmd->add_option("--type", o->type,
                     "type of the pruned matrices: f32, f16, bf16, q8_0, q4_0, int8 or int4 (types "
                     "that keep 0 exact); the other tensors keep theirs")
-        ->check(CLI::IsMember(
-            std::vector<std::string>(std::begin(kZeroExactTypes), std::end(kZeroExactTypes))))
         ->capture_default_str();
     auto* calib = cmd->add_option("--calib", o->calib,
                                   "Calibration text for wanda/sparsegpt (default: "

@@ -194,11 +194,7 @@ void quantize_file(const QuantizeOptions& o) {
     // the k-quants shift their grid by a minimum, AWQ rescales the weights around their zeros.
     if (in)
         if (const auto pattern = in->get_string("ferry.sparsity.pattern")) {
-            const bool zero_exact = target == DType::F32 || target == DType::F16 ||
-                                    target == DType::BF16 || target == DType::Q8_0 ||
-                                    target == DType::Q4_0 || target == DType::INT8 ||
-                                    quant::is_int4(target);
-            if (!zero_exact || o.method == "awq" || o.smoothing())
+            if (!quant::keeps_zeros(target) || o.method == "awq" || o.smoothing())
                 throw ExitError(fmt::format(
                     "{} is pruned ({}): {} would not keep its zeros; quantize it to q4_0, q8_0, "
                     "int4 or int8 (round to nearest or --method gptq)",

@@ -542,9 +542,8 @@ void Engine::propose_drafts() {
         for (const Want& w : want) {
             const bool cheap = lookup(w.seq->spec);
             const Draft& d = w.seq->draft;
-            cands.push_back({d.accept.empty() ? planner_.acceptance(w.seq->spec_acceptance)
-                                              : depth_rates(d.accept),
-                             cheap ? static_cast<int>(w.seq->draft.tokens.size()) : w.k,
+            cands.push_back({planner_.acceptance(w.seq->spec_acceptance, d.accept),
+                             cheap ? static_cast<int>(d.tokens.size()) : w.k,
                              cheap ? 0.0 : planner_.draft_seconds_per_token()});
         }
         // A step's prefill tokens are work it does, not overhead: a draft token must pay at the

@@ -195,9 +195,7 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
                                                ms_since(t_draft) * 1e-3);
             }
             if (cost && cheap && !draft.tokens.empty()) {
-                const int keep = planned_k(planner_,
-                                           draft.accept.empty() ? planner_.acceptance(acceptance)
-                                                                : depth_rates(draft.accept),
+                const int keep = planned_k(planner_, planner_.acceptance(acceptance, draft.accept),
                                            static_cast<int>(draft.tokens.size()), 0.0);
                 if (keep == 0 && !shadow.active()) shadow.start(draft.tokens);
                 draft.cut(static_cast<size_t>(keep));

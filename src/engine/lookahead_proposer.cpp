@@ -31,8 +31,7 @@ void LookaheadProposer::SourceStats::fade(double f) {
 double LookaheadProposer::SourceStats::rate(Source s, int depth, double prior,
                                             double weight) const {
     double r = prior;
-    for (int d = 0; d <= std::min(depth, kDepths - 1); ++d)
-        r = (accepted_at[s][d] + r * weight) / (reached_at[s][d] + weight);
+    for (int d = 0; d <= std::min(depth, kDepths - 1); ++d) r = shrunk(s, d, r, weight);
     return r;
 }
 
@@ -212,9 +211,8 @@ void LookaheadProposer::propose(std::span<ProposalJob> jobs) {
         for (size_t i = 0; i < from_src.size(); ++i) {
             const Source src = from_src[i];
             const int d = std::min(depth[i], kDepths - 1);
-            const double global = stats_.rate(src, d, kPriors[src], 4.0);
-            j.out->accept.push_back((st.stats.accepted_at[src][d] + global * 4.0) /
-                                    (st.stats.reached_at[src][d] + 4.0));
+            j.out->accept.push_back(
+                st.stats.shrunk(src, d, stats_.rate(src, d, kPriors[src], 4.0), 4.0));
         }
         st.latest_at = next;
         st.latest = out;

@@ -64,6 +64,10 @@ class LookaheadProposer final : public Proposer {
         // The chance at a depth, shrunk while little is known towards the one above it (towards
         // `prior` at the first depth): the same estimate as AcceptanceStats'.
         double rate(Source s, int depth, double prior, double weight) const;
+        // One depth's record shrunk towards `prior` alone (rate() chains these down the depths).
+        double shrunk(Source s, int depth, double prior, double weight) const {
+            return (accepted_at[s][depth] + prior * weight) / (reached_at[s][depth] + weight);
+        }
     };
     const SourceStats& stats() const { return stats_; }
     size_t pool_size(uint64_t seq) const;  // n-grams held for a sequence (tests)

@@ -13,7 +13,9 @@ constexpr double kPoolDecay = 0.99;
 
 }  // namespace
 
-DepthRates depth_rates(std::span<const double> per_token) {
+DepthRates SpecPlanner::acceptance(const AcceptanceStats& seq,
+                                   std::span<const double> per_token) const {
+    if (per_token.empty()) return acceptance(seq);
     DepthRates r{};
     for (size_t i = 0; i < per_token.size() && i < r.size(); ++i) r[i] = per_token[i];
     return r;

@@ -103,8 +103,6 @@ struct DraftCandidate {
     double seconds_per_token = 0;  // the proposer's cost of one draft token (0: prompt lookup)
 };
 DepthRates constant_rates(double a);
-// A draft's own per-token estimates (Draft::accept) as depth rates; 0 past its end.
-DepthRates depth_rates(std::span<const double> per_token);
 
 struct DraftPlan {
     std::vector<int> k;             // draft tokens per candidate
@@ -133,6 +131,9 @@ class SpecPlanner {
     DepthRates acceptance(const AcceptanceStats& seq) const {
         return seq.rates(pooled_.rates(kPrior));
     }
+    // The draft's own per-token estimates (Draft::accept) where its proposer gives them (0 past
+    // their end), else the sequence's record.
+    DepthRates acceptance(const AcceptanceStats& seq, std::span<const double> per_token) const;
     double draft_seconds_per_token() const { return draft_s_per_token_; }
     // plan_drafts, plus the probe. Counts the steps it declined.
     DraftPlan plan(std::span<const DraftCandidate> candidates, int64_t base_tokens,

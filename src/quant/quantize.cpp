@@ -413,6 +413,12 @@ Expected<std::vector<uint8_t>> quantize(DType type, const float* src, int64_t n)
     return out;
 }
 
+bool keeps_zeros(DType t) {
+    return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 ||
+           t == DType::Q4_0 || t == DType::INT8 || t == DType::INT4_G32 || t == DType::INT4_G64 ||
+           t == DType::INT4_G128;
+}
+
 DType fallback_for(DType target, int64_t row) {
     if (row % dtype_info(target).block_size == 0) return target;
     if (is_int4(target)) {

@@ -37,6 +37,11 @@ void q5_0_to_q8_0(const void* src, void* dst, int64_t n);
 // models (int4 first tries its smaller groups, then int8; the block types q8_0, then f16).
 DType fallback_for(DType target, int64_t row);
 
+// Whether rounding to `t` maps 0 to exactly 0 (a pruned matrix keeps its pattern): the float
+// types and the grids with no offset (q8_0, q4_0, int8) or an integer zero point (int4); not
+// q4_1 and the k-quants, which shift their grid by a minimum. fallback_for keeps the property.
+bool keeps_zeros(DType t);
+
 // The type a tensor of a model written for `target` gets: norms and biases (1-D) stay f32, as
 // the model reads them, and so do a mixture's routers (as llama.cpp keeps them: tiny, and a
 // rounding there flips which experts run); w8a8's embedding and output head int8 with float
