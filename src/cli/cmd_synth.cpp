@@ -310,9 +310,9 @@ void add_synth_command(CLI::App& app) {
         ->required();
     cmd->add_option("--type", o->type,
                     "weight type of the matrices (q4_0, q4_1, q8_0, q4_k, q6_k, f16, bf16, f32; "
-                    "int8, int4, fp8, w8a8)")
+                    "int8, int4, int3, fp8, w8a8)")
         ->capture_default_str();
-    cmd->add_option("--group-size", o->group_size, "int4 group size (32, 64 or 128)")
+    cmd->add_option("--group-size", o->group_size, "int4 / int3 group size (32, 64 or 128)")
         ->capture_default_str();
     cmd->add_option("--layers", o->layers, "number of layers (default: the shape's)")
         ->check(CLI::Range(1, 4096));

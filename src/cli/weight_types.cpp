@@ -34,23 +34,24 @@ uint32_t file_type_for(DType t) {
 }  // namespace
 
 Expected<DType> parse_weight_type(const std::string& name, int group_size) {
-    if (name == "int4") {
+    if (name == "int4" || name == "int3") {
+        const bool three = name == "int3";
         switch (group_size) {
             case 32:
-                return DType::INT4_G32;
+                return three ? DType::INT3_G32 : DType::INT4_G32;
             case 64:
-                return DType::INT4_G64;
+                return three ? DType::INT3_G64 : DType::INT4_G64;
             case 128:
-                return DType::INT4_G128;
+                return three ? DType::INT3_G128 : DType::INT4_G128;
             default:
-                return make_error("--group-size {}: int4 groups are 32, 64 or 128", group_size);
+                return make_error("--group-size {}: {} groups are 32, 64 or 128", group_size, name);
         }
     }
     auto t = dtype_from_name(name);
     if (!t || !quant::can_quantize(*t))
         return make_error(
             "--type {}: not a type ferry writes (q8_0, q4_0, q4_1, q4_k, q6_k, f16, bf16, f32; "
-            "ferry's own: int8, int4, fp8, w8a8)",
+            "ferry's own: int8, int4, int3, fp8, w8a8)",
             name);
     return *t;
 }

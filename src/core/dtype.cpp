@@ -6,7 +6,8 @@ namespace ferry {
 namespace {
 
 constexpr std::array kTypes = {
-    DTypeInfo{DType::F32, "f32", 1, 4, true, 0}, DTypeInfo{DType::F16, "f16", 1, 2, true, 0},
+    DTypeInfo{DType::F32, "f32", 1, 4, true, 0},
+    DTypeInfo{DType::F16, "f16", 1, 2, true, 0},
     DTypeInfo{DType::Q4_0, "q4_0", 32, 18, true, 0},
     DTypeInfo{DType::Q4_1, "q4_1", 32, 20, true, 0},
     DTypeInfo{DType::Q5_0, "q5_0", 32, 22, true, 0},
@@ -18,16 +19,23 @@ constexpr std::array kTypes = {
     DTypeInfo{DType::Q4_K, "q4_k", 256, 144, true, 0},
     DTypeInfo{DType::Q5_K, "q5_k", 256, 176, true, 0},
     DTypeInfo{DType::Q6_K, "q6_k", 256, 210, true, 0},
-    DTypeInfo{DType::Q8_K, "q8_k", 256, 292, false, 0}, DTypeInfo{DType::I8, "i8", 1, 1, false, 0},
-    DTypeInfo{DType::I16, "i16", 1, 2, false, 0}, DTypeInfo{DType::I32, "i32", 1, 4, false, 0},
-    DTypeInfo{DType::I64, "i64", 1, 8, false, 0}, DTypeInfo{DType::F64, "f64", 1, 8, false, 0},
+    DTypeInfo{DType::Q8_K, "q8_k", 256, 292, false, 0},
+    DTypeInfo{DType::I8, "i8", 1, 1, false, 0},
+    DTypeInfo{DType::I16, "i16", 1, 2, false, 0},
+    DTypeInfo{DType::I32, "i32", 1, 4, false, 0},
+    DTypeInfo{DType::I64, "i64", 1, 8, false, 0},
+    DTypeInfo{DType::F64, "f64", 1, 8, false, 0},
     DTypeInfo{DType::BF16, "bf16", 1, 2, true, 0},
     // ferry's own (quant/ferry_types.h): an f32 scale heads every row, or a 4-byte group header.
-    DTypeInfo{DType::INT8, "int8", 1, 1, true, 4}, DTypeInfo{DType::FP8, "fp8", 1, 1, true, 4},
+    DTypeInfo{DType::INT8, "int8", 1, 1, true, 4},
+    DTypeInfo{DType::FP8, "fp8", 1, 1, true, 4},
     DTypeInfo{DType::INT4_G32, "int4_g32", 32, 4 + 16, true, 0},
     DTypeInfo{DType::INT4_G64, "int4_g64", 64, 4 + 32, true, 0},
     DTypeInfo{DType::INT4_G128, "int4_g128", 128, 4 + 64, true, 0},
     DTypeInfo{DType::W8A8, "w8a8", 1, 1, true, 8},  // f32 scale + i32 sum of the row's values
+    DTypeInfo{DType::INT3_G32, "int3_g32", 32, 4 + 12, true, 0},
+    DTypeInfo{DType::INT3_G64, "int3_g64", 64, 4 + 24, true, 0},
+    DTypeInfo{DType::INT3_G128, "int3_g128", 128, 4 + 48, true, 0},
 };
 
 }  // namespace

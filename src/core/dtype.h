@@ -39,6 +39,9 @@ enum class DType : uint32_t {
     INT4_G64 = 1027,   // groups of 64
     INT4_G128 = 1028,  // groups of 128
     W8A8 = 1029,       // int8 as INT8 plus the row's sum of values; activations go 8-bit too
+    INT3_G32 = 1030,   // groups of 32: fp16 scale, u8 zero point, 3-bit values
+    INT3_G64 = 1031,   // groups of 64
+    INT3_G128 = 1032,  // groups of 128
 };
 
 struct DTypeInfo {

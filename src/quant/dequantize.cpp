@@ -172,19 +172,17 @@ void dequant_fp8(const void* src, float* dst, int64_t n) {
 }
 
 // (q - z) is formed in integers, so d * (q - z) is one rounding and a SIMD path can match it
-// bit for bit.
-template <int G>
-void dequant_int4(const void* src, float* dst, int64_t n) {
-    for (int64_t i = 0; i < n / G; ++i) {
-        const auto b = load_block<BlockInt4<G>>(src, i);
-        const float d = fp16_to_fp32(b.d);
-        float* y = dst + i * G;
-        for (int c = 0; c < G / 32; ++c)
-            for (int j = 0; j < 16; ++j) {
-                const uint8_t q = b.qs[16 * c + j];
-                y[32 * c + j] = d * static_cast<float>((q & 0x0F) - b.z);
-                y[32 * c + j + 16] = d * static_cast<float>((q >> 4) - b.z);
-            }
+// bit for bit. int3 and int4 alike, 32 columns at a time as the kernels read them.
+void dequant_int_group(DType t, const void* src, float* dst, int64_t n) {
+    const auto* row = static_cast<const uint8_t*>(src);
+    for (int64_t c0 = 0; c0 < n; c0 += 32) {
+        const GroupChunk c = group_chunk(t, row, c0);
+        const float d = fp16_to_fp32(c.d);
+        float* y = dst + c0;
+        for (int j = 0; j < 16; ++j) {
+            y[j] = d * static_cast<float>((c.qs[j] & 0x0F) - c.z);
+            y[j + 16] = d * static_cast<float>((c.qs[j] >> 4) - c.z);
+        }
     }
 }
 
@@ -334,13 +332,12 @@ Status dequantize_row(DType type, const void* src, float* dst, int64_t n) {
             dequant_w8a8(src, dst, n);
             break;
         case DType::INT4_G32:
-            dequant_int4<32>(src, dst, n);
-            break;
         case DType::INT4_G64:
-            dequant_int4<64>(src, dst, n);
-            break;
         case DType::INT4_G128:
-            dequant_int4<128>(src, dst, n);
+        case DType::INT3_G32:
+        case DType::INT3_G64:
+        case DType::INT3_G128:
+            dequant_int_group(type, src, dst, n);
             break;
         default:
             return make_error("dequantize: type {} (id {}) is not supported", info.name,

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "quant/dequantize.h"
+#include "quant/group_grid.h"
 
 namespace ferry::quant {
 namespace {
@@ -42,56 +43,6 @@ float row_amax(const float* x, int64_t n) {
 
 void put_scale(void* dst, float s) {
     std::memcpy(dst, &s, sizeof(s));
-}
-
-// Clipping ratios tried per int4 group: 1.0, 0.98, ..., 0.80 of the group's range. Shrinking
-// the range trades error on the one or two extreme values for a finer grid for the rest, which
-// usually wins on the bell-shaped weights of a trained model; 1.0 comes first so a tie keeps
-// the unclipped grid.
-constexpr int kClipSteps = 11;
-constexpr float kClipStep = 0.02f;
-
-template <int G>
-void quant_int4(const float* x, void* dst, int64_t n) {
-    uint8_t L[G], best_L[G];
-    for (int64_t g = 0; g < n / G; ++g, x += G) {
-        BlockInt4<G> b{};
-        // The range always spans 0, so 0 has an exact code (z) and zero padding stays zero.
-        float lo = 0, hi = 0;
-        for (int j = 0; j < G; ++j) {
-            lo = std::min(lo, x[j]);
-            hi = std::max(hi, x[j]);
-        }
-        float best_err = std::numeric_limits<float>::infinity();
-        std::fill(best_L, best_L + G, uint8_t{0});
-        for (int s = 0; s < kClipSteps && hi > lo; ++s) {
-            const float p = 1.0f - kClipStep * static_cast<float>(s);
-            const float a = lo * p, c = hi * p;
-            const uint16_t dh = fp32_to_fp16(std::min((c - a) / 15.0f, 65504.0f));
-            const float d = fp16_to_fp32(dh);  // quantize against the scale as stored
-            if (!(d > 0)) continue;            // range below fp16's resolution: a zero block
-            const float z = std::clamp(std::nearbyint(-a / d), 0.0f, 15.0f);
-            float err = 0;
-            for (int j = 0; j < G; ++j) {
-                float q = std::nearbyint(x[j] / d) + z;
-                q = q >= 0 ? std::min(q, 15.0f) : 0.0f;  // also sends NaN to 0
-                L[j] = static_cast<uint8_t>(q);
-                const float e = d * (q - z) - x[j];
-                if (std::isfinite(e)) err += e * e;  // a NaN weight must not void every trial
-            }
-            if (err < best_err) {
-                best_err = err;
-                b.d = dh;
-                b.z = static_cast<uint8_t>(z);
-                std::copy(L, L + G, best_L);
-            }
-        }
-        for (int c = 0; c < G / 32; ++c)
-            for (int j = 0; j < 16; ++j)
-                b.qs[16 * c + j] =
-                    static_cast<uint8_t>(best_L[32 * c + j] | (best_L[32 * c + j + 16] << 4));
-        std::memcpy(static_cast<uint8_t*>(dst) + g * sizeof(b), &b, sizeof(b));
-    }
 }
 
 }  // namespace
@@ -151,31 +102,60 @@ void quantize_row_fp8(const float* x, void* dst, int64_t n) {
     for (int64_t i = 0; i < n; ++i) q[i] = s > 0 ? fp32_to_fp8_e4m3(x[i] / s) : 0;
 }
 
-void quantize_row_int4(DType type, const float* x, void* dst, int64_t n) {
-    switch (type) {
-        case DType::INT4_G32:
-            quant_int4<32>(x, dst, n);
-            break;
-        case DType::INT4_G64:
-            quant_int4<64>(x, dst, n);
-            break;
-        case DType::INT4_G128:
-            quant_int4<128>(x, dst, n);
-            break;
-        default:
-            break;
+void quantize_row_int_group(DType type, const float* x, void* dst, int64_t n) {
+    // The grid search and rounding GPTQ also uses (group_grid.h), so both write the same bytes.
+    const int G = grid_group_size(type);
+    uint8_t codes[128];
+    for (int64_t g = 0; g < n / G; ++g, x += G) {
+        const GroupParams p = fit_group(type, x);
+        for (int j = 0; j < G; ++j) codes[j] = round_to_grid(type, p, x[j]);
+        pack_group(type, p, codes, static_cast<uint8_t*>(dst) + g * dtype_info(type).block_bytes);
     }
 }
 
-Int4Chunk int4_chunk(DType t, const uint8_t* row, int64_t c0) {
+GroupChunk group_chunk(DType t, const uint8_t* row, int64_t c0) {
     static_assert(offsetof(BlockInt4<32>, qs) == 4 && offsetof(BlockInt4<128>, qs) == 4);
+    static_assert(offsetof(BlockInt3<32>, qs) == 4 && offsetof(BlockInt3<128>, qs) == 4);
     const DTypeInfo& info = dtype_info(t);
     const uint8_t* blk = row + (c0 / info.block_size) * info.block_bytes;
-    Int4Chunk c;
+    GroupChunk c;
     std::memcpy(&c.d, blk, 2);
     c.z = blk[2];
-    c.qs = blk + 4 + (c0 % info.block_size) / 2;
+    const int k = static_cast<int>(c0 % info.block_size) / 32;  // the chunk within its group
+    if (is_int4(t)) {
+        std::memcpy(c.qs, blk + 4 + 16 * k, 16);
+    } else {
+        const uint8_t* q = blk + 4 + 12 * k;
+        auto code = [q](int j) {
+            return static_cast<uint8_t>(((q[j % 8] >> (2 * (j / 8))) & 3) |
+                                        (((q[8 + j / 8] >> (j % 8)) & 1) << 2));
+        };
+        for (int j = 0; j < 16; ++j) c.qs[j] = static_cast<uint8_t>(code(j) | code(j + 16) << 4);
+    }
     return c;
+}
+
+void pack_int_group(DType t, uint16_t d, uint8_t z, const uint8_t* codes, void* dst) {
+    const int G = dtype_info(t).block_size;
+    auto* b = static_cast<uint8_t*>(dst);
+    std::memcpy(b, &d, 2);
+    b[2] = z;
+    b[3] = 0;
+    uint8_t* qs = b + 4;
+    for (int c = 0; c < G / 32; ++c) {
+        const uint8_t* q = codes + 32 * c;
+        if (is_int4(t)) {
+            for (int j = 0; j < 16; ++j)
+                qs[16 * c + j] = static_cast<uint8_t>((q[j] & 15) | (q[j + 16] & 15) << 4);
+        } else {
+            uint8_t* o = qs + 12 * c;
+            std::memset(o, 0, 12);
+            for (int j = 0; j < 32; ++j) {
+                o[j % 8] |= static_cast<uint8_t>((q[j] & 3) << (2 * (j / 8)));
+                o[8 + j / 8] |= static_cast<uint8_t>(((q[j] >> 2) & 1) << (j % 8));
+            }
+        }
+    }
 }
 
 }  // namespace ferry::quant

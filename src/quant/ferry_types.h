@@ -5,6 +5,7 @@
 //   int8        row = [f32 scale s][cols x int8 q]            x = s * q, |q| <= 127
 //   fp8         row = [f32 scale s][cols x E4M3 byte e]        x = s * e4m3(e), |e4m3| <= 448
 //   int4_gG     row = cols/G x BlockInt4<G>                    x = d * (q - z), 0 <= q, z <= 15
+//   int3_gG     row = cols/G x BlockInt3<G>                    x = d * (q - z), 0 <= q, z <= 7
 //   w8a8        row = [f32 scale s][i32 sum of q][cols x int8 q]   x = s * q, |q| <= 127
 //
 // w8a8 stores its weights as int8 does; what differs is the product: activations are
@@ -39,27 +40,55 @@ struct BlockInt4 {
     uint8_t reserved;  // 0; keeps the block an even size and d 2-byte aligned within a row
     uint8_t qs[G / 2];
 };
+
+// The same with 3-bit codes, 12 bytes per 32 elements: bytes 0..7 hold element j's low two bits
+// in byte j % 8 at bits 2 (j / 8), bytes 8..11 its high bit in byte 8 + j / 8 at bit j % 8. A
+// row takes 3/4 of int4's bytes (3.5 bits per weight at G = 64 against 4.5): the step down that
+// lets per-layer mixed precision (quantize --auto-mixed) pay for its more precise matrices.
+template <int G>
+struct BlockInt3 {
+    uint16_t d;
+    uint8_t z;
+    uint8_t reserved;
+    uint8_t qs[3 * G / 8];
+};
 #pragma pack(pop)
 
 static_assert(sizeof(BlockInt4<32>) == 20);
 static_assert(sizeof(BlockInt4<64>) == 36);
 static_assert(sizeof(BlockInt4<128>) == 68);
+static_assert(sizeof(BlockInt3<32>) == 16);
+static_assert(sizeof(BlockInt3<64>) == 28);
+static_assert(sizeof(BlockInt3<128>) == 52);
 
 constexpr bool is_int4(DType t) {
     return t == DType::INT4_G32 || t == DType::INT4_G64 || t == DType::INT4_G128;
 }
-// The 32 columns from c0 (a multiple of 32) of an int4 row: their group's scale and zero point,
-// and their 16 bytes of nibbles in Q4_0's order. For the integer kernels, which work in 32-column
-// blocks whatever the group size.
-struct Int4Chunk {
+constexpr bool is_int3(DType t) {
+    return t == DType::INT3_G32 || t == DType::INT3_G64 || t == DType::INT3_G128;
+}
+// ferry's integer group types: codes 0..int_group_max(t) under a per-group scale and zero point.
+constexpr bool is_int_group(DType t) {
+    return is_int4(t) || is_int3(t);
+}
+constexpr int int_group_max(DType t) {
+    return is_int3(t) ? 7 : 15;
+}
+// The 32 columns from c0 (a multiple of 32) of an int3 or int4 row: their group's scale and zero
+// point, and their codes as 16 bytes of nibbles in Q4_0's order (int3's widened to 4 bits). For
+// the integer kernels, which work in 32-column blocks whatever the group size and read both
+// types in one tile format.
+struct GroupChunk {
     uint16_t d;  // fp16
     uint8_t z;
-    const uint8_t* qs;
+    uint8_t qs[16];
 };
-Int4Chunk int4_chunk(DType t, const uint8_t* row, int64_t c0);
+GroupChunk group_chunk(DType t, const uint8_t* row, int64_t c0);
+// Writes one group of an int3 or int4 row from its scale, zero point and G codes.
+void pack_int_group(DType t, uint16_t d, uint8_t z, const uint8_t* codes, void* dst);
 
 constexpr bool is_ferry_type(DType t) {
-    return t == DType::INT8 || t == DType::FP8 || t == DType::W8A8 || is_int4(t);
+    return t == DType::INT8 || t == DType::FP8 || t == DType::W8A8 || is_int_group(t);
 }
 
 // OCP E4M3: bias 7, subnormals, no infinities. Decoding is exact; encoding rounds to nearest
@@ -68,11 +97,11 @@ float fp8_e4m3_to_fp32(uint8_t e);
 uint8_t fp32_to_fp8_e4m3(float f);
 
 // Quantize one row of n floats into row_bytes(type, n) bytes. int8 and fp8 map the row's
-// largest magnitude to the top of their grid (round to nearest); int4 searches a few clipping
-// ratios per group for the smallest squared error.
+// largest magnitude to the top of their grid (round to nearest); int4 and int3 search a few
+// clipping ratios per group for the smallest squared error (quant/group_grid.h).
 void quantize_row_int8(const float* x, void* dst, int64_t n);
 void quantize_row_fp8(const float* x, void* dst, int64_t n);
 void quantize_row_w8a8(const float* x, void* dst, int64_t n);
-void quantize_row_int4(DType type, const float* x, void* dst, int64_t n);
+void quantize_row_int_group(DType type, const float* x, void* dst, int64_t n);
 
 }  // namespace ferry::quant

@@ -1,5 +1,6 @@
-// Mirrors quant_q4_0 / quant_q4_1 (quantize.cpp) and quant_int4 (ferry_types.cpp) step by
-// step; test_gptq_awq.cpp checks that fit + round + pack gives their bytes.
+// Mirrors quant_q4_0 / quant_q4_1 (quantize.cpp) step by step, and is what ferry's int4 and int3
+// quantizers run (ferry_types.cpp); test_gptq_awq.cpp checks that fit + round + pack gives
+// quantize_row's bytes.
 #include "quant/group_grid.h"
 
 #include <algorithm>
@@ -22,11 +23,16 @@ uint8_t trunc_code(float v) {
     return static_cast<uint8_t>(static_cast<int>(v));
 }
 
-// quant_int4's search over clipping ratios of the group's range (ferry_types.cpp).
+// Clipping ratios tried per int4 / int3 group: 1.0, 0.98, ..., 0.80 of the group's range.
+// Shrinking the range trades error on the one or two extreme values for a finer grid for the
+// rest, which usually wins on the bell-shaped weights of a trained model; 1.0 comes first so a
+// tie keeps the unclipped grid. The range always spans 0, so 0 has an exact code (z) and zero
+// padding (or a pruned weight) stays zero.
 constexpr int kClipSteps = 11;
 constexpr float kClipStep = 0.02f;
 
-GroupParams fit_int4(const float* x, int G) {
+GroupParams fit_int(const float* x, int G, int qmax) {
+    const auto fq = static_cast<float>(qmax);
     GroupParams best;
     float lo = 0, hi = 0;
     for (int j = 0; j < G; ++j) {
@@ -37,16 +43,16 @@ GroupParams fit_int4(const float* x, int G) {
     for (int s = 0; s < kClipSteps && hi > lo; ++s) {
         const float p = 1.0f - kClipStep * static_cast<float>(s);
         const float a = lo * p, c = hi * p;
-        const uint16_t dh = fp32_to_fp16(std::min((c - a) / 15.0f, 65504.0f));
-        const float d = fp16_to_fp32(dh);
-        if (!(d > 0)) continue;
-        const float z = std::clamp(std::nearbyint(-a / d), 0.0f, 15.0f);
+        const uint16_t dh = fp32_to_fp16(std::min((c - a) / fq, 65504.0f));
+        const float d = fp16_to_fp32(dh);  // quantize against the scale as stored
+        if (!(d > 0)) continue;            // range below fp16's resolution: a zero block
+        const float z = std::clamp(std::nearbyint(-a / d), 0.0f, fq);
         float err = 0;
         for (int j = 0; j < G; ++j) {
             float q = std::nearbyint(x[j] / d) + z;
-            q = q >= 0 ? std::min(q, 15.0f) : 0.0f;
+            q = q >= 0 ? std::min(q, fq) : 0.0f;  // also sends NaN to 0
             const float e = d * (q - z) - x[j];
-            if (std::isfinite(e)) err += e * e;
+            if (std::isfinite(e)) err += e * e;  // a NaN weight must not void every trial
         }
         if (err < best_err) {
             best_err = err;
@@ -61,11 +67,11 @@ GroupParams fit_int4(const float* x, int G) {
 }  // namespace
 
 bool has_group_grid(DType t) {
-    return t == DType::Q4_0 || t == DType::Q4_1 || is_int4(t);
+    return t == DType::Q4_0 || t == DType::Q4_1 || is_int_group(t);
 }
 
 int grid_group_size(DType t) {
-    return is_int4(t) ? dtype_info(t).block_size : QK;
+    return is_int_group(t) ? dtype_info(t).block_size : QK;
 }
 
 GroupParams fit_group(DType t, const float* x) {
@@ -92,7 +98,7 @@ GroupParams fit_group(DType t, const float* x) {
         p.d = fp32_to_fp16(d);
         p.m = fp32_to_fp16(min);
     } else {
-        p = fit_int4(x, grid_group_size(t));
+        p = fit_int(x, grid_group_size(t), int_group_max(t));
     }
     return p;
 }
@@ -100,9 +106,10 @@ GroupParams fit_group(DType t, const float* x) {
 uint8_t round_to_grid(DType t, const GroupParams& p, float x) {
     if (t == DType::Q4_0) return trunc_code(x * p.id + 8.5f);
     if (t == DType::Q4_1) return trunc_code((x - p.min) * p.id + 0.5f);
-    if (!(p.ds > 0)) return 0;  // a group quant_int4 found no grid for is written as zeros
+    if (!(p.ds > 0)) return 0;  // a group fit_int found no grid for is written as zeros
+    const auto fq = static_cast<float>(int_group_max(t));
     float q = std::nearbyint(x / p.ds) + static_cast<float>(p.z);
-    q = q >= 0 ? std::min(q, 15.0f) : 0.0f;
+    q = q >= 0 ? std::min(q, fq) : 0.0f;
     return static_cast<uint8_t>(q);
 }
 
@@ -131,24 +138,7 @@ void pack_group(DType t, const GroupParams& p, const uint8_t* codes, void* dst) 
         nibbles(b.qs, QK);
         std::memcpy(dst, &b, sizeof(b));
     } else {
-        auto put = [&](auto b) {
-            b.d = p.d;
-            b.z = p.z;
-            b.reserved = 0;
-            nibbles(b.qs, static_cast<int>(sizeof(b.qs) * 2));
-            std::memcpy(dst, &b, sizeof(b));
-        };
-        switch (t) {
-            case DType::INT4_G32:
-                put(BlockInt4<32>{});
-                break;
-            case DType::INT4_G64:
-                put(BlockInt4<64>{});
-                break;
-            default:
-                put(BlockInt4<128>{});
-                break;
-        }
+        pack_int_group(t, p.d, p.z, codes, dst);
     }
 }
 

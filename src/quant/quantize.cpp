@@ -345,6 +345,9 @@ bool can_quantize(DType type) {
         case DType::INT4_G32:
         case DType::INT4_G64:
         case DType::INT4_G128:
+        case DType::INT3_G32:
+        case DType::INT3_G64:
+        case DType::INT3_G128:
             return true;
         default:
             return false;
@@ -394,7 +397,10 @@ Status quantize_row(DType type, const float* src, void* dst, int64_t n) {
         case DType::INT4_G32:
         case DType::INT4_G64:
         case DType::INT4_G128:
-            quantize_row_int4(type, src, dst, n);
+        case DType::INT3_G32:
+        case DType::INT3_G64:
+        case DType::INT3_G128:
+            quantize_row_int_group(type, src, dst, n);
             break;
         default:
             break;
@@ -415,14 +421,15 @@ Expected<std::vector<uint8_t>> quantize(DType type, const float* src, int64_t n)
 
 bool keeps_zeros(DType t) {
     return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 ||
-           t == DType::Q4_0 || t == DType::INT8 || t == DType::INT4_G32 || t == DType::INT4_G64 ||
-           t == DType::INT4_G128;
+           t == DType::Q4_0 || t == DType::INT8 || is_int_group(t);
 }
 
 DType fallback_for(DType target, int64_t row) {
     if (row % dtype_info(target).block_size == 0) return target;
-    if (is_int4(target)) {
-        for (DType t : {DType::INT4_G64, DType::INT4_G32})
+    if (is_int_group(target)) {
+        const bool three = is_int3(target);
+        for (DType t :
+             {three ? DType::INT3_G64 : DType::INT4_G64, three ? DType::INT3_G32 : DType::INT4_G32})
             if (dtype_info(t).block_size < dtype_info(target).block_size &&
                 row % dtype_info(t).block_size == 0)
                 return t;

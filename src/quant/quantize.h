@@ -34,11 +34,12 @@ void q5_0_to_q8_0(const void* src, void* dst, int64_t n);
 
 // The type a matrix with rows of `row` elements is written as when `target` is asked for: the
 // target where its blocks fit, else the best type that does, as llama.cpp does for odd-width
-// models (int4 first tries its smaller groups, then int8; the block types q8_0, then f16).
+// models (int4 and int3 first try their smaller groups, then int8; the block types q8_0, then
+// f16).
 DType fallback_for(DType target, int64_t row);
 
 // Whether rounding to `t` maps 0 to exactly 0 (a pruned matrix keeps its pattern): the float
-// types and the grids with no offset (q8_0, q4_0, int8) or an integer zero point (int4); not
+// types and the grids with no offset (q8_0, q4_0, int8) or an integer zero point (int4, int3); not
 // q4_1 and the k-quants, which shift their grid by a minimum. fallback_for keeps the property.
 bool keeps_zeros(DType t);
 

@@ -1,6 +1,7 @@
-// ferry's own weight types (int8, fp8, int4 in groups of 32/64/128, w8a8): the E4M3 conversions,
-// round-trip error bounds, the byte layout docs/quantization.md promises, GGUF size checks,
-// every SIMD level's matmul against the scalar reference, and the default model run with them.
+// ferry's own weight types (int8, fp8, int4 and int3 in groups of 32/64/128, w8a8): the E4M3
+// conversions, round-trip error bounds, the byte layout docs/quantization.md promises, GGUF size
+// checks, every SIMD level's matmul against the scalar reference, and the default model run with
+// them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,7 +34,8 @@ namespace ferry::quant {
 namespace {
 
 const DType kTypes[] = {DType::INT8,     DType::FP8,       DType::INT4_G32,
-                        DType::INT4_G64, DType::INT4_G128, DType::W8A8};
+                        DType::INT4_G64, DType::INT4_G128, DType::W8A8,
+                        DType::INT3_G32, DType::INT3_G64,  DType::INT3_G128};
 
 std::string name(DType t) {
     return std::string(dtype_name(t));
@@ -67,7 +69,7 @@ std::vector<float> round_trip(DType t, const std::vector<float>& x) {
 
 // The worst error each element may have: half a grid step, where the grid is the row's
 // (int8: amax/127), the E4M3 value's own (3 mantissa bits: |x|/16, or the subnormal step
-// s/2^9), or the int4 group's. An int4 group may also clip its range by up to 20 % and round
+// s/2^9), or the int4 / int3 group's. A group may also clip its range by up to 20 % and round
 // its zero point by half a step, so its bound is 0.2 R + one step for a group range R.
 std::vector<float> element_bounds(DType t, const std::vector<float>& x) {
     std::vector<float> b(x.size());
@@ -85,14 +87,15 @@ std::vector<float> element_bounds(DType t, const std::vector<float>& x) {
             float lo = 0, hi = 0;
             for (size_t j = i0; j < i0 + g; ++j) lo = std::min(lo, x[j]), hi = std::max(hi, x[j]);
             const float r = hi - lo;
-            for (size_t j = i0; j < i0 + g; ++j) b[j] = 0.2f * r + r / 15.0f * 1.002f;
+            const float steps = static_cast<float>(int_group_max(t));
+            for (size_t j = i0; j < i0 + g; ++j) b[j] = 0.2f * r + r / steps * 1.002f;
         }
     }
     return b;
 }
 
 // RMS error relative to the data's RMS on Gaussian data, about 1.5x what is measured (int8
-// 0.0095, fp8 0.027, int4 0.077 / 0.087 / 0.094).
+// 0.0095, fp8 0.027, int4 0.077 / 0.087 / 0.094, int3 0.159 / 0.173 / 0.185).
 double rms_bound(DType t) {
     switch (t) {
         case DType::INT8:
@@ -104,8 +107,14 @@ double rms_bound(DType t) {
             return 0.115;
         case DType::INT4_G64:
             return 0.13;
-        default:
+        case DType::INT4_G128:
             return 0.14;
+        case DType::INT3_G32:
+            return 0.24;
+        case DType::INT3_G64:
+            return 0.26;
+        default:
+            return 0.28;
     }
 }
 
@@ -176,7 +185,7 @@ TEST(FerryTypes, AllZeroRowsAndGroupsStayZero) {
     for (DType t : kTypes) {
         std::vector<float> zeros(512, 0.0f);
         for (float v : round_trip(t, zeros)) ASSERT_EQ(v, 0.0f) << name(t);
-        if (!is_int4(t)) continue;
+        if (!is_int_group(t)) continue;
         // One zero group among others: exactly zero, and its neighbours unaffected.
         std::vector<float> x = gaussian(512, 5, 0.02f);
         std::fill(x.begin() + 128, x.begin() + 256, 0.0f);
@@ -201,7 +210,7 @@ TEST(FerryTypes, SingleOutlierIsKeptAndOtherGroupsDoNotNotice) {
         EXPECT_NEAR(y[37], 25.0f, 25.0f * 0.04f) << name(t);
         // A per-row scale serves the whole row; an int4 group's only the group, so the others
         // come back exactly as they would without the outlier.
-        if (!is_int4(t)) continue;
+        if (!is_int_group(t)) continue;
         const size_t g = static_cast<size_t>(dtype_info(t).block_size);
         const auto y0 = round_trip(t, x);
         for (size_t i = 0; i < x.size(); ++i)
@@ -212,7 +221,7 @@ TEST(FerryTypes, SingleOutlierIsKeptAndOtherGroupsDoNotNotice) {
 }
 
 TEST(FerryTypes, NonFiniteInputsDoNotPoisonTheRest) {
-    for (DType t : {DType::INT8, DType::INT4_G32}) {
+    for (DType t : {DType::INT8, DType::INT4_G32, DType::INT3_G32}) {
         std::vector<float> x = gaussian(64, 7, 0.02f);
         x[5] = std::numeric_limits<float>::quiet_NaN();
         const auto y = round_trip(t, x);
@@ -270,6 +279,24 @@ TEST(FerryTypes, ByteLayoutIsTheDocumentedOne) {
     EXPECT_EQ((*q4)[3], 0);
     for (int j = 0; j < 16; ++j) EXPECT_EQ((*q4)[4 + j], j | (j << 4)) << j;  // j and j + 16
     EXPECT_EQ(round_trip(DType::INT4_G32, g), g);
+
+    // int3: x_j = 0.25 * (k_j - 3) with k_j = j mod 8 (d = 0.25, z = 3). Byte b < 8 holds the
+    // low two bits of elements b, b + 8, b + 16, b + 24 (all code b) at bits 0, 2, 4, 6; bytes
+    // 8..11 the high bits of elements 8i .. 8i + 7 (codes 0..7: 0b11110000).
+    std::vector<float> g3(32);
+    for (int j = 0; j < 32; ++j) g3[j] = 0.25f * static_cast<float>(j % 8 - 3);
+    auto q3 = quantize(DType::INT3_G32, g3.data(), 32);
+    ASSERT_TRUE(q3.ok());
+    ASSERT_EQ(q3->size(), 16u);
+    EXPECT_EQ((*q3)[0] | ((*q3)[1] << 8), fp32_to_fp16(0.25f));
+    EXPECT_EQ((*q3)[2], 3);
+    EXPECT_EQ((*q3)[3], 0);
+    for (int b = 0; b < 8; ++b) EXPECT_EQ((*q3)[4 + b], (b & 3) * 0x55) << b;
+    for (int b = 8; b < 12; ++b) EXPECT_EQ((*q3)[4 + b], 0xF0) << b;
+    EXPECT_EQ(round_trip(DType::INT3_G32, g3), g3);
+    // The kernels read it as int4's nibbles.
+    const GroupChunk c = group_chunk(DType::INT3_G32, q3->data(), 0);
+    for (int j = 0; j < 16; ++j) EXPECT_EQ(c.qs[j], (j % 8) | ((j % 8) << 4)) << j;
 }
 
 TEST(FerryTypes, RejectsPartialGroups) {
@@ -277,6 +304,8 @@ TEST(FerryTypes, RejectsPartialGroups) {
     EXPECT_FALSE(quantize(DType::INT4_G64, x.data(), 96).ok());
     EXPECT_FALSE(quantize(DType::INT4_G128, x.data(), 96).ok());
     EXPECT_TRUE(quantize(DType::INT4_G32, x.data(), 96).ok());
+    EXPECT_FALSE(quantize(DType::INT3_G64, x.data(), 96).ok());
+    EXPECT_TRUE(quantize(DType::INT3_G32, x.data(), 96).ok());
 }
 
 TEST(FerryTypes, GgufSizesIncludeTheRowHeader) {
@@ -302,7 +331,8 @@ TEST(FerryTypes, GgufSizesIncludeTheRowHeader) {
     EXPECT_EQ(std::vector<uint8_t>(t->data, t->data + t->n_bytes), int8_bytes);
     EXPECT_EQ(dtype_info(1026)->type, DType::INT4_G32);
     EXPECT_EQ(dtype_info(1029)->type, DType::W8A8);
-    EXPECT_FALSE(dtype_info(1030).has_value());
+    EXPECT_EQ(dtype_info(1032)->type, DType::INT3_G128);
+    EXPECT_FALSE(dtype_info(1033).has_value());
 
     // One byte short of the last row header's row: the reader must refuse, not read past.
     const size_t end = (*f)->data_offset() + t->offset + t->n_bytes;

@@ -32,8 +32,8 @@ namespace ferry::calibrate {
 using namespace ferry::quant;
 namespace {
 
-const DType kGridTypes[] = {DType::Q4_0, DType::Q4_1, DType::INT4_G32, DType::INT4_G64,
-                            DType::INT4_G128};
+const DType kGridTypes[] = {DType::Q4_0,      DType::Q4_1,     DType::INT4_G32, DType::INT4_G64,
+                            DType::INT4_G128, DType::INT3_G32, DType::INT3_G64, DType::INT3_G128};
 
 // Gaussian values with a few outliers and one all-zero group of 32.
 std::vector<float> test_row(int64_t n, uint32_t seed) {

@@ -285,7 +285,10 @@ bool matmul_packed(const Weight& w, const ActBlock* x, Activations a, int64_t nt
             return matmul_packed_a<DType::Q4_1>(w, x, a, nt, y, ldy, r0, r1), true;
         case DType::INT4_G32:
         case DType::INT4_G64:
-        case DType::INT4_G128:  // one tile format for the three
+        case DType::INT4_G128:
+        case DType::INT3_G32:
+        case DType::INT3_G64:
+        case DType::INT3_G128:  // one tile format for the six
             return matmul_packed_a<DType::INT4_G32>(w, x, a, nt, y, ldy, r0, r1), true;
         case DType::Q8_0:
             return matmul_packed_a<DType::Q8_0>(w, x, a, nt, y, ldy, r0, r1), true;

@@ -34,7 +34,7 @@ void put_chunks(uint8_t* t, int i, const uint8_t* qs, int chunks, uint8_t xor_ma
         for (int k = 0; k < 4; ++k) t[64 * c + 4 * i + k] = qs[4 * c + k] ^ xor_mask;
 }
 
-// Row i's tile-th tile (its block or super-block; an int4 row's 32 columns) into t.
+// Row i's tile-th tile (its block or super-block; an int4 or int3 row's 32 columns) into t.
 void pack_block(DType type, const uint8_t* row, int64_t tile, uint8_t* t, int i) {
     const uint8_t* src = row + tile * dtype_info(type).block_bytes;
     switch (type) {
@@ -51,8 +51,11 @@ void pack_block(DType type, const uint8_t* row, int64_t tile, uint8_t* t, int i)
         }
         case DType::INT4_G32:
         case DType::INT4_G64:
-        case DType::INT4_G128: {
-            const Int4Chunk c = int4_chunk(type, row, 32 * tile);
+        case DType::INT4_G128:
+        case DType::INT3_G32:
+        case DType::INT3_G64:
+        case DType::INT3_G128: {
+            const GroupChunk c = group_chunk(type, row, 32 * tile);
             put_chunks(t, i, c.qs, 4, 0);
             put16(t + packed_scales_offset(type), i, c.d);
             t[kPackedInt4Zero + i] = c.z;

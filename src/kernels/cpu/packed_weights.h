@@ -24,7 +24,9 @@
 //              then scales[16][16] (int8, per 16 elements), then d[16] (fp16).
 //   int4_g32/64/128 (ferry's, 32 columns whatever the group): 4 chunks as Q4_0's, then d[16]
 //              (fp16), then z[16] (the zero points, bytes), 16 bytes of padding; a group of 64
-//              or 128 gives each of its 32-column tiles its d and z.
+//              or 128 gives each of its 32-column tiles its d and z. int3_g32/64/128 widen their
+//              3-bit codes to nibbles and take the same tile (in memory they cost what int4
+//              does; the file is 3/4 of int4's).
 //
 // A last group with fewer than 16 rows is padded with zero rows (their outputs are not stored).
 #pragma once
@@ -45,7 +47,7 @@ bool packable(DType t);
 constexpr int packed_tile_cols(DType t) {
     return t == DType::Q4_K || t == DType::Q6_K ? 256 : 32;
 }
-// Bytes of one tile of 16 rows: Q4_0 288, Q4_1 and int4 320, Q8_0 544 (as in the file), Q4_K
+// Bytes of one tile of 16 rows: Q4_0 288, Q4_1, int4 and int3 320, Q8_0 544 (as in the file), Q4_K
 // 2368, Q6_K 3360; 0 for other types. constexpr so the kernels' tile strides are constants.
 constexpr size_t packed_tile_bytes(DType t) {
     switch (t) {
@@ -55,6 +57,9 @@ constexpr size_t packed_tile_bytes(DType t) {
         case DType::INT4_G32:
         case DType::INT4_G64:
         case DType::INT4_G128:
+        case DType::INT3_G32:
+        case DType::INT3_G64:
+        case DType::INT3_G128:
             return 16 * 20;
         case DType::Q8_0:
             return 16 * 34;
@@ -81,9 +86,11 @@ constexpr int packed_act_offset(DType t, int v) {
     return t == DType::Q8_0 ? 4 * v : (v % 2 ? 16 : 0) + 4 * (v / 2);
 }
 constexpr int kPackedQ6High = 256;  // a Q6_K block's high-bit chunks, from the block's start
-// The int4 types share one tile format (the kernels instantiate INT4_G32 for all three).
+// The int4 and int3 types share one tile format (the kernels instantiate INT4_G32 for all six):
+// an int3 code is a nibble whose top bit is 0.
 constexpr bool packed_int4(DType t) {
-    return t == DType::INT4_G32 || t == DType::INT4_G64 || t == DType::INT4_G128;
+    return t == DType::INT4_G32 || t == DType::INT4_G64 || t == DType::INT4_G128 ||
+           t == DType::INT3_G32 || t == DType::INT3_G64 || t == DType::INT3_G128;
 }
 constexpr int kPackedInt4Zero = 256 + 32;  // an int4 tile's z[16], from its start
 // The scales, from the tile's start: d[16] (fp16) and, for Q4_1, m[16] right after.

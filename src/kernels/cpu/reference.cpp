@@ -214,16 +214,17 @@ float dot_act(DType type, const uint8_t* row, const ActBlock* x, int64_t nb, Act
             for (int j = 0; j < QK; ++j) p += int32_t{blk.qs[j]} * v(j);
             dw = fp16_to_fp32(blk.d);
         } else {
-            // Q4_0, Q4_1 and int4 share the nibble layout; Q4_0's offset and int4's zero point
-            // come off in integers.
-            const Int4Chunk c = is_int4(type) ? int4_chunk(type, row, 32 * b) : Int4Chunk{};
-            const uint8_t* qs = is_int4(type) ? c.qs
+            // Q4_0, Q4_1 and int4 / int3 share the nibble layout (int3's codes widened);
+            // Q4_0's offset and the zero point come off in integers.
+            const bool grp = is_int_group(type);
+            const GroupChunk c = grp ? group_chunk(type, row, 32 * b) : GroupChunk{};
+            const uint8_t* qs = grp ? c.qs
                                 : type == DType::Q4_0
                                     ? reinterpret_cast<const BlockQ4_0*>(row)[b].qs
                                     : reinterpret_cast<const BlockQ4_1*>(row)[b].qs;
             for (int j = 0; j < QK / 2; ++j)
                 p += int32_t{qs[j] & 0x0F} * v(j) + int32_t{qs[j] >> 4} * v(j + QK / 2);
-            if (is_int4(type)) {
+            if (grp) {
                 p -= int32_t{c.z} * a.s;
                 dw = fp16_to_fp32(c.d);
             } else if (type == DType::Q4_0) {
