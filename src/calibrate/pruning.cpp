@@ -40,6 +40,10 @@ std::string SparsityPattern::name() const {
     return fmt::format("{:g} %", fraction * 100);
 }
 
+std::string SparsityPattern::spec() const {
+    return structured() ? name() : fmt::format("{:g}", fraction);
+}
+
 int64_t SparsityPattern::zeros_per_row(int64_t cols) const {
     if (structured()) return cols / group * (group - keep);
     return std::llround(fraction * static_cast<double>(cols));

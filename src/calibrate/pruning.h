@@ -33,6 +33,7 @@ struct SparsityPattern {
         return structured() ? 1.0 - static_cast<double>(keep) / group : fraction;
     }
     std::string name() const;  // "2:4", "50 %"
+    std::string spec() const;  // as --sparsity takes it (and the file records it): "2:4", "0.5"
     // Zeros a row of `cols` weights must have at least (unstructured: the fraction rounded).
     int64_t zeros_per_row(int64_t cols) const;
 };

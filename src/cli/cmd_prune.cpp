@@ -93,7 +93,8 @@ void prune_file(const PruneCliOptions& o) {
 
     gguf::Writer w;
     w.copy_metadata(*lm.file);
-    w.set("ferry.sparsity.pattern", gguf::make_string(pattern.name()));
+    set_weight_type_metadata(w, type);  // the layers' type now, not the input's
+    w.set("ferry.sparsity.pattern", gguf::make_string(pattern.spec()));
     w.set("ferry.sparsity.method", gguf::make_string(calibrate::prune_method_name(method)));
     int64_t pruned_weights = 0, all_weights = 0;
     auto floats = std::make_shared<std::map<std::string, std::vector<float>>>(std::move(ov.floats));

@@ -55,6 +55,8 @@ def test_every_layer_matrix_is_2_4_and_the_rest_is_untouched(model_path, pruned_
     assert pruned == 7 * 30
     f = reader.fields["ferry.sparsity.pattern"]
     assert bytes(f.parts[f.data[0]]).decode() == "2:4"
+    f = reader.fields["general.file_type"]
+    assert f.parts[f.data[0]][0] == 1  # mostly f16, as the layers now are (the input: q4_1)
 
 
 def test_the_pruned_model_runs_and_stays_pruned_through_q4_0(pruned_2_4, tmp_path):
@@ -76,11 +78,14 @@ def test_magnitude_unstructured_zeroes_the_fraction_of_each_row(model_path, tmp_
     r = run_ferry("prune", model_path, out, "--sparsity", "0.3", "--method", "magnitude",
                   "--type", "q8_0", "-q")
     assert r.returncode == 0, r.stderr
-    t, _ = matrices(out)
+    t, reader = matrices(out)
     for name in ("blk.3.attn_k.weight", "blk.20.ffn_gate.weight"):
         w = weights(t[name])
         zeros = (w == 0).sum(axis=1)
         assert zeros.min() >= round(0.3 * w.shape[1]), name
+    # Recorded as --sparsity takes it.
+    f = reader.fields["ferry.sparsity.pattern"]
+    assert bytes(f.parts[f.data[0]]).decode() == "0.3"
 
 
 @pytest.mark.parametrize("args, needle", [

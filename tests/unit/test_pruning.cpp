@@ -77,6 +77,13 @@ TEST(Pruning, PatternsParseAndBadOnesAreRefused) {
     EXPECT_DOUBLE_EQ(pattern("0.7").fraction, 0.7);
     EXPECT_EQ(pattern("4:8").zeros_per_row(64), 32);
     EXPECT_EQ(pattern("0.3").zeros_per_row(10), 3);
+    // What a file records parses back to the same pattern.
+    for (const char* spec : {"2:4", "4:8", "0.3", "0.125"}) {
+        EXPECT_EQ(pattern(spec).spec(), spec);
+        const SparsityPattern p = pattern(pattern(spec).spec().c_str());
+        EXPECT_EQ(p.keep, pattern(spec).keep);
+        EXPECT_EQ(p.fraction, pattern(spec).fraction);
+    }
     for (const char* bad :
          {"4:2", "2:2", "0:4", "2:64", "2:4x", "x:4", "1.5", "0", "-0.5", "abc", ""})
         EXPECT_FALSE(parse_sparsity(bad).ok()) << bad;
