@@ -13,15 +13,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "calibrate/calibrated.h"
 #include "calibrate/calibration.h"
+#include "cli/auto_mixed.h"
 #include "cli/calib_text.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
@@ -51,7 +54,7 @@ struct QuantizeOptions {
     std::string in, out, type;
     std::vector<std::string> keep;      // left at the input type, bytes untouched
     std::vector<std::string> keep_f16;  // matrices written as f16 instead of the target
-    int group_size = 128;               // int4 only
+    int group_size = 128;               // int4 and int3 only
     int threads = 0;
     bool quiet = false;
     std::string method = "rtn";  // rtn, gptq, awq
@@ -61,7 +64,20 @@ struct QuantizeOptions {
     double damp = 0.01;        // gptq
     double smooth_alpha = -1;  // w8a8: SmoothQuant's migration strength; < 0: none
     bool smoothing() const { return smooth_alpha >= 0; }
+    // --auto-mixed: a type per matrix from mix_types within `budget` bits per weight.
+    bool auto_mixed = false;
+    double budget = 0;
+    // Rungs half a bit or so apart around 4.5 bits (docs/quantization.md, "Per-layer mixed
+    // precision", measured these against shorter ladders).
+    std::vector<std::string> mix_types = {"int3_g64", "int3_g32", "q4_0", "int4_g32", "q8_0"};
 };
+
+// The sensitivity trials run the model over the calibration tokens once per candidate, so
+// --auto-mixed reads fewer of them by default than GPTQ: windows of kMixedWindow tokens spread
+// evenly over the whole text (its prose, dialogue, tables and code alike; a text's first 512
+// tokens are one kind of writing, and a mix tuned to it generalises worse).
+constexpr int64_t kMixedCalibTokens = 512;
+constexpr int kMixedWindow = 128;
 
 bool matches_any(const std::string& name, const std::vector<std::string>& patterns) {
     for (const auto& p : patterns)
@@ -74,10 +90,27 @@ DType target_type(const QuantizeOptions& o) {
     return take(parse_weight_type(o.type, o.group_size));
 }
 
-// The type a tensor is written as; nullopt: left at its input type (--keep).
+// --mix-types, cheapest first by bits per weight (at a row they all split into).
+std::vector<DType> mix_candidates(const QuantizeOptions& o) {
+    std::vector<DType> c;
+    for (const auto& name : o.mix_types) {
+        const DType t = take(parse_weight_type(name, o.group_size));
+        if (std::find(c.begin(), c.end(), t) == c.end()) c.push_back(t);
+    }
+    if (c.size() < 2) throw ExitError("--mix-types: name at least two types to choose between");
+    auto bits = [](DType t) { return static_cast<double>(row_bytes(t, 1536)) * 8.0 / 1536; };
+    std::stable_sort(c.begin(), c.end(), [&](DType a, DType b) { return bits(a) < bits(b); });
+    return c;
+}
+
+// The type a tensor is written as; nullopt: left at its input type (--keep). `mixed`: the
+// types --auto-mixed chose.
 std::optional<DType> planned_type(const QuantizeOptions& o, DType target, const std::string& name,
-                                  size_t n_dims, int64_t row) {
+                                  size_t n_dims, int64_t row,
+                                  const std::map<std::string, DType>* mixed = nullptr) {
     if (matches_any(name, o.keep)) return std::nullopt;
+    if (mixed)
+        if (const auto it = mixed->find(name); it != mixed->end()) return it->second;
     if (n_dims > 1 && matches_any(name, o.keep_f16)) return DType::F16;
     return quant::type_for_tensor(target, name, n_dims, row);
 }
@@ -137,23 +170,55 @@ calibrate::TensorOverrides calibrated_overrides(const QuantizeOptions& o, DType 
     return ov;
 }
 
+// --auto-mixed: measures, plans, says what it chose, and marks the file as mixed.
+std::map<std::string, DType> auto_mixed_types(const QuantizeOptions& o,
+                                              const std::vector<DType>& mix,
+                                              engine::LoadedModel& lm, gguf::Writer& w) {
+    std::string path;
+    const std::vector<int32_t> text =
+        calibration_tokens(lm, o.calib, std::numeric_limits<int64_t>::max(), &path);
+    const std::vector<int32_t> tokens = spread_windows(text, o.calib_tokens, kMixedWindow);
+    if (!o.quiet)
+        std::fprintf(stderr,
+                     "ferry quantize: auto-mixed within %.3g bits per weight: each matrix at each "
+                     "of %zu types, measured on %zu tokens in windows of %d spread over %s\n",
+                     o.budget, mix.size(), tokens.size(), kMixedWindow, path.c_str());
+    auto fixed = [&](const std::string& name, size_t n_dims, int64_t row) -> std::optional<DType> {
+        if (matches_any(name, o.keep)) return lm.file->tensor(name)->type;
+        if (n_dims == 1 || matches_any(name, o.keep_f16))
+            return planned_type(o, mix.front(), name, n_dims, row);
+        return std::nullopt;
+    };
+    const MixedPlan plan =
+        plan_auto_mixed(lm, mix, o.budget, tokens, kMixedWindow, fixed, !o.quiet);
+    if (!o.quiet)
+        for (const std::string& line : describe(plan))
+            std::fprintf(stderr, "ferry quantize: %s\n", line.c_str());
+    set_mixed_metadata(w, o.budget, mix);
+    return plan.types;
+}
+
 void quantize_file(const QuantizeOptions& o) {
-    const DType target = target_type(o);
-    const std::string type_name(dtype_name(target));
+    const std::vector<DType> mix = o.auto_mixed ? mix_candidates(o) : std::vector<DType>{};
+    // Mixed: the cheapest candidate stands in where one type is asked (fallback rows, the
+    // checks below); each matrix's own comes from the plan.
+    const DType target = o.auto_mixed ? mix.front() : target_type(o);
+    const std::string type_name = o.auto_mixed ? "mixed" : std::string(dtype_name(target));
     if (o.method != "rtn" && !quant::has_group_grid(target))
         throw ExitError(fmt::format(
-            "--method {} quantizes to 4-bit group types only: --type int4, q4_0 or q4_1 (not {})",
+            "--method {} quantizes to 4- and 3-bit group types only: --type int4, int3, q4_0 or "
+            "q4_1 (not {})",
             o.method, o.type));
     // One pool for everything: calibration's forward passes and the rows' quantization.
     const auto backend =
         take(kernels::make_backend({.threads = resolve_threads(o.threads), .activations = {}}));
     ThreadPool& pool = backend->host_pool();
     const bool from_dir = hf::is_model_dir(o.in);
-    if (from_dir && (o.method != "rtn" || o.smoothing()))
+    if (from_dir && (o.method != "rtn" || o.smoothing() || o.auto_mixed))
         throw ExitError(fmt::format(
-            "{}: calibrated quantization (--method {}, --smooth-alpha) reads a GGUF; convert "
-            "the directory first (ferry quantize {} model-f16.gguf --type f16), then quantize "
-            "that",
+            "{}: calibrated quantization (--method {}, --smooth-alpha, --auto-mixed) reads a "
+            "GGUF; convert the directory first (ferry quantize {} model-f16.gguf --type f16), "
+            "then quantize that",
             o.in, o.method, o.in));
     std::shared_ptr<gguf::File> in;
     std::shared_ptr<const hf::ModelDir> dir;
@@ -169,7 +234,7 @@ void quantize_file(const QuantizeOptions& o) {
             throw ExitError(s.error().message);
         sources = take(convert::source_tensors(*dir, cfg));
     } else {
-        if (o.method == "rtn" && !o.smoothing()) {
+        if (o.method == "rtn" && !o.smoothing() && !o.auto_mixed) {
             in = take(gguf::File::open(o.in));
         } else {
             lm.emplace(take(engine::LoadedModel::load(o.in, false, backend)));
@@ -194,17 +259,22 @@ void quantize_file(const QuantizeOptions& o) {
     // the k-quants shift their grid by a minimum, AWQ rescales the weights around their zeros.
     if (in)
         if (const auto pattern = in->get_string("ferry.sparsity.pattern")) {
-            if (!quant::keeps_zeros(target) || o.method == "awq" || o.smoothing())
+            const bool zeros = std::all_of(mix.begin(), mix.end(), quant::keeps_zeros) &&
+                               quant::keeps_zeros(target);
+            if (!zeros || o.method == "awq" || o.smoothing())
                 throw ExitError(fmt::format(
                     "{} is pruned ({}): {} would not keep its zeros; quantize it to q4_0, q8_0, "
                     "int4 or int8 (round to nearest or --method gptq)",
                     o.in, *pattern,
                     o.method == "awq" ? "--method awq"
                     : o.smoothing()   ? "--smooth-alpha"
-                                      : "--type " + o.type));
+                    : o.auto_mixed ? "--mix-types " + fmt::format("{}", fmt::join(o.mix_types, ","))
+                                   : "--type " + o.type));
         }
     auto overrides = std::make_shared<calibrate::TensorOverrides>();
-    if (lm) *overrides = calibrated_overrides(o, target, *lm, pool);
+    if (lm && !o.auto_mixed) *overrides = calibrated_overrides(o, target, *lm, pool);
+    std::map<std::string, DType> mixed;
+    if (o.auto_mixed) mixed = auto_mixed_types(o, mix, *lm, w);
     int64_t total_elems = 0, n_kept = 0, n_f16 = 0, n_fallback = 0;
     size_t in_bytes = 0;
     for (const auto& t : sources) {
@@ -220,7 +290,7 @@ void quantize_file(const QuantizeOptions& o) {
     for (const auto& t : sources) {
         const convert::SourceTensor* ti = &t;
         const std::optional<DType> planned =
-            planned_type(o, target, t.name, t.shape.size(), t.shape[0]);
+            planned_type(o, target, t.name, t.shape.size(), t.shape[0], &mixed);
         const DType out_type = planned.value_or(t.type);
         if (!planned) {
             ++n_kept;
@@ -230,7 +300,7 @@ void quantize_file(const QuantizeOptions& o) {
         } else if (target == DType::W8A8 && out_type == DType::INT8 &&
                    t.name.rfind("blk.", 0) != 0) {
             w8a16_names += (w8a16_names.empty() ? "" : ", ") + t.name;
-        } else {
+        } else if (!mixed.contains(t.name)) {
             if (out_type != target) {
                 ++n_fallback;
                 auto& f = fallbacks[{t.shape[0], out_type}];
@@ -323,11 +393,13 @@ void add_quantize_command(CLI::App& app) {
     cmd->add_option("output", o->out, "Output GGUF file")->required();
     cmd->add_option("--type", o->type,
                     "q8_0, q4_0, q4_1, q4_k, q6_k, f16, bf16, f32, or ferry's own (only ferry "
-                    "reads them): int8 (per-row scale), int4 (groups), fp8 (E4M3, per-row scale), "
-                    "w8a8 (int8 weights, activations quantized to int8 per token)")
-        ->required();
-    auto* group = cmd->add_option("--group-size", o->group_size, "int4 group size: 32, 64 or 128")
-                      ->capture_default_str();
+                    "reads them): int8 (per-row scale), int4 and int3 (groups), fp8 (E4M3, per-row "
+                    "scale), "
+                    "w8a8 (int8 weights, activations quantized to int8 per token); or "
+                    "--auto-mixed");
+    auto* group =
+        cmd->add_option("--group-size", o->group_size, "int4 / int3 group size: 32, 64 or 128")
+            ->capture_default_str();
     cmd->add_option("--keep", o->keep,
                     "Leave tensors whose names match this glob at their input type "
                     "(repeatable, e.g. 'output*' 'token_embd*' 'blk.0.*')");
@@ -335,8 +407,8 @@ void add_quantize_command(CLI::App& app) {
                     "Write matrices whose names match this glob as f16 instead of --type "
                     "(repeatable; --keep wins where both match)");
     cmd->add_option("--method", o->method,
-                    "rtn (round to nearest), gptq or awq (both calibrate on a text; 4-bit group "
-                    "types only: int4, q4_0, q4_1)")
+                    "rtn (round to nearest), gptq or awq (both calibrate on a text; group types "
+                    "only: int4, int3, q4_0, q4_1)")
         ->check(CLI::IsMember({"rtn", "gptq", "awq"}))
         ->capture_default_str();
     auto* calib = cmd->add_option(
@@ -357,31 +429,67 @@ void add_quantize_command(CLI::App& app) {
                         "w8a8: SmoothQuant, migrating activation outliers into the weights with "
                         "this strength (0..1; 0.5 is the paper's default), calibrated on --calib")
             ->check(CLI::Range(0.0, 1.0));
+    auto* mixed = cmd->add_flag(
+        "--auto-mixed", o->auto_mixed,
+        "Per-layer mixed precision: measure each matrix's sensitivity (the KL its rounding "
+        "alone causes on --calib) at each of --mix-types and keep the most sensitive at higher "
+        "precision within --budget");
+    auto* budget =
+        cmd->add_option("--budget", o->budget, "--auto-mixed: bits per weight of the whole file")
+            ->check(CLI::Range(1.0, 32.0));
+    auto* mix_types = cmd->add_option("--mix-types", o->mix_types,
+                                      "--auto-mixed: the types to choose from (int4 and int3 "
+                                      "take --group-size)")
+                          ->delimiter(',')
+                          ->capture_default_str();
     cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)")
         ->check(CLI::Range(0, 1024));
     cmd->add_flag("-q,--quiet", o->quiet, "No progress bar");
-    cmd->callback([o, group, calib, calib_tokens, act_order, damp, smooth] {
-        // `default` names the cached default model, as -m does elsewhere.
-        o->in = take(resolve_model_path(o->in));
-        if (o->in == o->out) throw ExitError("input and output must be different files");
-        // Checked before the work, not after minutes of quantizing.
-        if (std::error_code ec; std::filesystem::is_directory(o->out, ec))
-            throw ExitError(o->out + ": is a directory; name the output file");
-        if (group->count() && o->type != "int4")
-            throw ExitError("--group-size applies to --type int4 only");
-        if (smooth->count() && o->type != "w8a8")
-            throw ExitError(
-                "--smooth-alpha applies to --type w8a8 only (it serves 8-bit activations)");
-        if (smooth->count() && o->method != "rtn")
-            throw ExitError(
-                "--smooth-alpha and --method gptq/awq do not combine (w8a8 rounds to nearest)");
-        if (o->method == "rtn" && !smooth->count() && (calib->count() || calib_tokens->count()))
-            throw ExitError(
-                "--calib and --calib-tokens apply to --method gptq or awq, or --smooth-alpha");
-        if (o->method != "gptq" && (act_order->count() || damp->count()))
-            throw ExitError("--act-order and --damp apply to --method gptq only");
-        quantize_file(*o);
-    });
+    cmd->callback(
+        [o, group, calib, calib_tokens, act_order, damp, smooth, mixed, budget, mix_types] {
+            // `default` names the cached default model, as -m does elsewhere.
+            o->in = take(resolve_model_path(o->in));
+            if (o->in == o->out) throw ExitError("input and output must be different files");
+            // Checked before the work, not after minutes of quantizing.
+            if (std::error_code ec; std::filesystem::is_directory(o->out, ec))
+                throw ExitError(o->out + ": is a directory; name the output file");
+            if (mixed->count()) {
+                if (!o->type.empty())
+                    throw ExitError(
+                        "--auto-mixed picks each matrix's type from --mix-types; drop --type");
+                if (!budget->count())
+                    throw ExitError("--auto-mixed needs --budget BITS_PER_WEIGHT (e.g. 4.5)");
+                if (o->method != "rtn" || smooth->count())
+                    throw ExitError(
+                        "--auto-mixed rounds to nearest; --method gptq/awq and --smooth-alpha do "
+                        "not combine with it yet");
+                if (!calib_tokens->count()) o->calib_tokens = kMixedCalibTokens;
+            } else {
+                if (o->type.empty()) throw ExitError("--type is required (or --auto-mixed)");
+                if (budget->count() || mix_types->count())
+                    throw ExitError("--budget and --mix-types apply to --auto-mixed only");
+            }
+            const bool group_type =
+                o->type == "int4" || o->type == "int3" ||
+                (o->auto_mixed && std::any_of(o->mix_types.begin(), o->mix_types.end(),
+                                              [](auto& t) { return t == "int4" || t == "int3"; }));
+            if (group->count() && !group_type)
+                throw ExitError("--group-size applies to --type int4 and int3 only");
+            if (smooth->count() && o->type != "w8a8")
+                throw ExitError(
+                    "--smooth-alpha applies to --type w8a8 only (it serves 8-bit activations)");
+            if (smooth->count() && o->method != "rtn")
+                throw ExitError(
+                    "--smooth-alpha and --method gptq/awq do not combine (w8a8 rounds to nearest)");
+            if (o->method == "rtn" && !smooth->count() && !o->auto_mixed &&
+                (calib->count() || calib_tokens->count()))
+                throw ExitError(
+                    "--calib and --calib-tokens apply to --method gptq or awq, --smooth-alpha or "
+                    "--auto-mixed");
+            if (o->method != "gptq" && (act_order->count() || damp->count()))
+                throw ExitError("--act-order and --damp apply to --method gptq only");
+            quantize_file(*o);
+        });
 }
 
 }  // namespace ferry::cli

@@ -267,6 +267,7 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
         if (auto s = b.matrix("output.weight", c.n_embd, c.n_vocab, output); !s) return s.error();
     } else {
         output = tok_embd;  // tied embeddings
+        m->tied_output_ = true;
     }
     // Llama 3.1's scaling as a GGUF carries it: per-pair divisors of the frequencies.
     auto freqs = file->find("rope_freqs.weight");
@@ -780,6 +781,54 @@ void LlamaModel::moe_ffn(kernels::Backend& be, const LayerWeights& L, int layer,
         be.add_rows_scaled(x, tokens, routing.weights[ei], out);
         expert_tokens_[static_cast<size_t>(layer) * static_cast<size_t>(E) + ei] += ne;
     }
+}
+
+Status LlamaModel::replace_matrix(kernels::Backend& backend, const std::string& name,
+                                  const Tensor& host) {
+    if (comm_) return make_error("replace_matrix: not under tensor or pipeline parallelism");
+    std::vector<kernels::MatrixSource> sources;
+    std::vector<kernels::Matrix*> dests;
+    if (name == "token_embd.weight") {
+        sources.push_back({host, kernels::MatrixUse::Rows});
+        dests.push_back(&tok_embd_);
+        if (tied_output_) {
+            sources.push_back({host, kernels::MatrixUse::Matmul});
+            dests.push_back(&output_);
+        }
+    } else if (name == "output.weight" && !tied_output_) {
+        sources.push_back({host, kernels::MatrixUse::Matmul});
+        dests.push_back(&output_);
+    } else if (name.starts_with("blk.")) {
+        const size_t dot = name.find('.', 4);
+        const std::string suffix = dot == std::string::npos ? "" : name.substr(dot + 1);
+        int layer = -1;
+        try {
+            layer = std::stoi(name.substr(4, dot - 4));
+        } catch (const std::exception&) {
+        }
+        if (layer >= 0 && layer < static_cast<int>(layers_.size())) {
+            LayerWeights& L = layers_[static_cast<size_t>(layer)];
+            const std::pair<const char*, kernels::Matrix*> slots[] = {
+                {"attn_q.weight", &L.wq},       {"attn_k.weight", &L.wk},
+                {"attn_v.weight", &L.wv},       {"attn_output.weight", &L.wo},
+                {"ffn_gate.weight", &L.w_gate}, {"ffn_up.weight", &L.w_up},
+                {"ffn_down.weight", &L.w_down}};
+            for (const auto& [s, m] : slots)
+                if (suffix == s && !m->data.empty()) {
+                    sources.push_back({host, kernels::MatrixUse::Matmul});
+                    dests.push_back(m);
+                }
+        }
+    }
+    if (dests.empty())
+        return make_error("replace_matrix: the model has no dense matrix '{}'", name);
+    const kernels::Matrix& old = *dests[0];
+    if (host.ndim() != 2 || host.rows() != old.rows() || host.cols() != old.cols())
+        return make_error("replace_matrix: '{}' is {}x{}, the replacement {}x{}", name, old.rows(),
+                          old.cols(), host.rows(), host.cols());
+    const std::vector<kernels::Matrix> res = backend.make_resident(sources);
+    for (size_t i = 0; i < res.size(); ++i) *dests[i] = res[i];
+    return Status::Ok();
 }
 
 }  // namespace ferry::model

@@ -123,6 +123,13 @@ class LlamaModel {
     void move_keys(kernels::Backend& backend, const kernels::KvCacheView& kv, int32_t block,
                    int64_t delta) const;
 
+    // Puts `host` ({rows, cols} as the file holds it, any type the backend reads) in place of
+    // the matrix the file names `name`: a dense layer's attn_q/k/v/output or ffn_gate/up/down,
+    // `output.weight`, or `token_embd.weight` (the output head too when tied). For tools that
+    // try one matrix at a time (quantize --auto-mixed measures each one's rounding alone); not
+    // under tensor or pipeline parallelism.
+    Status replace_matrix(kernels::Backend& backend, const std::string& name, const Tensor& host);
+
     // Each rotary pair's inverse frequency, the checkpoint's rope scaling applied.
     const std::vector<double>& rope_inv_freq() const { return rope_inv_freq_; }
 
@@ -146,6 +153,7 @@ class LlamaModel {
     Device device_ = Device::CPU;
     kernels::Matrix tok_embd_;
     kernels::Matrix output_;
+    bool tied_output_ = false;  // output_ is token_embd's matrix
     Tensor output_norm_;
     std::vector<LayerWeights> layers_;
     std::shared_ptr<comm::Communicator> comm_;

@@ -1,4 +1,4 @@
-"""`ferry quantize` to ferry's own types (int8, int4, fp8), `--keep-f16`, and the files read
+"""`ferry quantize` to ferry's own types (int8, int4, int3, fp8), `--keep-f16`, and the files read
 back by `ferry info` and `ferry eval` (gguf-py and llama.cpp do not know these type ids)."""
 
 import json
@@ -41,6 +41,22 @@ def test_int4_groups_fall_back_to_the_next_smaller_group(model_path, tmp_path):
     assert set(tensor_types(out32)) == {"int4_g32", "f32"}
 
 
+def test_int3_falls_back_like_int4_and_costs_more(model_path, tmp_path):
+    out = tmp_path / "int3.gguf"
+    r = run_ferry("quantize", model_path, out, "--type", "int3", "-q")
+    assert r.returncode == 0, r.stderr
+    assert "those tensors are written as int3_g64" in r.stderr
+    types = tensor_types(out)
+    assert types["int3_g128"] == N_LAYER and types["int3_g64"] == 6 * N_LAYER + 1
+    j3 = eval_against(out, model_path)
+    four = tmp_path / "int4.gguf"
+    assert run_ferry("quantize", model_path, four, "--type", "int4", "-q").returncode == 0
+    j4 = eval_against(four, model_path)
+    # Three bits cost more than four, and the model still runs (a broken unpacking: PPL 1000s).
+    assert j3["kl_mean"] > j4["kl_mean"]
+    assert 1 < j3["perplexity"] < 8 * j3["ref_perplexity"]
+
+
 def test_int8_with_keep_and_keep_f16(model_path, tmp_path):
     out = tmp_path / "int8.gguf"
     r = run_ferry("quantize", model_path, out, "--type", "int8", "--keep", "token_embd*",
@@ -70,7 +86,7 @@ def test_group_size_is_checked(model_path, tmp_path):
     assert r.returncode != 0 and "--group-size 100" in r.stderr
     r = run_ferry("quantize", model_path, tmp_path / "x.gguf", "--type", "int8",
                   "--group-size", "64")
-    assert r.returncode != 0 and "int4 only" in r.stderr
+    assert r.returncode != 0 and "int4 and int3 only" in r.stderr
     assert not (tmp_path / "x.gguf").exists()
 
 
