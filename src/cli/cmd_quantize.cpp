@@ -20,7 +20,6 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "calibrate/calibrated.h"
 #include "calibrate/calibration.h"
@@ -255,21 +254,21 @@ void quantize_file(const QuantizeOptions& o) {
     }
     set_weight_type_metadata(w, target);
 
-    // A pruned file (ferry prune) keeps its pattern only in a type that rounds 0 to 0; q4_1 and
-    // the k-quants shift their grid by a minimum, AWQ rescales the weights around their zeros.
+    // A pruned file (ferry prune) keeps its pattern only in a type that rounds 0 to 0: not q4_1
+    // and q4_k, which shift their grid by a minimum. (AWQ and SmoothQuant only scale weights, so
+    // their zeros stay zeros.)
     if (in)
         if (const auto pattern = in->get_string("ferry.sparsity.pattern")) {
-            const bool zeros = std::all_of(mix.begin(), mix.end(), quant::keeps_zeros) &&
-                               quant::keeps_zeros(target);
-            if (!zeros || o.method == "awq" || o.smoothing())
-                throw ExitError(fmt::format(
-                    "{} is pruned ({}): {} would not keep its zeros; quantize it to q4_0, q8_0, "
-                    "int4 or int8 (round to nearest or --method gptq)",
-                    o.in, *pattern,
-                    o.method == "awq" ? "--method awq"
-                    : o.smoothing()   ? "--smooth-alpha"
-                    : o.auto_mixed ? "--mix-types " + fmt::format("{}", fmt::join(o.mix_types, ","))
-                                   : "--type " + o.type));
+            const std::vector<DType> types = o.auto_mixed ? mix : std::vector<DType>{target};
+            for (DType t : types)
+                if (!quant::keeps_zeros(t))
+                    throw ExitError(fmt::format(
+                        "{} is pruned ({}): {} would not keep its zeros (its grid is shifted by "
+                        "a minimum); quantize it to a type without one (q4_0, q8_0, q6_k, int4, "
+                        "int3, int8, ...)",
+                        o.in, *pattern,
+                        o.auto_mixed ? "--mix-types " + std::string(dtype_name(t))
+                                     : "--type " + o.type));
         }
     auto overrides = std::make_shared<calibrate::TensorOverrides>();
     if (lm && !o.auto_mixed) *overrides = calibrated_overrides(o, target, *lm, pool);

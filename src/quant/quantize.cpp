@@ -421,7 +421,8 @@ Expected<std::vector<uint8_t>> quantize(DType type, const float* src, int64_t n)
 
 bool keeps_zeros(DType t) {
     return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 ||
-           t == DType::Q4_0 || t == DType::INT8 || is_int_group(t);
+           t == DType::Q4_0 || t == DType::Q6_K || t == DType::INT8 || t == DType::FP8 ||
+           t == DType::W8A8 || is_int_group(t);
 }
 
 DType fallback_for(DType target, int64_t row) {

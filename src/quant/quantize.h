@@ -39,8 +39,9 @@ void q5_0_to_q8_0(const void* src, void* dst, int64_t n);
 DType fallback_for(DType target, int64_t row);
 
 // Whether rounding to `t` maps 0 to exactly 0 (a pruned matrix keeps its pattern): the float
-// types and the grids with no offset (q8_0, q4_0, int8) or an integer zero point (int4, int3); not
-// q4_1 and the k-quants, which shift their grid by a minimum. fallback_for keeps the property.
+// types and fp8, and the grids with no offset (q8_0, q4_0, q6_k, int8, w8a8) or an integer zero
+// point (int4, int3); not q4_1 and q4_k, which shift their grid by a minimum. fallback_for keeps
+// the property.
 bool keeps_zeros(DType t);
 
 // The type a tensor of a model written for `target` gets: norms and biases (1-D) stay f32, as

@@ -10,6 +10,8 @@
 #include "calibrate/gptq.h"
 #include "calibrate/pruning.h"
 #include "core/thread_pool.h"
+#include "quant/dequantize.h"
+#include "quant/quantize.h"
 
 using namespace ferry;
 using namespace ferry::calibrate;
@@ -177,4 +179,27 @@ TEST(Pruning, RowsThatDoNotSplitIntoGroupsAreRefused) {
     ASSERT_FALSE(s.ok());
     EXPECT_NE(s.error().message.find("groups of 4"), std::string::npos) << s.error().message;
     EXPECT_FALSE(follows_pattern(std::vector<float>(8, 1.0f), 1, 8, pattern("2:4")));
+}
+
+// quant::keeps_zeros is what quantize trusts before writing a pruned file in a type: it must say
+// exactly which of the types ferry writes give a 2:4 row's zeros back as zeros.
+TEST(Pruning, KeepsZerosIsExactlyTheTypesThatRoundZeroToZero) {
+    ThreadPool pool(1);
+    const int64_t cols = 512;
+    auto w = random_matrix(4, cols, 11);
+    ASSERT_TRUE(prune_by_score(w, 4, cols, pattern("2:4"), {}, pool).ok());
+    for (uint32_t id = 0; id < 2048; ++id) {
+        const auto info = dtype_info(id);
+        if (!info || !quant::can_quantize(info->type) || cols % info->block_size != 0) continue;
+        bool kept = true;
+        std::vector<float> back(static_cast<size_t>(cols));
+        for (int64_t r = 0; r < 4; ++r) {
+            auto q = quant::quantize(info->type, w.data() + r * cols, cols);
+            ASSERT_TRUE(q.ok());
+            ASSERT_TRUE(quant::dequantize_row(info->type, q->data(), back.data(), cols).ok());
+            for (int64_t j = 0; j < cols; ++j)
+                if (w[r * cols + j] == 0.0f && back[j] != 0.0f) kept = false;
+        }
+        EXPECT_EQ(kept, quant::keeps_zeros(info->type)) << info->name;
+    }
 }
