@@ -35,6 +35,11 @@ MixedPlan plan_auto_mixed(
                 *f == t.type ? t.n_bytes : row_bytes(*f, row) * static_cast<size_t>(n_rows);
             continue;
         }
+        if (!lm.model->can_replace(t.name))
+            throw ExitError(fmt::format(
+                "--auto-mixed: '{}' cannot be tried on its own (a fused matrix, as Phi-3's "
+                "attn_qkv); leave it out of the mix with --keep or --keep-f16",
+                t.name));
         calibrate::MixItem item{t.name, {}};
         std::vector<size_t>& of = option_of.emplace_back();
         for (DType c : candidates) {

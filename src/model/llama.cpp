@@ -783,21 +783,15 @@ void LlamaModel::moe_ffn(kernels::Backend& be, const LayerWeights& L, int layer,
     }
 }
 
-Status LlamaModel::replace_matrix(kernels::Backend& backend, const std::string& name,
-                                  const Tensor& host) {
-    if (comm_) return make_error("replace_matrix: not under tensor or pipeline parallelism");
-    std::vector<kernels::MatrixSource> sources;
-    std::vector<kernels::Matrix*> dests;
+std::vector<std::pair<kernels::Matrix*, kernels::MatrixUse>> LlamaModel::swappable(
+    const std::string& name) {
+    std::vector<std::pair<kernels::Matrix*, kernels::MatrixUse>> out;
+    if (comm_) return out;
     if (name == "token_embd.weight") {
-        sources.push_back({host, kernels::MatrixUse::Rows});
-        dests.push_back(&tok_embd_);
-        if (tied_output_) {
-            sources.push_back({host, kernels::MatrixUse::Matmul});
-            dests.push_back(&output_);
-        }
+        out.emplace_back(&tok_embd_, kernels::MatrixUse::Rows);
+        if (tied_output_) out.emplace_back(&output_, kernels::MatrixUse::Matmul);
     } else if (name == "output.weight" && !tied_output_) {
-        sources.push_back({host, kernels::MatrixUse::Matmul});
-        dests.push_back(&output_);
+        out.emplace_back(&output_, kernels::MatrixUse::Matmul);
     } else if (name.starts_with("blk.")) {
         const size_t dot = name.find('.', 4);
         const std::string suffix = dot == std::string::npos ? "" : name.substr(dot + 1);
@@ -814,11 +808,25 @@ Status LlamaModel::replace_matrix(kernels::Backend& backend, const std::string& 
                 {"ffn_gate.weight", &L.w_gate}, {"ffn_up.weight", &L.w_up},
                 {"ffn_down.weight", &L.w_down}};
             for (const auto& [s, m] : slots)
-                if (suffix == s && !m->data.empty()) {
-                    sources.push_back({host, kernels::MatrixUse::Matmul});
-                    dests.push_back(m);
-                }
+                if (suffix == s && !m->data.empty())
+                    out.emplace_back(m, kernels::MatrixUse::Matmul);
         }
+    }
+    return out;
+}
+
+bool LlamaModel::can_replace(const std::string& name) const {
+    return !const_cast<LlamaModel*>(this)->swappable(name).empty();
+}
+
+Status LlamaModel::replace_matrix(kernels::Backend& backend, const std::string& name,
+                                  const Tensor& host) {
+    if (comm_) return make_error("replace_matrix: not under tensor or pipeline parallelism");
+    std::vector<kernels::MatrixSource> sources;
+    std::vector<kernels::Matrix*> dests;
+    for (const auto& [m, use] : swappable(name)) {
+        sources.push_back({host, use});
+        dests.push_back(m);
     }
     if (dests.empty())
         return make_error("replace_matrix: the model has no dense matrix '{}'", name);

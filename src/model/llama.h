@@ -9,6 +9,8 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -129,6 +131,8 @@ class LlamaModel {
     // try one matrix at a time (quantize --auto-mixed measures each one's rounding alone); not
     // under tensor or pipeline parallelism.
     Status replace_matrix(kernels::Backend& backend, const std::string& name, const Tensor& host);
+    // Whether replace_matrix can swap `name` (a fused matrix, as Phi-3's attn_qkv, cannot).
+    bool can_replace(const std::string& name) const;
 
     // Each rotary pair's inverse frequency, the checkpoint's rope scaling applied.
     const std::vector<double>& rope_inv_freq() const { return rope_inv_freq_; }
@@ -143,6 +147,9 @@ class LlamaModel {
 
   private:
     LlamaModel() = default;
+    // The resident matrices the file's `name` is (a tied head is the embedding's too), with how
+    // each is read; empty for a name replace_matrix cannot swap.
+    std::vector<std::pair<kernels::Matrix*, kernels::MatrixUse>> swappable(const std::string& name);
     // Completes a partial sum over the ranks (after attention output and MLP down).
     void reduce(kernels::Backend& be, const Tensor& t) const;
     void moe_ffn(kernels::Backend& be, const LayerWeights& L, int layer, const Tensor& xn,

@@ -219,6 +219,12 @@ TEST(Sensitivity, ClearErrors) {
     auto backend = ferry::testing::cpu_backend(2);
     auto a = engine::LoadedModel::load(path, false, backend);
     ASSERT_TRUE(a.ok());
+    EXPECT_TRUE(a->model->can_replace("blk.29.ffn_down.weight"));
+    EXPECT_TRUE(a->model->can_replace("token_embd.weight"));
+    EXPECT_FALSE(a->model->can_replace("output.weight"));  // tied: it is token_embd
+    EXPECT_FALSE(a->model->can_replace("blk.0.attn_norm.weight"));
+    EXPECT_FALSE(a->model->can_replace("blk.30.attn_q.weight"));
+    EXPECT_FALSE(a->model->can_replace("blk.x.attn_q.weight"));
     const Tensor q = *a->weights->find("blk.0.attn_q.weight").value();
     auto no_layer = a->model->replace_matrix(*backend, "blk.99.attn_q.weight", q);
     ASSERT_FALSE(no_layer.ok());
