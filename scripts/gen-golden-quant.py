@@ -3,10 +3,11 @@
 
 Two independent references, so ferry's quantizers (src/quant/quantize.cpp) are not tested
 against themselves:
-  * gguf-py 0.19.0 (numpy, by the llama.cpp authors): Q8_0, Q4_0, Q4_1, F16, BF16;
+  * gguf-py 0.19.0 (numpy, by the llama.cpp authors): Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, F16, BF16;
   * ggml itself, when --ggml-lib names a libggml-base.so (e.g. the one llama-cpp-python
-    ships): quantize_row_{q8_0,q4_0,q4_1,q4_K,q6_K}_ref through ctypes. gguf-py cannot quantize
-    the k-quants, so Q4_K and Q6_K golden files exist only when this is given.
+    ships): quantize_row_{q8_0,q4_0,q4_1,q5_0,q5_1,q4_K,q5_K,q6_K}_ref through ctypes. gguf-py
+    cannot quantize the k-quants, so Q4_K, Q5_K and Q6_K golden files exist only when this is
+    given.
 
 Requirements (pinned so the golden files are reproducible):
     pip install gguf==0.19.0 numpy        # optionally llama-cpp-python for --ggml-lib
@@ -50,10 +51,13 @@ def cases(rng):
     return {"gauss": gauss, "heavy": heavy, "edge": edge}
 
 
-GGUF_TYPES = {"q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "q4_1": Q.Q4_1, "f16": Q.F16, "bf16": Q.BF16}
+GGUF_TYPES = {"q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "q4_1": Q.Q4_1, "q5_0": Q.Q5_0, "q5_1": Q.Q5_1,
+              "f16": Q.F16, "bf16": Q.BF16}
 GGML_FUNCS = {"q8_0": ("quantize_row_q8_0_ref", 32, 34), "q4_0": ("quantize_row_q4_0_ref", 32, 18),
               "q4_1": ("quantize_row_q4_1_ref", 32, 20), "q4_k": ("quantize_row_q4_K_ref", 256, 144),
-              "q6_k": ("quantize_row_q6_K_ref", 256, 210)}
+              "q6_k": ("quantize_row_q6_K_ref", 256, 210),
+              "q5_0": ("quantize_row_q5_0_ref", 32, 22), "q5_1": ("quantize_row_q5_1_ref", 32, 24),
+              "q5_k": ("quantize_row_q5_K_ref", 256, 176)}
 
 
 def ggml_quantize(lib, name, x):

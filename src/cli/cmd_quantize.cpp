@@ -84,9 +84,37 @@ bool matches_any(const std::string& name, const std::vector<std::string>& patter
     return false;
 }
 
-// --type and --group-size to a type id.
-DType target_type(const QuantizeOptions& o) {
-    return take(parse_weight_type(o.type, o.group_size));
+// --type and --group-size to a type, or a k-quant mix over its base type.
+WeightTarget weight_target(const QuantizeOptions& o) {
+    return take(parse_weight_target(o.type, o.group_size));
+}
+
+// A k-quant mix's type for each matrix it decides (not --keep, --keep-f16, 1-D tensors or
+// routers, which stay as they would in any file), and one summary line of what it chose.
+std::map<std::string, DType> k_mix_types(const QuantizeOptions& o, quant::KMix mix,
+                                         const std::vector<convert::SourceTensor>& sources) {
+    std::vector<quant::KMixTensor> shapes;
+    for (const auto& t : sources) shapes.push_back({t.name, t.shape});
+    const quant::KMixModel model = quant::k_mix_model(shapes);
+    const DType base = quant::k_mix_base(mix);
+    std::map<std::string, DType> types;
+    std::map<DType, int> counts;
+    for (const auto& t : sources) {
+        const size_t n_dims = t.shape.size();
+        if (n_dims < 2 || matches_any(t.name, o.keep) || matches_any(t.name, o.keep_f16) ||
+            quant::type_for_tensor(base, t.name, n_dims, t.shape[0]) == DType::F32)
+            continue;
+        const DType ty = quant::k_mix_type(mix, model, t.name, t.shape[0]);
+        types[t.name] = ty;
+        ++counts[ty];
+    }
+    if (!o.quiet) {
+        std::string line;
+        for (const auto& [ty, n] : counts)
+            line += fmt::format("{}{} {}", line.empty() ? "" : ", ", n, dtype_name(ty));
+        std::fprintf(stderr, "ferry quantize: %s matrices: %s\n", o.type.c_str(), line.c_str());
+    }
+    return types;
 }
 
 // --mix-types, cheapest first by bits per weight (at a row they all split into).
@@ -201,8 +229,11 @@ void quantize_file(const QuantizeOptions& o) {
     const std::vector<DType> mix = o.auto_mixed ? mix_candidates(o) : std::vector<DType>{};
     // Mixed: the cheapest candidate stands in where one type is asked (fallback rows, the
     // checks below); each matrix's own comes from the plan.
-    const DType target = o.auto_mixed ? mix.front() : target_type(o);
-    const std::string type_name = o.auto_mixed ? "mixed" : std::string(dtype_name(target));
+    const WeightTarget wt = o.auto_mixed ? WeightTarget{mix.front(), {}} : weight_target(o);
+    const DType target = wt.base;
+    const std::string type_name = o.auto_mixed ? "mixed"
+                                  : wt.mix     ? o.type
+                                               : std::string(dtype_name(target));
     if (o.method != "rtn" && !quant::has_group_grid(target))
         throw ExitError(fmt::format(
             "--method {} quantizes to 4- and 3-bit group types only: --type int4, int3, q4_0 or "
@@ -252,7 +283,7 @@ void quantize_file(const QuantizeOptions& o) {
                                .parts = {},
                                .part_rows = 0});
     }
-    set_weight_type_metadata(w, target);
+    set_weight_type_metadata(w, wt);
 
     // A pruned file (ferry prune) keeps its pattern only in a type that rounds 0 to 0: not q4_1
     // and q4_k, which shift their grid by a minimum. (AWQ and SmoothQuant only scale weights, so
@@ -274,6 +305,7 @@ void quantize_file(const QuantizeOptions& o) {
     if (lm && !o.auto_mixed) *overrides = calibrated_overrides(o, target, *lm, pool);
     std::map<std::string, DType> mixed;
     if (o.auto_mixed) mixed = auto_mixed_types(o, mix, *lm, w);
+    if (wt.mix) mixed = k_mix_types(o, *wt.mix, sources);
     int64_t total_elems = 0, n_kept = 0, n_f16 = 0, n_fallback = 0;
     size_t in_bytes = 0;
     for (const auto& t : sources) {
@@ -391,7 +423,9 @@ void add_quantize_command(CLI::App& app) {
         ->required();
     cmd->add_option("output", o->out, "Output GGUF file")->required();
     cmd->add_option("--type", o->type,
-                    "q8_0, q4_0, q4_1, q4_k, q6_k, f16, bf16, f32, or ferry's own (only ferry "
+                    "q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, f16, bf16, f32; llama.cpp's "
+                    "mixes q4_k_m and q5_k_m (q6_k for the head and the attn_v and ffn_down of "
+                    "a third of the layers, as llama-quantize chooses); or ferry's own (only ferry "
                     "reads them): int8 (per-row scale), int4 and int3 (groups), fp8 (E4M3, per-row "
                     "scale), "
                     "w8a8 (int8 weights, activations quantized to int8 per token); or "

@@ -138,7 +138,8 @@ void synth(const SynthOptions& o) {
     if (m.n_shared_experts > 1)
         throw ExitError(fmt::format("--like {}: more than one shared expert", o.like));
     const bool gemma = arch == "gemma3", qk_norms = type->qk_norms;
-    const DType target = take(parse_weight_type(o.type, o.group_size));
+    const WeightTarget wt = take(parse_weight_target(o.type, o.group_size));
+    const DType target = wt.base;
     const auto tok_file = take(gguf::File::open(take(resolve_model_path("default"))));
 
     gguf::Writer w;
@@ -171,7 +172,7 @@ void synth(const SynthOptions& o) {
         u32("attention.sliding_window", m.sliding_window);
         u32("attention.sliding_window_pattern", swa_period);
     }
-    set_weight_type_metadata(w, target);
+    set_weight_type_metadata(w, wt);
     w.set("ferry.synth.like", gguf::make_string(m.name));
     w.set("ferry.synth.seed", gguf::make_u64(o.seed));
     w.set("ferry.synth.init", gguf::make_string("0.02 x normalised Irwin-Hall(4); norms 1"));
@@ -231,7 +232,13 @@ void synth(const SynthOptions& o) {
     if (!m.tied_embeddings) specs.push_back({"output.weight", m.hidden, m.vocab});
 
     int64_t total = 0;
-    for (const Spec& s : specs) total += s.cols * s.all_rows();
+    std::vector<quant::KMixTensor> shapes;
+    for (const Spec& s : specs) {
+        total += s.cols * s.all_rows();
+        shapes.push_back({s.name, s.experts ? std::vector<int64_t>{s.cols, s.rows, s.experts}
+                                            : std::vector<int64_t>{s.cols, s.rows}});
+    }
+    const quant::KMixModel k_model = quant::k_mix_model(shapes);
     // One pool for the rows of every tensor.
     const auto backend =
         take(kernels::make_backend({.threads = resolve_threads(o.threads), .activations = {}}));
@@ -242,7 +249,9 @@ void synth(const SynthOptions& o) {
     for (size_t ti = 0; ti < specs.size(); ++ti) {
         const Spec s = specs[ti];
         const size_t n_dims = s.experts ? 3 : s.rows == 1 ? 1 : 2;
-        const DType type = quant::type_for_tensor(target, s.name, n_dims, s.cols);
+        DType type = quant::type_for_tensor(target, s.name, n_dims, s.cols);
+        if (wt.mix && n_dims >= 2 && type != DType::F32)
+            type = quant::k_mix_type(*wt.mix, k_model, s.name, s.cols);
         by_type[type] += s.cols * s.all_rows();
         std::vector<int64_t> shape = {s.cols};
         if (n_dims >= 2) shape.push_back(s.rows);
@@ -309,8 +318,9 @@ void add_synth_command(CLI::App& app) {
                         "), a Hugging Face config.json (or its directory) or a GGUF file")
         ->required();
     cmd->add_option("--type", o->type,
-                    "weight type of the matrices (q4_0, q4_1, q8_0, q4_k, q6_k, f16, bf16, f32; "
-                    "int8, int4, int3, fp8, w8a8)")
+                    "weight type of the matrices (q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, "
+                    "f16, bf16, f32; llama.cpp's mixes q4_k_m, q5_k_m; int8, int4, int3, fp8, "
+                    "w8a8)")
         ->capture_default_str();
     cmd->add_option("--group-size", o->group_size, "int4 / int3 group size (32, 64 or 128)")
         ->capture_default_str();

@@ -20,8 +20,14 @@ uint32_t file_type_for(DType t) {
             return 3;
         case DType::Q8_0:
             return 7;
+        case DType::Q5_0:
+            return 8;
+        case DType::Q5_1:
+            return 9;
         case DType::Q4_K:
             return 14;  // Q4_K_S: every matrix Q4_K
+        case DType::Q5_K:
+            return 16;  // Q5_K_S
         case DType::Q6_K:
             return 18;
         case DType::BF16:
@@ -47,13 +53,27 @@ Expected<DType> parse_weight_type(const std::string& name, int group_size) {
                 return make_error("--group-size {}: {} groups are 32, 64 or 128", group_size, name);
         }
     }
+    if (name == "q4_k_m" || name == "q5_k_m")
+        return make_error(
+            "{}: llama.cpp's mix of {} and q6_k is written by ferry quantize and ferry synth; "
+            "here name one type",
+            name, name.substr(0, 4));
     auto t = dtype_from_name(name);
     if (!t || !quant::can_quantize(*t))
         return make_error(
-            "--type {}: not a type ferry writes (q8_0, q4_0, q4_1, q4_k, q6_k, f16, bf16, f32; "
-            "ferry's own: int8, int4, int3, fp8, w8a8)",
+            "--type {}: not a type ferry writes (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, "
+            "f16, bf16, f32; llama.cpp's mixes q4_k_m, q5_k_m; ferry's own: int8, int4, int3, "
+            "fp8, w8a8)",
             name);
     return *t;
+}
+
+Expected<WeightTarget> parse_weight_target(const std::string& name, int group_size) {
+    if (name == "q4_k_m") return WeightTarget{DType::Q4_K, quant::KMix::Q4_K_M};
+    if (name == "q5_k_m") return WeightTarget{DType::Q5_K, quant::KMix::Q5_K_M};
+    auto t = parse_weight_type(name, group_size);
+    if (!t) return t.error();
+    return WeightTarget{*t, std::nullopt};
 }
 
 void set_weight_type_metadata(gguf::Writer& w, DType target) {
@@ -70,6 +90,11 @@ void set_weight_type_metadata(gguf::Writer& w, DType target) {
         else
             w.remove("general.quantization_version");
     }
+}
+
+void set_weight_type_metadata(gguf::Writer& w, const WeightTarget& target) {
+    set_weight_type_metadata(w, target.base);
+    if (target.mix) w.set("general.file_type", gguf::make_u32(quant::k_mix_file_type(*target.mix)));
 }
 
 }  // namespace ferry::cli

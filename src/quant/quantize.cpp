@@ -31,6 +31,27 @@ void store_block(void* dst, int64_t i, const Block& b) {
     std::memcpy(static_cast<uint8_t*>(dst) + i * sizeof(Block), &b, sizeof(Block));
 }
 
+// The block's value of largest magnitude, with its sign (q4_0 and q5_0 map it to their most
+// negative level, so the sign picks which end of the range is used fully).
+float signed_absmax(const float* x) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < QK; ++j) {
+        if (amax < std::fabs(x[j])) {
+            amax = std::fabs(x[j]);
+            max = x[j];
+        }
+    }
+    return max;
+}
+
+void block_min_max(const float* x, float* min, float* max) {
+    *min = std::numeric_limits<float>::max(), *max = -std::numeric_limits<float>::max();
+    for (int j = 0; j < QK; ++j) {
+        if (x[j] < *min) *min = x[j];
+        if (x[j] > *max) *max = x[j];
+    }
+}
+
 void quant_q8_0(const float* x, void* dst, int64_t n) {
     for (int64_t i = 0; i < n / QK; ++i, x += QK) {
         float amax = 0.0f;
@@ -46,16 +67,7 @@ void quant_q8_0(const float* x, void* dst, int64_t n) {
 
 void quant_q4_0(const float* x, void* dst, int64_t n) {
     for (int64_t i = 0; i < n / QK; ++i, x += QK) {
-        // The signed value of largest magnitude maps to -8, so the sign picks which end of
-        // the 4-bit range is used fully.
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < QK; ++j) {
-            if (amax < std::fabs(x[j])) {
-                amax = std::fabs(x[j]);
-                max = x[j];
-            }
-        }
-        const float d = max / -8;
+        const float d = signed_absmax(x) / -8;
         const float id = d ? 1.0f / d : 0.0f;
         BlockQ4_0 b;
         b.d = fp32_to_fp16(d);
@@ -72,11 +84,8 @@ void quant_q4_0(const float* x, void* dst, int64_t n) {
 
 void quant_q4_1(const float* x, void* dst, int64_t n) {
     for (int64_t i = 0; i < n / QK; ++i, x += QK) {
-        float min = std::numeric_limits<float>::max(), max = -std::numeric_limits<float>::max();
-        for (int j = 0; j < QK; ++j) {
-            if (x[j] < min) min = x[j];
-            if (x[j] > max) max = x[j];
-        }
+        float min, max;
+        block_min_max(x, &min, &max);
         const float d = (max - min) / ((1 << 4) - 1);
         const float id = d ? 1.0f / d : 0.0f;
         BlockQ4_1 b;
@@ -89,6 +98,52 @@ void quant_q4_1(const float* x, void* dst, int64_t n) {
             const int xi1 = std::clamp(static_cast<int>(static_cast<int8_t>(x1 + 0.5f)), 0, 15);
             b.qs[j] = static_cast<uint8_t>(xi0 | (xi1 << 4));
         }
+        store_block(dst, i, b);
+    }
+}
+
+// Q4_0 on 32 levels (the value of largest magnitude maps to -16); element j's fifth bit is bit
+// j of qh (little-endian).
+void quant_q5_0(const float* x, void* dst, int64_t n) {
+    for (int64_t i = 0; i < n / QK; ++i, x += QK) {
+        const float d = signed_absmax(x) / -16;
+        const float id = d ? 1.0f / d : 0.0f;
+        BlockQ5_0 b;
+        b.d = fp32_to_fp16(d);
+        uint32_t qh = 0;
+        for (int j = 0; j < QK / 2; ++j) {
+            const auto xi0 = static_cast<uint8_t>(
+                std::min(31, static_cast<int>(static_cast<int8_t>(x[j] * id + 16.5f))));
+            const auto xi1 = static_cast<uint8_t>(
+                std::min(31, static_cast<int>(static_cast<int8_t>(x[QK / 2 + j] * id + 16.5f))));
+            b.qs[j] = static_cast<uint8_t>((xi0 & 0x0F) | ((xi1 & 0x0F) << 4));
+            qh |= ((xi0 & 0x10u) >> 4) << (j + 0);
+            qh |= ((xi1 & 0x10u) >> 4) << (j + QK / 2);
+        }
+        std::memcpy(b.qh, &qh, sizeof(qh));
+        store_block(dst, i, b);
+    }
+}
+
+// Q4_1 on 32 levels, fifth bits as Q5_0's.
+void quant_q5_1(const float* x, void* dst, int64_t n) {
+    for (int64_t i = 0; i < n / QK; ++i, x += QK) {
+        float min, max;
+        block_min_max(x, &min, &max);
+        const float d = (max - min) / ((1 << 5) - 1);
+        const float id = d ? 1.0f / d : 0.0f;
+        BlockQ5_1 b;
+        b.d = fp32_to_fp16(d);
+        b.m = fp32_to_fp16(min);
+        uint32_t qh = 0;
+        for (int j = 0; j < QK / 2; ++j) {
+            const auto xi0 = static_cast<uint8_t>((x[j] - min) * id + 0.5f);
+            const auto xi1 = static_cast<uint8_t>((x[QK / 2 + j] - min) * id + 0.5f);
+            b.qs[j] = static_cast<uint8_t>((xi0 & 0x0F) | ((xi1 & 0x0F) << 4));
+            qh |= ((xi0 & 0x10u) >> 4) << (j + 0);
+            qh |= ((xi1 & 0x10u) >> 4) << (j + QK / 2);
+        }
+        std::memcpy(b.qh, &qh, sizeof(qh));
         store_block(dst, i, b);
     }
 }
@@ -214,56 +269,88 @@ float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
     return scale;
 }
 
-void quant_q4_k(const float* x, void* dst, int64_t n) {
-    uint8_t L[QK_K], Laux[32];
+// Q4_K's and Q5_K's shared part: each 32-element sub-block's scale and minimum fitted on an
+// nmax-level grid, both stored as 6 bits against the super-block's fp16 d and dmin, and the
+// levels L rounded again against the scales as stored. ggml runs the fit with (rmin, nstep)
+// -1 / 20 for Q4_K and -0.5 / 15 for Q5_K.
+template <class Block>
+void fit_k_scales(const float* x, int nmax, float rmin, int nstep, Block& b, uint8_t L[QK_K]) {
+    uint8_t Laux[32];
     float weights[32], mins[QK_K / 32], scales[QK_K / 32];
+    float max_scale = 0, max_min = 0;  // mins are subtracted, so scales are never negative
+    for (int j = 0; j < QK_K / 32; ++j) {
+        float sum_x2 = 0;
+        for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
+        const float av_x = std::sqrt(sum_x2 / 32);
+        for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[32 * j + l]);
+        scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
+                                     rmin, 0.1f, nstep);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+    const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    for (int j = 0; j < QK_K / 32; ++j) {
+        uint8_t ls = static_cast<uint8_t>(nearest_int(inv_scale * scales[j]));
+        uint8_t lm = static_cast<uint8_t>(nearest_int(inv_min * mins[j]));
+        ls = std::min<uint8_t>(63, ls);
+        lm = std::min<uint8_t>(63, lm);
+        if (j < 4) {
+            b.scales[j] = ls;
+            b.scales[j + 4] = lm;
+        } else {
+            b.scales[j + 4] = static_cast<uint8_t>((ls & 0xF) | ((lm & 0xF) << 4));
+            b.scales[j - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
+            b.scales[j - 0] |= static_cast<uint8_t>((lm >> 4) << 6);
+        }
+    }
+    b.d = fp32_to_fp16(max_scale / 63.f);
+    b.dmin = fp32_to_fp16(max_min / 63.f);
+    // Requantize against the scales as stored (6-bit, fp16), not the fitted ones.
+    uint8_t sc[8], m[8];
+    q4_k_scale_mins(b.scales, sc, m);
+    for (int j = 0; j < QK_K / 32; ++j) {
+        const float d = fp16_to_fp32(b.d) * sc[j];
+        if (!d) continue;
+        const float dm = fp16_to_fp32(b.dmin) * m[j];
+        for (int ii = 0; ii < 32; ++ii) {
+            const int l = nearest_int((x[32 * j + ii] + dm) / d);
+            L[32 * j + ii] = static_cast<uint8_t>(std::max(0, std::min(nmax, l)));
+        }
+    }
+}
+
+void quant_q4_k(const float* x, void* dst, int64_t n) {
+    uint8_t L[QK_K];
     for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
         BlockQ4_K b{};
-        float max_scale = 0, max_min = 0;  // mins are subtracted, so scales are never negative
-        for (int j = 0; j < QK_K / 32; ++j) {
-            float sum_x2 = 0;
-            for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
-            const float av_x = std::sqrt(sum_x2 / 32);
-            for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[32 * j + l]);
-            scales[j] = make_qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
-                                         -1.f, 0.1f, 20);
-            if (scales[j] > max_scale) max_scale = scales[j];
-            if (mins[j] > max_min) max_min = mins[j];
-        }
-        const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
-        const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
-        for (int j = 0; j < QK_K / 32; ++j) {
-            uint8_t ls = static_cast<uint8_t>(nearest_int(inv_scale * scales[j]));
-            uint8_t lm = static_cast<uint8_t>(nearest_int(inv_min * mins[j]));
-            ls = std::min<uint8_t>(63, ls);
-            lm = std::min<uint8_t>(63, lm);
-            if (j < 4) {
-                b.scales[j] = ls;
-                b.scales[j + 4] = lm;
-            } else {
-                b.scales[j + 4] = static_cast<uint8_t>((ls & 0xF) | ((lm & 0xF) << 4));
-                b.scales[j - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
-                b.scales[j - 0] |= static_cast<uint8_t>((lm >> 4) << 6);
-            }
-        }
-        b.d = fp32_to_fp16(max_scale / 63.f);
-        b.dmin = fp32_to_fp16(max_min / 63.f);
-        // Requantize against the scales as stored (6-bit, fp16), not the fitted ones.
-        uint8_t sc[8], m[8];
-        q4_k_scale_mins(b.scales, sc, m);
-        for (int j = 0; j < QK_K / 32; ++j) {
-            const float d = fp16_to_fp32(b.d) * sc[j];
-            if (!d) continue;
-            const float dm = fp16_to_fp32(b.dmin) * m[j];
-            for (int ii = 0; ii < 32; ++ii) {
-                const int l = nearest_int((x[32 * j + ii] + dm) / d);
-                L[32 * j + ii] = static_cast<uint8_t>(std::max(0, std::min(15, l)));
-            }
-        }
+        fit_k_scales(x, 15, -1.f, 20, b, L);
         uint8_t* q = b.qs;
         for (int j = 0; j < QK_K; j += 64, q += 32)
             for (int l = 0; l < 32; ++l)
                 q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
+        store_block(dst, i, b);
+    }
+}
+
+// Q4_K's low nibbles, and each element's fifth bit in qh: the 64 elements from n go to bits
+// 2(n/64) (first 32) and 2(n/64) + 1 (next 32) of qh[j].
+void quant_q5_k(const float* x, void* dst, int64_t n) {
+    uint8_t L[QK_K];
+    for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
+        BlockQ5_K b{};
+        fit_k_scales(x, 31, -0.5f, 15, b, L);
+        uint8_t* ql = b.qs;
+        uint8_t m1 = 1, m2 = 2;
+        for (int s = 0; s < QK_K; s += 64, ql += 32) {
+            for (int j = 0; j < 32; ++j) {
+                int l1 = L[s + j], l2 = L[s + j + 32];
+                if (l1 > 15) l1 -= 16, b.qh[j] |= m1;
+                if (l2 > 15) l2 -= 16, b.qh[j] |= m2;
+                ql[j] = static_cast<uint8_t>(l1 | (l2 << 4));
+            }
+            m1 = static_cast<uint8_t>(m1 << 2), m2 = static_cast<uint8_t>(m2 << 2);
+        }
         store_block(dst, i, b);
     }
 }
@@ -337,7 +424,10 @@ bool can_quantize(DType type) {
         case DType::Q8_0:
         case DType::Q4_0:
         case DType::Q4_1:
+        case DType::Q5_0:
+        case DType::Q5_1:
         case DType::Q4_K:
+        case DType::Q5_K:
         case DType::Q6_K:
         case DType::INT8:
         case DType::FP8:
@@ -379,8 +469,17 @@ Status quantize_row(DType type, const float* src, void* dst, int64_t n) {
         case DType::Q4_1:
             quant_q4_1(src, dst, n);
             break;
+        case DType::Q5_0:
+            quant_q5_0(src, dst, n);
+            break;
+        case DType::Q5_1:
+            quant_q5_1(src, dst, n);
+            break;
         case DType::Q4_K:
             quant_q4_k(src, dst, n);
+            break;
+        case DType::Q5_K:
+            quant_q5_k(src, dst, n);
             break;
         case DType::Q6_K:
             quant_q6_k(src, dst, n);
@@ -421,12 +520,17 @@ Expected<std::vector<uint8_t>> quantize(DType type, const float* src, int64_t n)
 
 bool keeps_zeros(DType t) {
     return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 ||
-           t == DType::Q4_0 || t == DType::Q6_K || t == DType::INT8 || t == DType::FP8 ||
-           t == DType::W8A8 || is_int_group(t);
+           t == DType::Q4_0 || t == DType::Q5_0 || t == DType::Q6_K || t == DType::INT8 ||
+           t == DType::FP8 || t == DType::W8A8 || is_int_group(t);
 }
 
 DType fallback_for(DType target, int64_t row) {
     if (row % dtype_info(target).block_size == 0) return target;
+    // llama.cpp's tensor_type_fallback for the k-quants, so a Q4_K_M file is the same bytes.
+    if (target == DType::Q4_K || target == DType::Q5_K) {
+        const DType t = target == DType::Q4_K ? DType::Q5_0 : DType::Q5_1;
+        return row % dtype_info(t).block_size == 0 ? t : DType::F16;
+    }
     if (is_int_group(target)) {
         const bool three = is_int3(target);
         for (DType t :

@@ -33,15 +33,15 @@ DType compute_type(DType stored);
 void q5_0_to_q8_0(const void* src, void* dst, int64_t n);
 
 // The type a matrix with rows of `row` elements is written as when `target` is asked for: the
-// target where its blocks fit, else the best type that does, as llama.cpp does for odd-width
-// models (int4 and int3 first try their smaller groups, then int8; the block types q8_0, then
-// f16).
+// target where its blocks fit, else the best type that does: for the k-quants llama.cpp's
+// choice (Q4_K: Q5_0, Q5_K: Q5_1, Q6_K: Q8_0, then F16); int4 and int3 first try their smaller
+// groups, then int8; the other block types q8_0, then f16.
 DType fallback_for(DType target, int64_t row);
 
 // Whether rounding to `t` maps 0 to exactly 0 (a pruned matrix keeps its pattern): the float
-// types and fp8, and the grids with no offset (q8_0, q4_0, q6_k, int8, w8a8) or an integer zero
-// point (int4, int3); not q4_1 and q4_k, which shift their grid by a minimum. fallback_for keeps
-// the property.
+// types and fp8, and the grids with no offset (q8_0, q4_0, q5_0, q6_k, int8, w8a8) or an integer
+// zero point (int4, int3); not q4_1, q5_1, q4_k and q5_k, which shift their grid by a minimum.
+// fallback_for keeps the property.
 bool keeps_zeros(DType t);
 
 // The type a tensor of a model written for `target` gets: norms and biases (1-D) stay f32, as

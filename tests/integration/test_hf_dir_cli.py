@@ -178,10 +178,10 @@ def test_weights_quantized_at_load(hf_dir):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["weight_type"] == "int8"
     # SmolLM2's rows of 576 do not split into q4_k's 256-element blocks: those matrices take
-    # q8_0, as `ferry quantize` does, and the load says so.
+    # q5_0, as `ferry quantize` (and llama.cpp) does, and the load says so.
     r = run_ferry("run", "-m", hf_dir, "--weights", "q4_k", "-p", "x", "-n", 1)
     assert r.returncode == 0, r.stderr
-    assert re.search(r"note: --weights q4_k: \d+ matrices as q8_0 \(rows of 576", r.stderr), r.stderr
+    assert re.search(r"note: --weights q4_k: \d+ matrices as q5_0 \(rows of 576", r.stderr), r.stderr
     r = run_ferry("run", "-m", hf_dir, "--weights", "q3_zz", "-p", "x", "-n", 1)
     assert r.returncode != 0 and "not a type ferry writes" in r.stderr, r.stderr
 

@@ -181,7 +181,7 @@ def test_like_a_config_json_and_a_cut_vocabulary_still_tokenizes(tmp_path):
 def test_bad_input_is_one_clear_line(tmp_path):
     r = run_ferry("synth", tmp_path / "x.gguf", "--like", "llama-9-1t")
     assert r.returncode != 0 and "unknown model preset" in r.stderr
-    r = run_ferry("synth", tmp_path / "x.gguf", "--like", "tinyllama-1.1b", "--type", "q5_0")
+    r = run_ferry("synth", tmp_path / "x.gguf", "--like", "tinyllama-1.1b", "--type", "q3_k")
     assert r.returncode != 0 and "not a type ferry writes" in r.stderr
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"model_type": "mamba", "hidden_size": 64,

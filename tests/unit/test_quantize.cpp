@@ -158,7 +158,8 @@ TEST(Quantize, RejectsPartialBlocks) {
     std::vector<float> x(100, 1.0f);
     EXPECT_FALSE(quantize(DType::Q8_0, x.data(), 100).ok());
     EXPECT_FALSE(quantize(DType::Q4_K, x.data(), 96).ok());
-    EXPECT_FALSE(quantize(DType::Q5_0, x.data(), 96).ok());
+    EXPECT_FALSE(quantize(DType::Q5_0, x.data(), 100).ok());  // not a whole block
+    EXPECT_FALSE(quantize(DType::Q3_K, x.data(), 256).ok());  // read, never written
     EXPECT_TRUE(quantize(DType::F16, x.data(), 100).ok());
 }
 
