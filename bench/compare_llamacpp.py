@@ -1,8 +1,12 @@
-"""ferry vs llama.cpp (llama-cpp-python) on one model file, alternating A B A B.
+"""ferry vs llama.cpp on one model file, alternating A B A B.
 
-Called by bench/compare-llamacpp.sh inside the bench venv. llama.cpp's numbers come from its
-own perf counters (llama_perf_context: prompt eval and eval time), ferry's from
-`ferry bench decode --json`; both run greedy, same prompt length, generation length, threads.
+Called by bench/compare-llamacpp.sh. ferry's numbers come from `ferry bench decode --json`;
+llama.cpp's from llama-cpp-python's eval calls (in the bench venv) or, with --llama-bench, from
+llama.cpp's native `llama-bench`: prefill of the prompt from an empty cache (`pp P`) and decode
+at the depth ferry decodes at, after the prompt (`tg N @ dP`), because llama-bench's plain `tg`
+starts from an empty cache and is faster than decode after a long prompt. Both run the same
+prompt length, generation length and threads. With --like PRESET the models are ferry synth's
+(random weights, the preset's shapes), written once per type under CACHE/synth.
 """
 import argparse
 import ctypes
@@ -13,7 +17,7 @@ import subprocess
 import sys
 import time
 
-import llama_cpp
+llama_cpp = None  # imported only when llama-cpp-python measures llama.cpp
 
 FTYPES = {"q8_0": 7, "f16": 1}  # llama_ftype: MOSTLY_Q8_0, MOSTLY_F16
 PROMPT_TEXT = "The quick brown fox jumps over the lazy dog while the engine measures itself. "
@@ -41,12 +45,51 @@ def variant(model, wtype, cache):
     return out
 
 
+def synth_variant(ferry, like, layers, wtype, cache):
+    """ferry synth's model of `like` in wtype, written on first use (cached by its arguments)."""
+    suffix = f"-{layers}l" if layers else ""
+    out = os.path.join(cache, "synth", f"{like}{suffix}.{wtype}.gguf")
+    if not os.path.exists(out):
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        cmd = [ferry, "synth", out + ".tmp", "--like", like, "--type", wtype]
+        if layers:
+            cmd += ["--layers", str(layers)]
+        subprocess.run(cmd, check=True)
+        os.replace(out + ".tmp", out)
+    return out
+
+
 def run_ferry(ferry, model, prompt, gen, threads):
     cmd = [ferry, "bench", "decode", "-m", model, "-p", str(prompt), "-n", str(gen),
            "-t", str(threads), "-r", "1", "--json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     j = json.loads(out)
     return j["prefill_tokens_per_s"], j["decode_tokens_per_s"], j
+
+
+class LlamaBenchRunner:
+    """llama.cpp's own llama-bench: pp at depth 0, tg at the prompt's depth, one repetition a run."""
+
+    def __init__(self, bench, model, prompt, gen, threads):
+        self.cmd = [bench, "-m", model, "-p", str(prompt), "-n", str(gen), "-t", str(threads),
+                    "-r", "1", "-o", "json"]
+        self.prompt = prompt
+        self.version = None
+        self.run()  # warm-up
+
+    def run(self):
+        pp = tg = None
+        # Two invocations: llama-bench applies -d to every test it runs.
+        for depth in (0, self.prompt):
+            out = subprocess.run(self.cmd + ["-d", str(depth)], check=True, capture_output=True,
+                                 text=True).stdout
+            for e in json.loads(out):
+                self.version = f"{e.get('build_commit', '?')} ({e.get('build_number', '?')})"
+                if depth == 0 and e["n_prompt"] > 0 and e["n_gen"] == 0:
+                    pp = e["avg_ts"]
+                elif depth == self.prompt and e["n_gen"] > 0 and e["n_prompt"] == 0:
+                    tg = e["avg_ts"]
+        return pp, tg
 
 
 class LlamaRunner:
@@ -78,9 +121,13 @@ class LlamaRunner:
 
 
 def main():
+    global llama_cpp
     ap = argparse.ArgumentParser()
     ap.add_argument("--ferry", required=True)
-    ap.add_argument("--model", required=True)
+    ap.add_argument("--model")
+    ap.add_argument("--like", help="a ferry synth preset instead of --model")
+    ap.add_argument("--layers", type=int, default=0, help="with --like: cut to this many layers")
+    ap.add_argument("--llama-bench", help="llama.cpp's native llama-bench instead of llama-cpp-python")
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
@@ -89,11 +136,19 @@ def main():
     ap.add_argument("--cache", default=os.path.expanduser("~/.cache/ferry"))
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    if not a.model and not a.like:
+        sys.exit("compare_llamacpp.py: --model or --like")
+    if not a.llama_bench:
+        import llama_cpp as lc
+        llama_cpp = lc
+    engine = "llama-bench" if a.llama_bench else f"llama-cpp-python {llama_cpp.__version__}"
 
     results = []
     for wtype in a.types.split():
-        model = variant(a.model, wtype, a.cache)
-        llama = LlamaRunner(model, a.prompt, a.gen, a.threads)
+        model = (synth_variant(a.ferry, a.like, a.layers, wtype, a.cache) if a.like
+                 else variant(a.model, wtype, a.cache))
+        llama = (LlamaBenchRunner(a.llama_bench, model, a.prompt, a.gen, a.threads)
+                 if a.llama_bench else LlamaRunner(model, a.prompt, a.gen, a.threads))
         run_ferry(a.ferry, model, a.prompt, a.gen, a.threads)  # warm the page cache
         fp, fd, lp, ld, bws = [], [], [], [], []
         extra = {}
@@ -104,10 +159,14 @@ def main():
             lp.append(p), ld.append(d)
             print(f"  {wtype} run {i + 1}/{a.repeats}: ferry {fp[-1]:.0f}/{fd[-1]:.1f}  "
                   f"llama.cpp {lp[-1]:.0f}/{ld[-1]:.1f} tok/s (prefill/decode)", file=sys.stderr)
+        version = getattr(llama, "version", None)
         del llama
         med = statistics.median
         results.append({
-            "weight_type": wtype, "model": model, "threads": a.threads,
+            "weight_type": wtype, "model": model, "like": a.like, "threads": a.threads,
+            "llama_cpp": engine + (f" {version}" if version else ""),
+            # Both engines decode after the prompt: the context depth the decode starts at.
+            "decode_depth": a.prompt,
             "prompt_tokens": a.prompt, "gen_tokens": a.gen, "repeats": a.repeats,
             "ferry_prefill_tokens_per_s": med(fp), "ferry_decode_tokens_per_s": med(fd),
             "llamacpp_prefill_tokens_per_s": med(lp), "llamacpp_decode_tokens_per_s": med(ld),
@@ -130,9 +189,11 @@ def main():
         })
 
     if a.json:
-        print(json.dumps({"llama_cpp_python": llama_cpp.__version__, "results": results}, indent=2))
+        print(json.dumps({"llama_cpp": results[0]["llama_cpp"] if results else engine,
+                          "results": results}, indent=2))
         return
-    print(f"llama-cpp-python {llama_cpp.__version__}; {a.prompt} prompt tokens, {a.gen} generated, "
+    print(f"{results[0]['llama_cpp'] if results else engine}; {a.like or a.model}; {a.prompt} "
+          f"prompt tokens, {a.gen} generated (decode from depth {a.prompt} in both), "
           f"{a.threads} threads, median of {a.repeats} alternating runs (tok/s)")
     print(f"{'type':6} {'ferry pp':>9} {'llama pp':>9} {'ratio':>6} | {'ferry tg':>9} {'llama tg':>9} "
           f"{'ratio':>6} | {'roofline':>8} {'+KV':>5} {'GB/s':>5}")
