@@ -424,8 +424,8 @@ void add_quantize_command(CLI::App& app) {
     cmd->add_option("output", o->out, "Output GGUF file")->required();
     cmd->add_option("--type", o->type,
                     "q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, f16, bf16, f32; llama.cpp's "
-                    "mixes q4_k_m and q5_k_m (q6_k for the head and the attn_v and ffn_down of "
-                    "a third of the layers, as llama-quantize chooses); or ferry's own (only ferry "
+                    "mixes q4_k_m and q5_k_m (q6_k for the head, and for attn_v and ffn_down in "
+                    "the layers llama-quantize picks); or ferry's own (only ferry "
                     "reads them): int8 (per-row scale), int4 and int3 (groups), fp8 (E4M3, per-row "
                     "scale), "
                     "w8a8 (int8 weights, activations quantized to int8 per token); or "
