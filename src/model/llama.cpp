@@ -140,7 +140,8 @@ class Binder {
 
   private:
     // `m` rounded to the load's type row by row (through f32), as `ferry quantize` would: a
-    // matrix whose rows do not split into the type's blocks takes the same fallback type.
+    // matrix whose rows do not split into the type's blocks takes the same fallback type, and is
+    // then computed as a file of it would be (q4_k's q5_0 fallback as q8_0: widen).
     Status quantize(const std::string& name, Tensor& m) {
         const int64_t cols = m.dim(1);
         const DType to = quant::type_for_tensor(*quantize_to_, name, 2, cols);
@@ -148,7 +149,9 @@ class Binder {
         if (quant::fallback_for(*quantize_to_, cols) != *quantize_to_)
             ++fallbacks_[fmt::format("as {} (rows of {} are not whole {}-element blocks)",
                                      dtype_name(to), cols, dtype_info(*quantize_to_).block_size)];
-        return to == m.dtype() ? Status::Ok() : convert(name, m, to);
+        if (to != m.dtype())
+            if (Status s = convert(name, m, to); !s) return s;
+        return widen(name, m);
     }
     // m as `to`, row by row: Q5_0 to Q8_0 value for value, anything else through floats.
     Status convert(const std::string& name, Tensor& m, DType to) {
