@@ -7,7 +7,8 @@
 `ferry synth` writes each model once (random weights, the real shapes; cached under
 $FERRY_HOME/synth), then `ferry bench decode --json` and llama.cpp's `llama-bench -o json` run it
 alternately, two rounds (A B A B), so drifting load hits both alike. Printed: prefill and decode
-tokens/s of each, the median of the rounds, and ferry / llama.cpp. llama-bench is not built here:
+tokens/s of each, the median of the rounds, and ferry / llama.cpp. Both decode from the prompt's
+depth (llama-bench `-d`). llama-bench is not built here:
 pass a binary built from llama.cpp's sources.
 
 The models: Qwen2.5-0.5B and Llama-3.2-1B whole; Qwen3-30B-A3B (128 experts, 8 per token),
@@ -52,15 +53,18 @@ def run_ferry(ferry, path, a):
 
 
 def run_llama(bench, path, a):
-    out = subprocess.run([bench, "-m", path, "-p", str(a.prompt), "-n", str(a.gen), "-t",
-                          str(a.threads), "-r", str(a.repeats), "-o", "json"],
-                         check=True, capture_output=True, text=True).stdout
+    """llama-bench's prefill from an empty cache, and its decode from the prompt's depth (`-d`),
+    where ferry's bench decode starts: its plain `tg` from an empty cache is faster."""
     pp = tg = None
-    for e in json.loads(out):
-        if e["n_prompt"] > 0 and e["n_gen"] == 0:
-            pp = e["avg_ts"]
-        elif e["n_gen"] > 0 and e["n_prompt"] == 0:
-            tg = e["avg_ts"]
+    for depth in (0, a.prompt):
+        out = subprocess.run([bench, "-m", path, "-p", str(a.prompt), "-n", str(a.gen), "-t",
+                              str(a.threads), "-r", str(a.repeats), "-d", str(depth), "-o", "json"],
+                             check=True, capture_output=True, text=True).stdout
+        for e in json.loads(out):
+            if depth == 0 and e["n_prompt"] > 0 and e["n_gen"] == 0:
+                pp = e["avg_ts"]
+            elif depth == a.prompt and e["n_gen"] > 0 and e["n_prompt"] == 0:
+                tg = e["avg_ts"]
     return pp, tg
 
 
