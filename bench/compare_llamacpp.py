@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 
+from llamacpp_common import llama_bench, synth_model
+
 llama_cpp = None  # imported only when llama-cpp-python measures llama.cpp
 
 FTYPES = {"q8_0": 7, "f16": 1}  # llama_ftype: MOSTLY_Q8_0, MOSTLY_F16
@@ -45,20 +47,6 @@ def variant(model, wtype, cache):
     return out
 
 
-def synth_variant(ferry, like, layers, wtype, cache):
-    """ferry synth's model of `like` in wtype, written on first use (cached by its arguments)."""
-    suffix = f"-{layers}l" if layers else ""
-    out = os.path.join(cache, "synth", f"{like}{suffix}.{wtype}.gguf")
-    if not os.path.exists(out):
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-        cmd = [ferry, "synth", out + ".tmp", "--like", like, "--type", wtype]
-        if layers:
-            cmd += ["--layers", str(layers)]
-        subprocess.run(cmd, check=True)
-        os.replace(out + ".tmp", out)
-    return out
-
-
 def run_ferry(ferry, model, prompt, gen, threads):
     cmd = [ferry, "bench", "decode", "-m", model, "-p", str(prompt), "-n", str(gen),
            "-t", str(threads), "-r", "1", "--json"]
@@ -68,27 +56,15 @@ def run_ferry(ferry, model, prompt, gen, threads):
 
 
 class LlamaBenchRunner:
-    """llama.cpp's own llama-bench: pp at depth 0, tg at the prompt's depth, one repetition a run."""
+    """llama.cpp's own llama-bench (llamacpp_common.llama_bench), one repetition a run."""
 
     def __init__(self, bench, model, prompt, gen, threads):
-        self.cmd = [bench, "-m", model, "-p", str(prompt), "-n", str(gen), "-t", str(threads),
-                    "-r", "1", "-o", "json"]
-        self.prompt = prompt
+        self.args = (bench, model, prompt, gen, threads, 1)
         self.version = None
         self.run()  # warm-up
 
     def run(self):
-        pp = tg = None
-        # Two invocations: llama-bench applies -d to every test it runs.
-        for depth in (0, self.prompt):
-            out = subprocess.run(self.cmd + ["-d", str(depth)], check=True, capture_output=True,
-                                 text=True).stdout
-            for e in json.loads(out):
-                self.version = f"{e.get('build_commit', '?')} ({e.get('build_number', '?')})"
-                if depth == 0 and e["n_prompt"] > 0 and e["n_gen"] == 0:
-                    pp = e["avg_ts"]
-                elif depth == self.prompt and e["n_gen"] > 0 and e["n_prompt"] == 0:
-                    tg = e["avg_ts"]
+        pp, tg, self.version = llama_bench(*self.args)
         return pp, tg
 
 
@@ -145,8 +121,8 @@ def main():
 
     results = []
     for wtype in a.types.split():
-        model = (synth_variant(a.ferry, a.like, a.layers, wtype, a.cache) if a.like
-                 else variant(a.model, wtype, a.cache))
+        model = (synth_model(a.ferry, os.path.join(a.cache, "synth"), a.like, a.layers, wtype)
+                 if a.like else variant(a.model, wtype, a.cache))
         llama = (LlamaBenchRunner(a.llama_bench, model, a.prompt, a.gen, a.threads)
                  if a.llama_bench else LlamaRunner(model, a.prompt, a.gen, a.threads))
         run_ferry(a.ferry, model, a.prompt, a.gen, a.threads)  # warm the page cache

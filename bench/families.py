@@ -24,6 +24,8 @@ import statistics
 import subprocess
 import sys
 
+from llamacpp_common import llama_bench, synth_model
+
 MODELS = [  # name, preset, layers (0: all)
     ("qwen2.5-0.5b", "qwen2.5-0.5b", 0),
     ("llama-3.2-1b", "llama-3.2-1b", 0),
@@ -33,39 +35,12 @@ MODELS = [  # name, preset, layers (0: all)
 ]
 
 
-def synth(ferry, cache, name, preset, layers, wtype):
-    path = os.path.join(cache, f"{name}.{wtype}.gguf")
-    if not os.path.exists(path):
-        cmd = [ferry, "synth", path + ".tmp", "--like", preset, "--type", wtype]
-        if layers:
-            cmd += ["--layers", str(layers)]
-        subprocess.run(cmd, check=True)
-        os.replace(path + ".tmp", path)
-    return path
-
-
 def run_ferry(ferry, path, a):
     out = subprocess.run([ferry, "bench", "decode", "-m", path, "-p", str(a.prompt), "-n",
                           str(a.gen), "-r", str(a.repeats), "-t", str(a.threads), "--json"],
                          check=True, capture_output=True, text=True).stdout
     j = json.loads(out)
     return j["prefill_tokens_per_s"], j["decode_tokens_per_s"], j.get("experts")
-
-
-def run_llama(bench, path, a):
-    """llama-bench's prefill from an empty cache, and its decode from the prompt's depth (`-d`),
-    where ferry's bench decode starts: its plain `tg` from an empty cache is faster."""
-    pp = tg = None
-    for depth in (0, a.prompt):
-        out = subprocess.run([bench, "-m", path, "-p", str(a.prompt), "-n", str(a.gen), "-t",
-                              str(a.threads), "-r", str(a.repeats), "-d", str(depth), "-o", "json"],
-                             check=True, capture_output=True, text=True).stdout
-        for e in json.loads(out):
-            if depth == 0 and e["n_prompt"] > 0 and e["n_gen"] == 0:
-                pp = e["avg_ts"]
-            elif depth == a.prompt and e["n_gen"] > 0 and e["n_prompt"] == 0:
-                tg = e["avg_ts"]
-    return pp, tg
 
 
 def main():
@@ -83,19 +58,18 @@ def main():
     a = ap.parse_args()
     home = os.environ.get("FERRY_HOME", os.path.expanduser("~/.cache/ferry"))
     cache = os.path.join(home, "synth")
-    os.makedirs(cache, exist_ok=True)
 
     results = []
     for name, preset, layers in MODELS:
         if a.only and name not in a.only:
             continue
-        path = synth(a.ferry, cache, name, preset, layers, a.type)
+        path = synth_model(a.ferry, cache, preset, layers, a.type)
         f_pp, f_tg, l_pp, l_tg, experts = [], [], [], [], None
         for _ in range(2):
             pp, tg, experts = run_ferry(a.ferry, path, a)
             f_pp.append(pp)
             f_tg.append(tg)
-            pp, tg = run_llama(a.llama_bench, path, a)
+            pp, tg, _ = llama_bench(a.llama_bench, path, a.prompt, a.gen, a.threads, a.repeats)
             l_pp.append(pp)
             l_tg.append(tg)
             print(f"{name}: ferry {f_pp[-1]:.1f} / {f_tg[-1]:.1f}, llama.cpp {l_pp[-1]:.1f} / "

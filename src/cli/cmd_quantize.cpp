@@ -89,24 +89,20 @@ WeightTarget weight_target(const QuantizeOptions& o) {
     return take(parse_weight_target(o.type, o.group_size));
 }
 
-// A k-quant mix's type for each matrix it decides (not --keep, --keep-f16, 1-D tensors or
-// routers, which stay as they would in any file), and one summary line of what it chose.
+// A k-quant mix's type for each tensor but --keep's and --keep-f16's, and one summary line of
+// what it chose.
 std::map<std::string, DType> k_mix_types(const QuantizeOptions& o, quant::KMix mix,
                                          const std::vector<convert::SourceTensor>& sources) {
     std::vector<quant::KMixTensor> shapes;
     for (const auto& t : sources) shapes.push_back({t.name, t.shape});
     const quant::KMixModel model = quant::k_mix_model(shapes);
-    const DType base = quant::k_mix_base(mix);
     std::map<std::string, DType> types;
-    std::map<DType, int> counts;
+    std::map<DType, int> counts;  // the matrices the mix decides: not norms or routers (f32)
     for (const auto& t : sources) {
-        const size_t n_dims = t.shape.size();
-        if (n_dims < 2 || matches_any(t.name, o.keep) || matches_any(t.name, o.keep_f16) ||
-            quant::type_for_tensor(base, t.name, n_dims, t.shape[0]) == DType::F32)
-            continue;
-        const DType ty = quant::k_mix_type(mix, model, t.name, t.shape[0]);
+        if (matches_any(t.name, o.keep) || matches_any(t.name, o.keep_f16)) continue;
+        const DType ty = quant::k_mix_type(mix, model, t.name, t.shape.size(), t.shape[0]);
         types[t.name] = ty;
-        ++counts[ty];
+        if (ty != DType::F32) ++counts[ty];
     }
     if (!o.quiet) {
         std::string line;

@@ -249,9 +249,8 @@ void synth(const SynthOptions& o) {
     for (size_t ti = 0; ti < specs.size(); ++ti) {
         const Spec s = specs[ti];
         const size_t n_dims = s.experts ? 3 : s.rows == 1 ? 1 : 2;
-        DType type = quant::type_for_tensor(target, s.name, n_dims, s.cols);
-        if (wt.mix && n_dims >= 2 && type != DType::F32)
-            type = quant::k_mix_type(*wt.mix, k_model, s.name, s.cols);
+        const DType type = wt.mix ? quant::k_mix_type(*wt.mix, k_model, s.name, n_dims, s.cols)
+                                  : quant::type_for_tensor(target, s.name, n_dims, s.cols);
         by_type[type] += s.cols * s.all_rows();
         std::vector<int64_t> shape = {s.cols};
         if (n_dims >= 2) shape.push_back(s.rows);

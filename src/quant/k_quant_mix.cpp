@@ -59,21 +59,22 @@ uint32_t k_mix_file_type(KMix mix) {
     return mix == KMix::Q4_K_M ? 15 : 17;
 }
 
-DType k_mix_type(KMix mix, const KMixModel& model, const std::string& name, int64_t row) {
+DType k_mix_type(KMix mix, const KMixModel& model, const std::string& name, size_t n_dims,
+                 int64_t row) {
     const DType base = k_mix_base(mix);
+    if (const DType t = type_for_tensor(base, name, n_dims, row); t == DType::F32) return t;
     const int layer = layer_of(name), n = model.n_layers;
     const bool eight_experts = model.n_experts == 8;
     DType t = base;
     if (name == "output.weight" || (model.tied_output && name == "token_embd.weight")) {
-        // The head: Q6_K, or Q8_0 where its rows do not split into the base's blocks.
+        // The head: Q6_K, or Q8_0 where its rows do not split into the base's blocks. An untied
+        // token embedding keeps the base type.
         t = row % dtype_info(base).block_size != 0 ? DType::Q8_0 : DType::Q6_K;
-    } else if (name == "token_embd.weight") {
-        t = base;
     } else if (contains(name, "attn_qkv.weight") || contains(name, "attn_kv_b.weight") ||
                contains(name, "attn_v.weight")) {
         // attn_v and the fused tensors that hold it: a share of the layers get Q6_K.
         if (use_more_bits(layer, n)) t = DType::Q6_K;
-        if (model.llama_70b && (t == DType::Q4_K)) t = DType::Q5_K;
+        if (model.llama_70b && t == DType::Q4_K) t = DType::Q5_K;
         if (eight_experts) t = DType::Q8_0;
     } else if (contains(name, "attn_k.weight")) {
         if (eight_experts) t = DType::Q8_0;

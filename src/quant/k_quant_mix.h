@@ -33,10 +33,12 @@ KMixModel k_mix_model(const std::vector<KMixTensor>& tensors);
 DType k_mix_base(KMix mix);
 uint32_t k_mix_file_type(KMix mix);
 
-// The type `name` is written as in a `mix` file, including llama.cpp's fallback where the
-// rows do not split into its blocks (quant::fallback_for). A tensor's layer is read from its
-// name: llama.cpp counts attn_v and ffn_down tensors in file order, the same number wherever
-// every layer has one. 1-D tensors and routers are for quant::type_for_tensor, not asked here.
-DType k_mix_type(KMix mix, const KMixModel& model, const std::string& name, int64_t row);
+// The type `name` is written as in a `mix` file: 1-D tensors and routers as in any file
+// (quant::type_for_tensor), every other matrix by llama.cpp's rules, including its fallback
+// where the rows do not split into the type's blocks (quant::fallback_for). A tensor's layer is
+// read from its name: llama.cpp counts attn_v and ffn_down tensors in file order, the same
+// number wherever every layer has one.
+DType k_mix_type(KMix mix, const KMixModel& model, const std::string& name, size_t n_dims,
+                 int64_t row);
 
 }  // namespace ferry::quant

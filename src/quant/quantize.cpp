@@ -102,8 +102,15 @@ void quant_q4_1(const float* x, void* dst, int64_t n) {
     }
 }
 
-// Q4_0 on 32 levels (the value of largest magnitude maps to -16); element j's fifth bit is bit
-// j of qh (little-endian).
+// Element j's and j + 16's 5-bit levels of a Q5_0 / Q5_1 block: low nibbles as Q4_0's, fifth
+// bits at bits j and j + 16 of qh (little-endian).
+void put_q5_pair(uint8_t* qs, uint32_t& qh, int j, uint8_t xi0, uint8_t xi1) {
+    qs[j] = static_cast<uint8_t>((xi0 & 0x0F) | ((xi1 & 0x0F) << 4));
+    qh |= ((xi0 & 0x10u) >> 4) << (j + 0);
+    qh |= ((xi1 & 0x10u) >> 4) << (j + QK / 2);
+}
+
+// Q4_0 on 32 levels: the value of largest magnitude maps to -16.
 void quant_q5_0(const float* x, void* dst, int64_t n) {
     for (int64_t i = 0; i < n / QK; ++i, x += QK) {
         const float d = signed_absmax(x) / -16;
@@ -116,16 +123,14 @@ void quant_q5_0(const float* x, void* dst, int64_t n) {
                 std::min(31, static_cast<int>(static_cast<int8_t>(x[j] * id + 16.5f))));
             const auto xi1 = static_cast<uint8_t>(
                 std::min(31, static_cast<int>(static_cast<int8_t>(x[QK / 2 + j] * id + 16.5f))));
-            b.qs[j] = static_cast<uint8_t>((xi0 & 0x0F) | ((xi1 & 0x0F) << 4));
-            qh |= ((xi0 & 0x10u) >> 4) << (j + 0);
-            qh |= ((xi1 & 0x10u) >> 4) << (j + QK / 2);
+            put_q5_pair(b.qs, qh, j, xi0, xi1);
         }
         std::memcpy(b.qh, &qh, sizeof(qh));
         store_block(dst, i, b);
     }
 }
 
-// Q4_1 on 32 levels, fifth bits as Q5_0's.
+// Q4_1 on 32 levels.
 void quant_q5_1(const float* x, void* dst, int64_t n) {
     for (int64_t i = 0; i < n / QK; ++i, x += QK) {
         float min, max;
@@ -139,9 +144,7 @@ void quant_q5_1(const float* x, void* dst, int64_t n) {
         for (int j = 0; j < QK / 2; ++j) {
             const auto xi0 = static_cast<uint8_t>((x[j] - min) * id + 0.5f);
             const auto xi1 = static_cast<uint8_t>((x[QK / 2 + j] - min) * id + 0.5f);
-            b.qs[j] = static_cast<uint8_t>((xi0 & 0x0F) | ((xi1 & 0x0F) << 4));
-            qh |= ((xi0 & 0x10u) >> 4) << (j + 0);
-            qh |= ((xi1 & 0x10u) >> 4) << (j + QK / 2);
+            put_q5_pair(b.qs, qh, j, xi0, xi1);
         }
         std::memcpy(b.qh, &qh, sizeof(qh));
         store_block(dst, i, b);
