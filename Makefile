@@ -1,6 +1,7 @@
 # The two commands of the README, and the steps they are made of.
 #   make demo   install what is missing, build, fetch the default model, answer a prompt
-#   make test   the same set-up, then every test (unit incl. the fuzz corpora's replay, integration)
+#   make test   the same set-up, then every test (unit incl. the fuzz corpora's replay, integration,
+#               and a short live slice of every fuzz harness)
 
 SHELL := /bin/bash
 BUILD ?= build
@@ -13,13 +14,13 @@ APT_PACKAGES := build-essential libboost-dev cmake pkg-config git nlohmann-json3
 PROMPT ?= What is the capital of France? Answer in one sentence.
 
 .PHONY: demo test deps venv build build-asan build-tsan build-fuzz model gemma-model unit integration fuzz \
-	fuzz-seeds clean format clients
+	fuzz-slice fuzz-seeds clean format clients
 
 demo: deps build model
 	$(BUILD)/ferry run -m default --chat -p "$(PROMPT)" -n 64 --temperature 0
 
 test: deps build model gemma-model
-	$(MAKE) --no-print-directory unit integration
+	$(MAKE) --no-print-directory unit integration fuzz-slice
 
 # Installs only what is missing, so a machine that has everything is not touched.
 deps:
@@ -41,7 +42,8 @@ build:
 	cmake --build $(BUILD) -j$(JOBS)
 
 # The unit tests under AddressSanitizer + UBSan, or ThreadSanitizer, by hand (each a full
-# build, ~10 minutes on 2 cores): make build-asan && ctest --test-dir build-asan
+# build, 10-15 minutes on 2 cores): make build-asan && ctest --test-dir build-asan. docs/testing.md
+# says which runs were made, and why build-tsan leaves the SIMD kernel levels uninstrumented.
 build-asan build-tsan: build-%san:
 	cmake -S . -B $(BUILD)-$*san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=$(if $(filter a,$*),address,thread) \
 	  -DFERRY_BUILD_BENCH=OFF
@@ -83,6 +85,30 @@ fuzz: build-fuzz model gemma-model
 	    -max_len=65536 -print_final_stats=1 -artifact_prefix=$(BUILD)-fuzz/ $$d \
 	    $(BUILD)-fuzz/corpus/$$t tests/fuzz/corpus/$$t $$([ $$t = chat_template ] && echo tests/golden/templates) 2>&1 | grep -E "^#[0-9]+.*DONE|stat::number_of_executed_units|cov:.*ft:|ERROR|SUMMARY" | tail -4; \
 	done
+
+# The bounded slice `make test` (and so CI) runs: every harness fuzzed live for
+# FUZZ_SLICE_SECONDS, as many at once as there are cores, from the committed seeds into a
+# corpus that starts empty each time (so a run depends on nothing but the tree). The whole
+# slice (build ~2.5 min, fuzzing ~1.5 min on 2 cores) fits beside the rest of CI's 25 minutes;
+# a finding fails it, names the harness and leaves the input as $(BUILD)-fuzz/slice/crash-*.
+FUZZ_SLICE_SECONDS ?= 20
+fuzz-slice: build-fuzz model gemma-model
+	@rm -rf $(BUILD)-fuzz/slice && mkdir -p $(BUILD)-fuzz/slice
+	@printf '%s\n' $(FUZZ_TARGETS) | xargs -P $(JOBS) -I{} bash -c 'set -o pipefail; t={}; \
+	  mkdir -p $(BUILD)-fuzz/slice/$$t; \
+	  dict=tests/fuzz/dict/$$t.dict; [ -f $$dict ] && d="-dict=$$dict" || d=""; \
+	  extra=$$([ $$t = chat_template ] && echo tests/golden/templates); \
+	  if $(BUILD)-fuzz/ferry_fuzz_$$t -max_total_time=$(FUZZ_SLICE_SECONDS) -timeout=30 \
+	       -rss_limit_mb=4096 -max_len=65536 -print_final_stats=1 \
+	       -artifact_prefix=$(BUILD)-fuzz/slice/ $$d $(BUILD)-fuzz/slice/$$t \
+	       tests/fuzz/corpus/$$t $$extra > $(BUILD)-fuzz/slice/$$t.log 2>&1; then \
+	    echo "fuzz $$t: $$(grep -E "^stat::number_of_executed_units" $(BUILD)-fuzz/slice/$$t.log \
+	      | grep -oE "[0-9]+") executions in $(FUZZ_SLICE_SECONDS) s, $$(grep -oE "cov: [0-9]+" \
+	      $(BUILD)-fuzz/slice/$$t.log | tail -1), no finding"; \
+	  else \
+	    echo "fuzz $$t: FAILED, a finding or the harness itself (log $(BUILD)-fuzz/slice/$$t.log)"; \
+	    grep -E "ERROR|SUMMARY|Test unit written" $(BUILD)-fuzz/slice/$$t.log | head -5; exit 1; \
+	  fi'
 
 # Rewrites tests/fuzz/corpus from the repository's real files.
 fuzz-seeds: venv
