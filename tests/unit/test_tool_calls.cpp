@@ -104,7 +104,9 @@ TEST(ToolCalls, ForcingGrammarAcceptsExactlyValidCalls) {
                 break;
         }
         EXPECT_TRUE(grammar::accepts(*g, text)) << text;
-        if (!two.empty()) EXPECT_TRUE(grammar::accepts(*g, two)) << two;
+        if (!two.empty()) {
+            EXPECT_TRUE(grammar::accepts(*g, two)) << two;
+        }
         // arguments outside the schema, an unknown function, a missing argument
         std::string bad_unit = text, unknown = text, missing = text;
         bad_unit.replace(bad_unit.find("\"c\""), 3, "\"k\"");
