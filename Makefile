@@ -75,33 +75,33 @@ unit:
 # corpus in $(BUILD)-fuzz/corpus/<harness> from the committed seeds; a crash leaves its input
 # as $(BUILD)-fuzz/crash-*, to be fixed and added to tests/fuzz/regressions/<harness>/.
 FUZZ_SECONDS ?= 30
+# Harness $$t's dictionary option and committed seed folders, for both recipes below.
+FUZZ_DICT = $$([ -f tests/fuzz/dict/$$t.dict ] && echo -dict=tests/fuzz/dict/$$t.dict)
+FUZZ_SEEDS = tests/fuzz/corpus/$$t $$([ $$t = chat_template ] && echo tests/golden/templates)
 FUZZ_TARGETS ?= gguf safetensors hf_config tokenizer_json tokenize chat_template grammar openai_request http
 fuzz: build-fuzz model gemma-model
 	@set -eo pipefail; for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(BUILD)-fuzz/corpus/$$t; \
-	  dict=tests/fuzz/dict/$$t.dict; [ -f $$dict ] && d="-dict=$$dict" || d=""; \
 	  echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \
 	  $(BUILD)-fuzz/ferry_fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=4096 \
-	    -max_len=65536 -print_final_stats=1 -artifact_prefix=$(BUILD)-fuzz/ $$d \
-	    $(BUILD)-fuzz/corpus/$$t tests/fuzz/corpus/$$t $$([ $$t = chat_template ] && echo tests/golden/templates) 2>&1 | grep -E "^#[0-9]+.*DONE|stat::number_of_executed_units|cov:.*ft:|ERROR|SUMMARY" | tail -4; \
+	    -max_len=65536 -print_final_stats=1 -artifact_prefix=$(BUILD)-fuzz/ $(FUZZ_DICT) \
+	    $(BUILD)-fuzz/corpus/$$t $(FUZZ_SEEDS) 2>&1 | grep -E "^#[0-9]+.*DONE|stat::number_of_executed_units|cov:.*ft:|ERROR|SUMMARY" | tail -4; \
 	done
 
 # The bounded slice `make test` (and so CI) runs: every harness fuzzed live for
 # FUZZ_SLICE_SECONDS, as many at once as there are cores, from the committed seeds into a
 # corpus that starts empty each time (so a run depends on nothing but the tree). The whole
-# slice (build ~2.5 min, fuzzing ~1.5 min on 2 cores) fits beside the rest of CI's 25 minutes;
+# slice (build ~2 min 15 s, fuzzing ~1.5 min on 2 cores) fits beside the rest of CI's 25 minutes;
 # a finding fails it, names the harness and leaves the input as $(BUILD)-fuzz/slice/crash-*.
 FUZZ_SLICE_SECONDS ?= 20
 fuzz-slice: build-fuzz model gemma-model
 	@rm -rf $(BUILD)-fuzz/slice && mkdir -p $(BUILD)-fuzz/slice
-	@printf '%s\n' $(FUZZ_TARGETS) | xargs -P $(JOBS) -I{} bash -c 'set -o pipefail; t={}; \
+	@printf '%s\n' $(FUZZ_TARGETS) | xargs -P $(JOBS) -I{} bash -c 't={}; \
 	  mkdir -p $(BUILD)-fuzz/slice/$$t; \
-	  dict=tests/fuzz/dict/$$t.dict; [ -f $$dict ] && d="-dict=$$dict" || d=""; \
-	  extra=$$([ $$t = chat_template ] && echo tests/golden/templates); \
 	  if $(BUILD)-fuzz/ferry_fuzz_$$t -max_total_time=$(FUZZ_SLICE_SECONDS) -timeout=30 \
 	       -rss_limit_mb=4096 -max_len=65536 -print_final_stats=1 \
-	       -artifact_prefix=$(BUILD)-fuzz/slice/ $$d $(BUILD)-fuzz/slice/$$t \
-	       tests/fuzz/corpus/$$t $$extra > $(BUILD)-fuzz/slice/$$t.log 2>&1; then \
+	       -artifact_prefix=$(BUILD)-fuzz/slice/ $(FUZZ_DICT) $(BUILD)-fuzz/slice/$$t \
+	       $(FUZZ_SEEDS) > $(BUILD)-fuzz/slice/$$t.log 2>&1; then \
 	    echo "fuzz $$t: $$(grep -E "^stat::number_of_executed_units" $(BUILD)-fuzz/slice/$$t.log \
 	      | grep -oE "[0-9]+") executions in $(FUZZ_SLICE_SECONDS) s, $$(grep -oE "cov: [0-9]+" \
 	      $(BUILD)-fuzz/slice/$$t.log | tail -1), no finding"; \
