@@ -92,6 +92,19 @@ std::vector<const grammar::CompiledGrammar*> grammars_of(const std::vector<Item>
     return out;
 }
 
+// Their mask statistics added up.
+grammar::CompiledGrammar::Stats summed_stats(
+    const std::vector<const grammar::CompiledGrammar*>& grammars) {
+    grammar::CompiledGrammar::Stats sum;
+    for (const auto* g : grammars) {
+        const auto s = g->stats();
+        sum.computed += s.computed, sum.hits += s.hits, sum.compute_s += s.compute_s;
+        sum.tops_computed += s.tops_computed, sum.tops_derived += s.tops_derived;
+        sum.tops_shared += s.tops_shared;
+    }
+    return sum;
+}
+
 std::vector<Item> make_workload(const ThroughputOptions& o, const engine::LoadedModel& lm,
                                 int max_len) {
     std::mt19937_64 rng(o.seed);
@@ -245,12 +258,7 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
     Progress bar("bench throughput: " + label, static_cast<int64_t>(items.size()), !quiet);
     lm.model->reset_expert_tokens();
     const auto grammars = grammars_of(items);
-    grammar::CompiledGrammar::Stats g0;
-    for (const auto* g : grammars) {
-        const auto s = g->stats();
-        g0.computed += s.computed, g0.hits += s.hits, g0.compute_s += s.compute_s;
-        g0.tops_computed += s.tops_computed;
-    }
+    const grammar::CompiledGrammar::Stats g0 = summed_stats(grammars);
 
     const auto t0 = std::chrono::steady_clock::now();
     auto elapsed = [&] {
@@ -370,12 +378,7 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
     if (!grammars.empty()) {
         // Masks computed during this run (the rest came from the per-state cache) and what
         // computing them cost, beside the forward passes.
-        grammar::CompiledGrammar::Stats g1;
-        for (const auto* g : grammars) {
-            const auto s = g->stats();
-            g1.computed += s.computed, g1.hits += s.hits, g1.compute_s += s.compute_s;
-            g1.tops_computed += s.tops_computed;
-        }
+        const grammar::CompiledGrammar::Stats g1 = summed_stats(grammars);
         int64_t constrained = 0;
         for (const auto& it : items) constrained += it.grammar != nullptr;
         row["grammar"] = {{"constrained_requests", constrained},
@@ -384,7 +387,13 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
                           {"mask_compute_s", g1.compute_s - g0.compute_s},
                           // Stack tops walked over the vocabulary; the other masks were
                           // unions of tops already known and a short check.
-                          {"top_masks_computed", g1.tops_computed - g0.tops_computed}};
+                          {"top_masks_computed", g1.tops_computed - g0.tops_computed},
+                          // Of those, tops inside a bounded string (a link of a repetition
+                          // chain) that walked only the tokens long enough to reach the bound.
+                          {"top_masks_derived", g1.tops_derived - g0.tops_derived},
+                          // Tops found among other grammars' (the same string, number or
+                          // date shape in another schema): nothing walked.
+                          {"top_masks_shared", g1.tops_shared - g0.tops_shared}};
     }
     return row;
 }

@@ -6,6 +6,7 @@
 
 #include "grammar/json_schema.h"
 #include "grammar/regex_to_gbnf.h"
+#include "grammar/shared_tops.h"
 
 namespace ferry::engine {
 
@@ -96,6 +97,10 @@ bool mask_logits(const grammar::TokenMask& mask, const float* logits, int n_voca
         any |= bits != 0;
         if (bits == ~uint64_t{0}) continue;
         const int end = std::min<int>(n_vocab, static_cast<int>(w * 64 + 64));
+        if (bits == 0) {  // most words outside a string: one fill the compiler vectorises
+            std::fill(out.begin() + static_cast<long>(w * 64), out.begin() + end, kNegInf);
+            continue;
+        }
         for (int id = static_cast<int>(w * 64); id < end; ++id)
             if (!((bits >> (id & 63)) & 1)) out[id] = kNegInf;
     }
@@ -103,7 +108,7 @@ bool mask_logits(const grammar::TokenMask& mask, const float* logits, int n_voca
 }
 
 ConstraintCompiler::ConstraintCompiler(std::shared_ptr<const grammar::Vocabulary> vocab)
-    : vocab_(std::move(vocab)) {}
+    : vocab_(std::move(vocab)), shared_tops_(std::make_shared<grammar::SharedTops>()) {}
 
 Expected<std::shared_ptr<const grammar::CompiledGrammar>> ConstraintCompiler::compile(
     const Constraint& c) {
@@ -121,7 +126,8 @@ Expected<std::shared_ptr<const grammar::CompiledGrammar>> ConstraintCompiler::co
     if (!gbnf) return gbnf.error();
     auto g = grammar::Grammar::parse(*gbnf);
     if (!g) return g.error();
-    auto compiled = std::make_shared<const grammar::CompiledGrammar>(std::move(*g), vocab_);
+    auto compiled =
+        std::make_shared<const grammar::CompiledGrammar>(std::move(*g), vocab_, shared_tops_);
     // The start state's mask is the first one every request needs: computed here, it is paid
     // once at compile time rather than inside the first decode step.
     (void)grammar::Matcher(compiled).mask();

@@ -57,6 +57,9 @@ class ConstraintCompiler {
 
   private:
     std::shared_ptr<const grammar::Vocabulary> vocab_;
+    // Stack tops' masks, shared by the grammars compiled here (a new schema reuses the string,
+    // number and date tops earlier ones computed).
+    std::shared_ptr<grammar::SharedTops> shared_tops_;
     mutable std::mutex mu_;
     // Least recently used last; a few hundred distinct schemas cover any real service.
     std::list<std::pair<std::string, std::shared_ptr<const grammar::CompiledGrammar>>> lru_;

@@ -251,8 +251,11 @@ class GbnfParser {
         } else if (hi > lo) {
             // opt_k ::= unit opt_{k-1} | (empty), nested hi - lo deep
             uint32_t inner = new_rule(current_, Alts{Seq{unit}, Seq{}});
-            for (int64_t k = lo + 1; k < hi; ++k)
+            chains_.push_back({unit, {inner}});
+            for (int64_t k = lo + 1; k < hi; ++k) {
                 inner = new_rule(current_, Alts{Seq{unit, ref(inner)}, Seq{}});
+                chains_.back().links.push_back(inner);
+            }
             seq.push_back(ref(inner));
         }
         elements_budget_ += (lo + (hi < 0 ? 2 : hi - lo)) * 3;
@@ -394,11 +397,33 @@ class GbnfParser {
                 if (g.elements_.size() > kMaxElements)
                     return make_error("the grammar is too large");
             }
+        link_chains(g);
         return g;
     }
 
-    // A rule that can reach itself before consuming a character would expand forever.
-    std::optional<Error> check_left_recursion() const {
+    // Grammar::widest for every link of every bounded repetition whose unit cannot be empty.
+    void link_chains(Grammar& g) const {
+        const std::vector<char> empty_ok = nullable_rules();
+        for (const Chain& c : chains_) {
+            if (c.unit.kind == Element::End ||
+                (c.unit.kind == Element::Ref && empty_ok[c.unit.rule]))
+                continue;
+            if (g.widest_.empty()) g.widest_.resize(g.elements_.size(), {0, 0});
+            const uint32_t longest = g.rules_[c.links.back()][0];
+            // Link k (from the innermost, k = 1) allows k units. At either of its positions
+            // a unit is under way (the top of a stack is always a character to match), with
+            // k - 1 more after it, so text of k bytes or fewer reaches no bound.
+            for (size_t k = 1; k < c.links.size(); ++k) {
+                const uint32_t at = g.rules_[c.links[k - 1]][0];
+                const auto upto = static_cast<uint32_t>(k);
+                g.widest_[at] = {longest, upto};
+                if (k > 1) g.widest_[at + 1] = {longest + 1, upto};
+            }
+        }
+    }
+
+    // Rules that can match the empty string.
+    std::vector<char> nullable_rules() const {
         const size_t n = rules_.size();
         std::vector<char> nullable(n, 0);
         for (bool changed = true; changed;) {
@@ -420,6 +445,13 @@ class GbnfParser {
                 }
             }
         }
+        return nullable;
+    }
+
+    // A rule that can reach itself before consuming a character would expand forever.
+    std::optional<Error> check_left_recursion() const {
+        const size_t n = rules_.size();
+        const std::vector<char> nullable = nullable_rules();
         std::vector<std::vector<uint32_t>> first(n);  // rules reachable with nothing consumed
         for (size_t r = 0; r < n; ++r)
             for (const auto& alt : rules_[r])
@@ -466,6 +498,12 @@ class GbnfParser {
     std::vector<bool> defined_;
     std::map<uint32_t, size_t> referenced_;
     std::string current_;
+    // The links of each bounded repetition, innermost (one unit left) first.
+    struct Chain {
+        Element unit;
+        std::vector<uint32_t> links;
+    };
+    std::vector<Chain> chains_;
     int generated_ = 0;
     size_t elements_budget_ = 0;
 };

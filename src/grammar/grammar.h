@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -44,8 +45,24 @@ class Grammar {
     size_t n_elements() const { return elements_.size(); }
     const std::string& rule_name(uint32_t rule) const { return names_[rule]; }
 
+    // A bounded repetition `x{lo,hi}` is a chain of nested rules, one per count left
+    // (opt_k ::= x opt_{k-1} | empty), so each position inside it is a state of its own. Text
+    // too short to use up the count left cannot tell one link from a longer one: `widest`
+    // maps a position in a link to the same position in the chain's longest link, which
+    // accepts the same text of up to `upto` bytes (x never matches the empty string, so n
+    // bytes fill at most n repetitions). nullopt: not in such a chain, or in its longest link.
+    struct Widest {
+        uint32_t pos;
+        uint32_t upto;
+    };
+    std::optional<Widest> widest(uint32_t pos) const {
+        if (pos >= widest_.size() || widest_[pos].upto == 0) return std::nullopt;
+        return widest_[pos];
+    }
+
   private:
     friend class GbnfParser;
+    std::vector<Widest> widest_;  // per element; upto == 0: none
     std::vector<Element> elements_;
     std::vector<std::vector<uint32_t>> rules_;
     std::vector<std::string> names_;

@@ -1,5 +1,7 @@
 #include "grammar/matcher.h"
 
+#include "grammar/shared_tops.h"
+
 #include <algorithm>
 #include <chrono>
 
@@ -15,6 +17,9 @@ constexpr size_t kMaxCachedMasks = 4096;
 constexpr size_t kMaxWalkerBytes = size_t{16} << 20;
 // Top masks kept beside the state masks: states share tops, so fewer are needed.
 constexpr size_t kMaxCachedTops = 1024;
+// Tops that see more of the grammar than this are not looked up among other grammars' (near
+// a large schema's root: costly to compare, and no other schema has them).
+constexpr size_t kMaxSignatureElements = 2048;
 
 std::string state_key(const std::vector<Stack>& stacks, const std::string& pending) {
     std::string k;
@@ -30,8 +35,12 @@ std::string state_key(const std::vector<Stack>& stacks, const std::string& pendi
 
 }  // namespace
 
-CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const Vocabulary> vocab)
-    : grammar_(std::move(g)), vocab_(std::move(vocab)), start_(initial_stacks(grammar_)) {}
+CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const Vocabulary> vocab,
+                                 std::shared_ptr<SharedTops> shared)
+    : grammar_(std::move(g)),
+      vocab_(std::move(vocab)),
+      shared_(std::move(shared)),
+      start_(initial_stacks(grammar_)) {}
 
 std::shared_ptr<const TokenMask> CompiledGrammar::mask(const std::vector<Stack>& stacks,
                                                        const std::string& pending) const {
@@ -96,9 +105,40 @@ std::shared_ptr<const TopMask> CompiledGrammar::top_mask(MaskWalker& w, const St
         std::lock_guard lock(mu_);
         if (auto it = tops_.find(key); it != tops_.end()) return it->second;
     }
-    auto t = std::make_shared<const TopMask>(compute_top_mask(w, *vocab_, top));
+    std::string signature;
+    if (shared_) {
+        signature = top_signature(grammar_, top, kMaxSignatureElements);
+        if (auto t = signature.empty() ? nullptr : shared_->find(signature)) {
+            std::lock_guard lock(mu_);
+            ++stats_.tops_shared;
+            if (tops_.size() >= kMaxCachedTops) tops_.clear();
+            tops_.emplace(std::move(key), t);
+            return t;
+        }
+    }
+    // Inside a bounded repetition (a string's maxLength: one link per length left) the mask is
+    // the widest link's but for the tokens long enough to reach the bound.
+    Stack wide = top;
+    size_t upto = SIZE_MAX;
+    for (uint32_t& p : wide)
+        if (const auto m = grammar_.widest(p)) {
+            p = m->pos;
+            upto = std::min<size_t>(upto, m->upto);
+        }
+    std::shared_ptr<const TopMask> t;
+    // Walking most of the vocabulary one token at a time is slower than the whole walk, which
+    // passes over a rejected prefix's tokens at once.
+    if (upto != SIZE_MAX && vocab_->longer_than(upto).size() * 3 > vocab_->sorted.size())
+        upto = SIZE_MAX;
+    if (upto != SIZE_MAX)
+        t = std::make_shared<const TopMask>(
+            derive_top_mask(w, *vocab_, top, *top_mask(w, wide), upto));
+    else
+        t = std::make_shared<const TopMask>(compute_top_mask(w, *vocab_, top));
+    if (!signature.empty()) shared_->insert(std::move(signature), t);
     std::lock_guard lock(mu_);
     ++stats_.tops_computed;
+    stats_.tops_derived += upto != SIZE_MAX;
     if (tops_.size() >= kMaxCachedTops) tops_.clear();
     tops_.emplace(std::move(key), t);
     return t;

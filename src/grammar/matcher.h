@@ -46,9 +46,13 @@ using MaskWalkerPtr = std::unique_ptr<MaskWalker, MaskWalkerDeleter>;
 MaskWalkerPtr make_mask_walker(const Grammar& g);
 size_t mask_walker_bytes(const MaskWalker& w);
 
+class SharedTops;
+
 class CompiledGrammar {
   public:
-    CompiledGrammar(Grammar g, std::shared_ptr<const Vocabulary> vocab);
+    // `shared`: the top masks of the other grammars compiled against `vocab` (optional).
+    CompiledGrammar(Grammar g, std::shared_ptr<const Vocabulary> vocab,
+                    std::shared_ptr<SharedTops> shared = nullptr);
 
     const Grammar& grammar() const { return grammar_; }
     const Vocabulary& vocab() const { return *vocab_; }
@@ -61,13 +65,16 @@ class CompiledGrammar {
     struct Stats {
         int64_t computed = 0, hits = 0;
         double compute_s = 0;
-        int64_t tops_computed = 0;  // top masks walked (computed masks reuse the rest)
+        int64_t tops_computed = 0;  // top masks made (computed masks reuse the rest)
+        int64_t tops_derived = 0;   // of those, taken from a wider link's (walking long tokens)
+        int64_t tops_shared = 0;    // tops another grammar had already computed
     };
     Stats stats() const;
 
   private:
     Grammar grammar_;
     std::shared_ptr<const Vocabulary> vocab_;
+    std::shared_ptr<SharedTops> shared_;
     std::vector<Stack> start_;
     mutable std::mutex mu_;
     mutable std::unordered_map<std::string, std::shared_ptr<const TokenMask>> cache_;
@@ -91,6 +98,12 @@ TokenMask compute_mask(MaskWalker& w, const Vocabulary& v, const std::vector<Sta
 
 TopMask compute_top_mask(const Grammar& g, const Vocabulary& v, const Stack& top);
 TopMask compute_top_mask(MaskWalker& w, const Vocabulary& v, const Stack& top);
+// `top`'s mask from `wide`, the mask of a top that accepts the same text of up to `upto` bytes
+// (Grammar::widest): only the longer tokens are walked. Equal to compute_top_mask(top).
+TopMask derive_top_mask(const Grammar& g, const Vocabulary& v, const Stack& top,
+                        const TopMask& wide, size_t upto);
+TopMask derive_top_mask(MaskWalker& w, const Vocabulary& v, const Stack& top, const TopMask& wide,
+                        size_t upto);
 // A state's mask (no split character pending) from its stacks' top masks: their union, and
 // their context tokens checked against the whole stacks. Equal to compute_mask.
 TokenMask mask_from_tops(const Grammar& g, const Vocabulary& v, const std::vector<Stack>& stacks,

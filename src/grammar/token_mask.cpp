@@ -12,6 +12,10 @@
 // tops' masks plus those few tokens checked against the whole stacks. States that differ only
 // below the top (the same string rule in another property, another array item, deeper
 // recursion) then cost a union and a short check instead of a walk of the vocabulary.
+//
+// A bounded repetition (maxLength 40: forty links of a chain, each a top of its own) would
+// still walk once per count left; a link's top is derived from the longest link's instead
+// (derive_top_mask), walking only the tokens long enough to use up what the link has left.
 #include <algorithm>
 #include <array>
 #include <unordered_map>
@@ -234,25 +238,28 @@ size_t mask_walker_bytes(const MaskWalker& w) {
 namespace {
 
 // Walks `pieces` (ascending byte order; lcp[k]: the bytes piece k shares with piece k - 1) from
-// `start`, reusing the states of a shared prefix and skipping every piece that extends a
-// rejected one. verdict(k, v) is called for each piece: Accepted when some stack takes it
-// whole; otherwise Context when, before it died, a stack had popped below its top with bytes
-// of the piece left (the rest of the stack, unknown here, would decide them), else Rejected.
-enum class Verdict { Accepted, Rejected, Context };
-template <class Piece, class Lcp, class OnVerdict>
+// `start`, reusing the states of a shared prefix and passing over every piece that extends a
+// rejected one (skip(k, d): the first piece after k that shares fewer than d bytes with it,
+// or k + 1 where that is not known). verdict(k, v) is called for each piece that is not
+// rejected: Accepted when some stack takes it whole; Context when, before it died, a stack
+// had popped below its top with bytes of the piece left (the rest of the stack, unknown
+// here, would decide them).
+enum class Verdict { Accepted, Context };
+template <class Piece, class Lcp, class Skip, class OnVerdict>
 void walk_sorted(MaskWalker& w, MaskWalker::State start, size_t n, Piece piece, Lcp lcp_of,
-                 OnVerdict verdict) {
+                 Skip skip, OnVerdict verdict) {
     std::vector<MaskWalker::State> states(1, start);
     // context[d]: a stack popped below its top within the first d bytes, with bytes left.
     std::vector<char> context(1, 0);
     size_t valid = 0;        // states[0..valid] belong to the current piece's prefix
     size_t dead = SIZE_MAX;  // the previous walk died after this many bytes
-    Verdict died = Verdict::Rejected;
-    for (size_t k = 0; k < n; ++k) {
+    bool died_context = false;
+    for (size_t k = 0; k < n;) {
         const std::string_view s = piece(k);
         const size_t lcp = k == 0 ? 0 : lcp_of(k);
         if (dead != SIZE_MAX && lcp >= dead) {  // extends the prefix that died
-            verdict(k, died);
+            if (died_context) verdict(k, Verdict::Context);
+            ++k;
             continue;
         }
         size_t d = std::min(lcp, valid);
@@ -269,15 +276,47 @@ void walk_sorted(MaskWalker& w, MaskWalker::State start, size_t n, Piece piece, 
                 break;
             }
         }
-        if (dead != SIZE_MAX) {
-            valid = dead - 1;
-            died = context[dead] ? Verdict::Context : Verdict::Rejected;
-            verdict(k, died);
-        } else {
+        if (dead == SIZE_MAX) {
             valid = s.size();
             verdict(k, Verdict::Accepted);
+            ++k;
+            continue;
+        }
+        valid = dead - 1;
+        died_context = context[dead];
+        if (died_context) {
+            verdict(k, Verdict::Context);
+            ++k;
+        } else {
+            k = skip(k, dead);  // the pieces before it extend the rejected prefix
         }
     }
+}
+
+// walk_sorted over the whole vocabulary.
+template <class OnVerdict>
+void walk_vocabulary(MaskWalker& w, const Vocabulary& v, MaskWalker::State start,
+                     OnVerdict verdict) {
+    walk_sorted(
+        w, start, v.sorted.size(), [&](size_t k) { return v.sorted_piece(k); },
+        [&](size_t k) { return size_t{v.lcp[k]}; },
+        [&](size_t k, size_t d) { return v.skip(k, d); }, verdict);
+}
+
+// walk_sorted over some of it: `which` (ascending indices into Vocabulary::sorted).
+template <class OnVerdict>
+void walk_some(MaskWalker& w, const Vocabulary& v, MaskWalker::State start,
+               const std::vector<uint32_t>& which, OnVerdict verdict) {
+    auto piece = [&](size_t k) { return v.sorted_piece(which[k]); };
+    walk_sorted(
+        w, start, which.size(), piece,
+        [&](size_t k) {
+            const std::string_view a = piece(k - 1), b = piece(k);
+            size_t n = 0;
+            while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+            return n;
+        },
+        [](size_t k, size_t) { return k + 1; }, verdict);
 }
 
 }  // namespace
@@ -296,12 +335,9 @@ TokenMask compute_mask(MaskWalker& w, const Vocabulary& v, const std::vector<Sta
     if (start.set == 0) return mask;
     if (start.need == 0 && w.has_empty(start.set))
         for (int32_t id : v.end_tokens) mask.set(id);
-    walk_sorted(
-        w, start, v.sorted.size(), [&](size_t k) { return v.sorted_piece(k); },
-        [&](size_t k) { return size_t{v.lcp[k]}; },
-        [&](size_t k, Verdict r) {
-            if (r == Verdict::Accepted) mask.set(v.sorted[k]);
-        });
+    walk_vocabulary(w, v, start, [&](size_t k, Verdict r) {
+        if (r == Verdict::Accepted) mask.set(v.sorted[k]);
+    });
     return mask;
 }
 
@@ -312,13 +348,35 @@ TopMask compute_top_mask(const Grammar& g, const Vocabulary& v, const Stack& top
 
 TopMask compute_top_mask(MaskWalker& w, const Vocabulary& v, const Stack& top) {
     TopMask t{TokenMask(v.n_vocab()), {}};
-    walk_sorted(
-        w, MaskWalker::State{w.from_top(top)}, v.sorted.size(),
-        [&](size_t k) { return v.sorted_piece(k); }, [&](size_t k) { return size_t{v.lcp[k]}; },
-        [&](size_t k, Verdict r) {
-            if (r == Verdict::Accepted) t.allowed.set(v.sorted[k]);
-            if (r == Verdict::Context) t.context.push_back(static_cast<uint32_t>(k));
-        });
+    walk_vocabulary(w, v, MaskWalker::State{w.from_top(top)}, [&](size_t k, Verdict r) {
+        if (r == Verdict::Accepted) t.allowed.set(v.sorted[k]);
+        if (r == Verdict::Context) t.context.push_back(static_cast<uint32_t>(k));
+    });
+    return t;
+}
+
+TopMask derive_top_mask(const Grammar& g, const Vocabulary& v, const Stack& top,
+                        const TopMask& wide, size_t upto) {
+    MaskWalker w(g);
+    return derive_top_mask(w, v, top, wide, upto);
+}
+
+TopMask derive_top_mask(MaskWalker& w, const Vocabulary& v, const Stack& top, const TopMask& wide,
+                        size_t upto) {
+    const std::vector<uint32_t>& longer = v.longer_than(upto);
+    TopMask t{wide.allowed, {}};
+    for (uint32_t k : longer) t.allowed.clear(v.sorted[k]);
+    std::vector<uint32_t> context;
+    walk_some(w, v, MaskWalker::State{w.from_top(top)}, longer, [&](size_t i, Verdict r) {
+        if (r == Verdict::Accepted) t.allowed.set(v.sorted[longer[i]]);
+        if (r == Verdict::Context) context.push_back(longer[i]);
+    });
+    t.context.reserve(wide.context.size() + context.size());
+    for (uint32_t k : wide.context)
+        if (v.sorted_at[k + 1] - v.sorted_at[k] <= upto) t.context.push_back(k);
+    const auto mid = static_cast<long>(t.context.size());
+    t.context.insert(t.context.end(), context.begin(), context.end());
+    std::inplace_merge(t.context.begin(), t.context.begin() + mid, t.context.end());
     return t;
 }
 
@@ -344,18 +402,9 @@ TokenMask mask_from_tops(MaskWalker& w, const Vocabulary& v, const std::vector<S
     const MaskWalker::State start{w.from_stacks(stacks)};
     if (w.has_empty(start.set))
         for (int32_t id : v.end_tokens) mask.set(id);
-    auto piece = [&](size_t k) { return v.sorted_piece(check[k]); };
-    walk_sorted(
-        w, start, check.size(), piece,
-        [&](size_t k) {
-            const std::string_view a = piece(k - 1), b = piece(k);
-            size_t n = 0;
-            while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
-            return n;
-        },
-        [&](size_t k, Verdict r) {
-            if (r == Verdict::Accepted) mask.set(v.sorted[check[k]]);
-        });
+    walk_some(w, v, start, check, [&](size_t k, Verdict r) {
+        if (r == Verdict::Accepted) mask.set(v.sorted[check[k]]);
+    });
     return mask;
 }
 

@@ -28,6 +28,18 @@ Vocabulary::Vocabulary(std::vector<std::string> p, std::vector<bool> usable,
         while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
         lcp[i] = n;
     }
+    for (size_t i = 0; i < sorted.size(); ++i) {
+        const size_t len = sorted_at[i + 1] - sorted_at[i];
+        if (longer_.size() < len + 1) longer_.resize(len + 1);
+        for (size_t n = 0; n < len; ++n) longer_[n].push_back(static_cast<uint32_t>(i));
+    }
+    longer_.emplace_back();
+    for (size_t d = 1; d <= kSkipDepth; ++d) {
+        auto& next = skip_[d - 1];
+        next.assign(sorted.size(), static_cast<uint32_t>(sorted.size()));
+        for (size_t i = sorted.size(); i-- > 1;)
+            next[i - 1] = lcp[i] < d ? static_cast<uint32_t>(i) : next[i];
+    }
 }
 
 int64_t TokenMask::count() const {

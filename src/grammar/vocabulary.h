@@ -29,6 +29,20 @@ struct Vocabulary {
     std::string_view sorted_piece(size_t i) const {
         return {sorted_text.data() + sorted_at[i], sorted_at[i + 1] - sorted_at[i]};
     }
+    // The first sorted index after i whose piece shares fewer than d bytes with its
+    // predecessor (so with piece i), for d = 1..kSkipDepth: a prefix the grammar rejects
+    // skips the tokens that extend it in one step instead of one by one.
+    static constexpr size_t kSkipDepth = 4;
+    size_t skip(size_t i, size_t d) const { return d <= kSkipDepth ? skip_[d - 1][i] : i + 1; }
+    // The sorted indices (ascending) of the pieces longer than n bytes. All of them together
+    // hold as many entries as the vocabulary has bytes.
+    const std::vector<uint32_t>& longer_than(size_t n) const {
+        return longer_[std::min(n, longer_.size() - 1)];
+    }
+
+  private:
+    std::vector<uint32_t> skip_[kSkipDepth];
+    std::vector<std::vector<uint32_t>> longer_;  // [n]: pieces longer than n; the last is empty
 };
 
 // One bit per token id.
@@ -37,6 +51,7 @@ struct TokenMask {
     explicit TokenMask(int32_t n = 0) : bits((static_cast<size_t>(n) + 63) / 64, 0) {}
     bool test(int32_t id) const { return (bits[id >> 6] >> (id & 63)) & 1; }
     void set(int32_t id) { bits[id >> 6] |= uint64_t{1} << (id & 63); }
+    void clear(int32_t id) { bits[id >> 6] &= ~(uint64_t{1} << (id & 63)); }
     int64_t count() const;
 };
 

@@ -10,6 +10,7 @@
 #include "engine/constraint.h"
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
+#include "grammar/shared_tops.h"
 #include "grammar/stack.h"
 #include "test_util.h"
 
@@ -156,6 +157,13 @@ ws ::= [ ]?)",
         R"(root ::= item ("," item)*
 item ::= [a-c]+ | "[" root "]" | "中" [\u00e0-\u00ff]?)",
         R"(root ::= [^a]{1,4} "z")",
+        // Bounded repetitions long enough that masks inside them come from the widest link's
+        // (Grammar::widest): a character class, a rule as the unit, one inside another, and a
+        // unit that can be empty (not linked).
+        R"(root ::= "\"" [^"\\]{0,12} "\"" [0-9]{2,6})",
+        R"(root ::= ( [a-c] | "[" [a-c]{0,3} "]" ){0,8} "z")",
+        R"(root ::= ( "{" [a-d]{1,5} "}" ){0,7} ","?)",
+        R"(root ::= ( "a"? "b"? ){0,6} "z")",
     };
     const std::vector<std::string> atoms = {"{",
                                             "}",
@@ -224,6 +232,35 @@ item ::= [a-c]+ | "[" root "]" | "中" [\u00e0-\u00ff]?)",
             }
         }
     }
+}
+
+// A link of a bounded repetition maps to the longest link's same position, and accepts the
+// same text up to its count left; a unit that can match nothing is not linked.
+TEST(Grammar, BoundedRepetitionLinksMapToTheLongest) {
+    Grammar g = parse_ok(R"(root ::= "x" [a-z]{0,5} "y")");
+    std::vector<Stack> stacks = initial_stacks(g);
+    stacks = advance(g, stacks, 'x');
+    std::vector<uint32_t> upto;
+    std::set<uint32_t> longest;
+    for (int i = 0; i < 5; ++i) {
+        uint32_t seen = 0;
+        for (const Stack& s : stacks)
+            for (uint32_t p : s)
+                if (auto w = g.widest(p)) {
+                    seen = std::max(seen, w->upto);
+                    longest.insert(w->pos);
+                }
+        upto.push_back(seen);
+        stacks = advance(g, stacks, 'q');
+        ASSERT_FALSE(stacks.empty());
+    }
+    // 5 left (the longest link: not mapped), then 4, 3, 2, 1.
+    EXPECT_EQ(upto, (std::vector<uint32_t>{0, 4, 3, 2, 1}));
+    EXPECT_LE(longest.size(), 2u);  // the longest link's unit and its rest
+
+    Grammar nullable = parse_ok(R"(root ::= ( "a"? "b"? ){0,6} "z")");
+    for (size_t p = 0; p < nullable.n_elements(); ++p)
+        EXPECT_FALSE(nullable.widest(static_cast<uint32_t>(p))) << "position " << p;
 }
 
 TEST(GrammarMask, RefusesForbiddenTokensAndEndsWhenComplete) {
@@ -350,6 +387,112 @@ TEST(GrammarMask, TopMasksEqualTheWholeWalkOnARealVocabulary) {
     }
     EXPECT_GT(compared, 300);
     EXPECT_GT(with_context, 0);  // the check against the whole stacks was exercised
+}
+
+// The server's path (CompiledGrammar: tops cached, tops inside bounded strings and arrays taken
+// from the widest link's with the long tokens walked again) against the whole-vocabulary walk,
+// on SmolLM2's vocabulary, through every length a bounded string can be at.
+TEST(GrammarMask, MasksInsideBoundedRepetitionsEqualTheWholeWalk) {
+    const auto vocab = engine::grammar_vocabulary(*testing::default_model().tokenizer);
+    engine::Constraint c;
+    c.kind = engine::Constraint::Kind::JsonSchema;
+    c.schema = nlohmann::ordered_json::parse(R"({"type":"object","properties":{
+        "a":{"type":"string","maxLength":3},"b":{"type":"string","minLength":2,"maxLength":40},
+        "c":{"type":"array","items":{"type":"string","maxLength":6},"maxItems":4},
+        "d":{"type":"string","pattern":"^[a-z]{2,30}$"}},"required":["a","b","c","d"],
+        "additionalProperties":false})");
+    engine::ConstraintCompiler compiler(vocab);
+    auto cg = compiler.compile(c);
+    ASSERT_TRUE(cg.ok()) << cg.error().message;
+    const Grammar& g = (*cg)->grammar();
+    std::mt19937 rng(5);
+    int compared = 0;
+    for (int walk = 0; walk < 4; ++walk) {
+        Matcher m(*cg);
+        std::vector<Stack> stacks = (*cg)->start();
+        std::string pending;
+        for (int step = 0; step < 70 && !m.complete(); ++step) {
+            const TokenMask want = compute_mask(g, *vocab, stacks, pending);
+            ASSERT_EQ(m.mask()->bits, want.bits) << "walk " << walk << " step " << step;
+            ++compared;
+            // Short tokens mostly, so strings pass through many lengths.
+            std::vector<int32_t> allowed, short_ones;
+            for (int32_t id : vocab->sorted)
+                if (want.test(id)) {
+                    allowed.push_back(id);
+                    if (vocab->pieces[id].size() <= 2) short_ones.push_back(id);
+                }
+            if (allowed.empty()) break;
+            const auto& from = !short_ones.empty() && rng() % 4 != 0 ? short_ones : allowed;
+            const int32_t pick = from[rng() % from.size()];
+            ASSERT_TRUE(m.accept(pick));
+            pending = feed(g, stacks, pending + vocab->pieces[pick]);
+        }
+    }
+    EXPECT_GT(compared, 150);
+    EXPECT_GT((*cg)->stats().tops_derived, 20);
+}
+
+// Tops look the same from inside wherever they are: the same bounded string in two schemas
+// has one signature (another length, another)...
+TEST(GrammarMask, TopSignaturesNameWhatATopSees) {
+    auto top_in = [](const std::string& gbnf, const std::string& prefix) {
+        Grammar g = parse_ok(gbnf);
+        std::vector<Stack> st = initial_stacks(g);
+        for (char c : prefix) st = advance(g, st, static_cast<unsigned char>(c));
+        // The stack inside the string ([^"]), not the one at its closing quote.
+        for (const Stack& one : st)
+            if (!one.empty() && g.element(one.back()).negated)
+                return top_signature(g, stack_top(one), 4096);
+        ADD_FAILURE() << "no stack inside the string after " << prefix;
+        return std::string();
+    };
+    const std::string a = top_in(R"(root ::= "{\"a\":" s "}"
+s ::= "\"" [^"]{0,9} "\"")",
+                                 "{\"a\":\"xy");
+    const std::string b = top_in(R"(root ::= "[" [0-9]+ "," t "]"
+t ::= "\"" [^"]{0,9} "\"")",
+                                 "[12,\"pq");
+    const std::string c = top_in(R"(root ::= "[" [0-9]+ "," t "]"
+t ::= "\"" [^"]{0,12} "\"")",
+                                 "[12,\"pq");
+    EXPECT_FALSE(a.empty());
+    EXPECT_EQ(a, b);
+    EXPECT_NE(a, c);
+}
+
+// ...so a second schema takes the string tops the first computed, and its masks still equal
+// the whole walk.
+TEST(GrammarMask, SchemasShareTopsThroughTheirCompiler) {
+    const auto vocab = engine::grammar_vocabulary(*testing::default_model().tokenizer);
+    engine::ConstraintCompiler compiler(vocab);
+    auto schema = [&](const char* text) {
+        engine::Constraint c;
+        c.kind = engine::Constraint::Kind::JsonSchema;
+        c.schema = nlohmann::ordered_json::parse(text);
+        auto cg = compiler.compile(c);
+        EXPECT_TRUE(cg.ok()) << cg.error().message;
+        return *cg;
+    };
+    auto first = schema(R"({"type":"object","properties":{"name":{"type":"string","maxLength":20}},
+        "required":["name"],"additionalProperties":false})");
+    auto second = schema(R"({"type":"object","properties":{"id":{"type":"integer"},
+        "title":{"type":"string","maxLength":20}},"required":["id","title"],
+        "additionalProperties":false})");
+    auto walk = [&](const std::shared_ptr<const CompiledGrammar>& cg, const std::string& text) {
+        Matcher m(cg);
+        std::vector<Stack> stacks = cg->start();
+        for (char ch : text) {
+            ASSERT_EQ(m.mask()->bits, compute_mask(cg->grammar(), *vocab, stacks, "").bits)
+                << "before '" << ch << "'";
+            ASSERT_TRUE(m.accept_text(std::string(1, ch)));
+            stacks = advance(cg->grammar(), stacks, static_cast<unsigned char>(ch));
+        }
+    };
+    walk(first, R"({"name":"a short one"})");
+    EXPECT_EQ(first->stats().tops_shared, 0);
+    walk(second, R"({"id":7,"title":"another"})");
+    EXPECT_GT(second->stats().tops_shared, 8);  // the title's characters
 }
 
 }  // namespace
