@@ -101,6 +101,7 @@ grammar::CompiledGrammar::Stats summed_stats(
         sum.computed += s.computed, sum.hits += s.hits, sum.compute_s += s.compute_s;
         sum.tops_computed += s.tops_computed, sum.tops_derived += s.tops_derived;
         sum.tops_shared += s.tops_shared;
+        sum.max_s = std::max(sum.max_s, s.max_s);
     }
     return sum;
 }
@@ -385,6 +386,9 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
                           {"masks_computed", g1.computed - g0.computed},
                           {"mask_cache_hits", g1.hits - g0.hits},
                           {"mask_compute_s", g1.compute_s - g0.compute_s},
+                          // The longest one mask took (over the grammars' lives, so the
+                          // first run's, when masks are new), to set beside a step's time.
+                          {"mask_max_ms", g1.max_s * 1e3},
                           // Stack tops walked over the vocabulary; the other masks were
                           // unions of tops already known and a short check.
                           {"top_masks_computed", g1.tops_computed - g0.tops_computed},

@@ -76,6 +76,7 @@ std::shared_ptr<const TokenMask> CompiledGrammar::mask(const std::vector<Stack>&
     std::lock_guard lock(mu_);
     ++stats_.computed;
     stats_.compute_s += s;
+    stats_.max_s = std::max(stats_.max_s, s);
     if (cache_.size() >= kMaxCachedMasks) cache_.clear();
     cache_.emplace(std::move(key), m);
     return m;

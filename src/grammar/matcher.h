@@ -65,6 +65,7 @@ class CompiledGrammar {
     struct Stats {
         int64_t computed = 0, hits = 0;
         double compute_s = 0;
+        double max_s = 0;           // the longest one mask took
         int64_t tops_computed = 0;  // top masks made (computed masks reuse the rest)
         int64_t tops_derived = 0;   // of those, taken from a wider link's (walking long tokens)
         int64_t tops_shared = 0;    // tops another grammar had already computed
