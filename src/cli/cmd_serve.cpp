@@ -17,6 +17,7 @@
 #include "server/auth.h"
 #include "server/http_server.h"
 #include "server/service.h"
+#include "tokenizer/fim.h"
 
 namespace ferry::cli {
 namespace {
@@ -56,6 +57,10 @@ class EngineService : public server::Service {
             return make_error("this model's chat template cannot be used ({}); use /v1/completions",
                               lm_.chat_template_error);
         return lm_.chat_template->apply(msgs, add_generation_prompt, tools, extra);
+    }
+    Expected<std::vector<int32_t>> fill_in_middle(const std::vector<int32_t>& prefix,
+                                                  std::string_view suffix) const override {
+        return tokenizer::fim_prompt(*lm_.tokenizer, prefix, suffix);
     }
     std::string chat_template_source() const override {
         return lm_.chat_template ? lm_.chat_template->source() : std::string();

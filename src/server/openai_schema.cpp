@@ -464,8 +464,21 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
     }
     // Fields other servers honour that would change the output here: refused until they are
     // implemented, never ignored.
-    if (const json* v = f.get("suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
-        f.fail("'suffix' (fill-in-the-middle) is not supported", "suffix");
+    // Fill-in-the-middle (completions): the reply is what goes between the prompt and this.
+    std::string suffix;
+    if (const json* v = f.get("suffix"); v && !v->is_null()) {
+        if (!v->is_string())
+            f.type_error("suffix", "a string", *v);
+        else
+            suffix = v->get<std::string>();
+    }
+    if (!suffix.empty() && kind == Endpoint::Chat)
+        f.fail("'suffix' is a completions field (fill-in-the-middle)", "suffix");
+    if (!suffix.empty() && r.echo)
+        f.fail(
+            "'echo' with 'suffix' is not supported: the model reads the prompt wrapped in "
+            "fill-in-the-middle tokens, not the prompt as given",
+            "echo");
     if (const json* v = f.get("min_tokens");
         v && !(v->is_number_integer() && v->get<int64_t>() == 0))
         f.fail("'min_tokens' is not supported ('ignore_eos': true asks for exactly max_tokens)",
@@ -589,8 +602,9 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
     } else {
         const json* p = f.get("prompt");
         if (!p) return f.fail("'prompt' is required", "prompt"), std::nullopt;
+        // A fill-in-the-middle prompt gets its BOS in front of the prefix token instead.
         auto add_text = [&](const std::string& t) {
-            r.prompts.push_back(service.encode(t, true));
+            r.prompts.push_back(service.encode(t, suffix.empty()));
             r.prompt_texts.push_back(t);
         };
         if (p->is_string()) {
@@ -621,6 +635,12 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
         } else {
             return f.type_error("prompt", "a string, strings, or token ids", *p), std::nullopt;
         }
+        if (!suffix.empty())
+            for (auto& ids : r.prompts) {
+                auto fim = service.fill_in_middle(ids, suffix);
+                if (!fim) return f.fail(fim.error().message, "suffix"), std::nullopt;
+                ids = std::move(*fim);
+            }
         if (r.prompts.size() > 64)
             return f.fail("at most 64 prompts per request", "prompt"), std::nullopt;
         if (r.prompts.size() * size_t(r.params.n) > 256)

@@ -49,6 +49,13 @@ class Service {
                                              const nlohmann::ordered_json& tools,
                                              const nlohmann::ordered_json& extra,
                                              bool add_generation_prompt = true) const = 0;
+    // A fill-in-the-middle prompt: the model's prefix / suffix / middle tokens around
+    // `prefix` (ids without BOS) and `suffix`, or why the model cannot (tokenizer/fim.h).
+    virtual Expected<std::vector<int32_t>> fill_in_middle(const std::vector<int32_t>& prefix,
+                                                          std::string_view suffix) const {
+        (void)prefix, (void)suffix;
+        return make_error("fill-in-the-middle is not available on this server");
+    }
     // The chat template's Jinja text (empty when there is none).
     virtual std::string chat_template_source() const { return {}; }
     // A request's output constraint compiled against the served vocabulary (cached by

@@ -102,7 +102,9 @@ TEST(ServerSchema, ErrorsNameTheField) {
         {R"({"prompt":"hi","tool_choice":"required"})", 400, "tool_choice"},
         {R"({"prompt":"hi","response_format":{"type":"json_object"}})", 400, "response_format"},
         {R"({"prompt":"hi","best_of":3})", 400, "best_of"},
-        {R"({"prompt":"hi","suffix":"end"})", 400, "suffix"},
+        {R"({"prompt":"hi","suffix":"end"})", 400, "suffix"},  // this service has no FIM
+        {R"({"prompt":"hi","suffix":3})", 400, "suffix"},
+        {R"({"prompt":"hi","suffix":"end","echo":true})", 400, "echo"},
         {R"({"prompt":"hi","min_tokens":8})", 400, "min_tokens"},
         {R"({"prompt":"hi","include_stop_str_in_output":1})", 400, "include_stop_str_in_output"},
         {R"({"prompt":"hi","prompt_logprobs":21})", 400, "prompt_logprobs"},
