@@ -360,6 +360,10 @@ bool Engine::step() {
     // A constrained sequence draws from its grammar's allowed tokens; the mask is computed
     // here, beside the other draws, and shared by every sequence in the same grammar state.
     auto draw_one = [&](Pick& p) {
+        if (p.seq->matcher && p.seq->sampler->plain_greedy()) {
+            p.token = masked_argmax(*p.seq->matcher->mask(), p.logits, n_vocab);
+            return;  // -1: nothing can follow, the output ends here
+        }
         if (p.seq->matcher) {
             thread_local std::vector<float> masked;
             if (!mask_logits(*p.seq->matcher->mask(), p.logits, n_vocab, masked)) {

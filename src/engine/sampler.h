@@ -48,6 +48,13 @@ class Sampler {
     int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
 
     const SamplingParams& params() const { return params_; }
+    // Greedy with nothing that changes the logits first (no bias, no penalty): the pick is the
+    // argmax of the logits as they are.
+    bool plain_greedy() const {
+        return params_.greedy() && params_.logit_bias.empty() &&
+               params_.repetition_penalty == 1.0f && params_.presence_penalty == 0.0f &&
+               params_.frequency_penalty == 0.0f;
+    }
 
     struct Candidate {
         int32_t id;

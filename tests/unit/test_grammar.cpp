@@ -497,3 +497,39 @@ TEST(GrammarMask, SchemasShareTopsThroughTheirCompiler) {
 
 }  // namespace
 }  // namespace ferry::grammar
+
+namespace ferry::engine {
+namespace {
+
+// Greedy decoding under a mask reads the logits in place: the same pick as masking a copy and
+// taking its argmax, over sparse and dense masks, whole and partial words, ties (the lowest
+// id), a vocabulary that ends inside a word, and a mask that allows nothing.
+TEST(MaskedArgmax, PicksWhatTheMaskedCopysArgmaxPicks) {
+    std::mt19937 rng(3);
+    for (int n_vocab : {1, 63, 64, 200, 1000}) {
+        for (int trial = 0; trial < 60; ++trial) {
+            std::vector<float> logits(n_vocab);
+            for (float& x : logits) x = static_cast<float>(rng() % 7);  // many ties
+            grammar::TokenMask mask(n_vocab);
+            const int density = trial % 4;  // none, sparse, half, all
+            for (int id = 0; id < n_vocab; ++id)
+                if (density == 3 || (density == 2 && rng() % 2) ||
+                    (density == 1 && rng() % 17 == 0))
+                    mask.set(id);
+            std::vector<float> masked;
+            const bool any = mask_logits(mask, logits.data(), n_vocab, masked);
+            const int32_t got = masked_argmax(mask, logits.data(), n_vocab);
+            if (!any) {
+                EXPECT_EQ(got, -1);
+                continue;
+            }
+            const auto want = static_cast<int32_t>(std::max_element(masked.begin(), masked.end()) -
+                                                   masked.begin());
+            ASSERT_EQ(got, want) << "n_vocab " << n_vocab << " trial " << trial;
+            EXPECT_TRUE(mask.test(got));
+        }
+    }
+}
+
+}  // namespace
+}  // namespace ferry::engine
