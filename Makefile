@@ -13,7 +13,7 @@ APT_PACKAGES := build-essential libboost-dev cmake pkg-config git nlohmann-json3
 	clang libclang-rt-14-dev
 PROMPT ?= What is the capital of France? Answer in one sentence.
 
-.PHONY: demo test deps venv build build-asan build-tsan build-fuzz model gemma-model unit integration fuzz \
+.PHONY: demo test deps venv build build-asan build-tsan build-fuzz model gemma-model unit integration fuzz lm-eval \
 	fuzz-slice fuzz-seeds clean format clients
 
 demo: deps build model
@@ -67,6 +67,11 @@ clients: build model
 	python3 -m venv $(BUILD)/clients-venv
 	$(BUILD)/clients-venv/bin/pip install --quiet langchain-openai litellm pytest httpx
 	$(BUILD)/clients-venv/bin/python tests/clients/check_langchain_litellm.py
+
+# lm-evaluation-harness against ferry serve, compared with transformers on the same weights;
+# its own venv (torch, a few GB), by hand.
+lm-eval: build model
+	bench/lm-eval.sh
 
 unit:
 	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
