@@ -1,14 +1,12 @@
 #include "engine/constraint.h"
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <limits>
 
 #include "grammar/json_schema.h"
 #include "grammar/regex_to_gbnf.h"
 #include "grammar/shared_tops.h"
-#include "kernels/host_math.h"
 
 namespace ferry::engine {
 
@@ -107,30 +105,6 @@ bool mask_logits(const grammar::TokenMask& mask, const float* logits, int n_voca
             if (!((bits >> (id & 63)) & 1)) out[id] = kNegInf;
     }
     return any;
-}
-
-int32_t masked_argmax(const grammar::TokenMask& mask, const float* logits, int n_vocab) {
-    int32_t best = -1;
-    float best_logit = 0;
-    const size_t words =
-        std::min(mask.bits.size(), (static_cast<size_t>(n_vocab) + 63) / size_t{64});
-    for (size_t w = 0; w < words; ++w) {
-        uint64_t bits = mask.bits[w];
-        if (bits == 0) continue;
-        const auto base = static_cast<int32_t>(w * 64);
-        const int32_t end = std::min(n_vocab, base + 64);
-        if (bits == ~uint64_t{0} && end == base + 64) {  // inside a string: most words whole
-            const auto i = base + static_cast<int32_t>(kernels::argmax(logits + base, 64));
-            if (best < 0 || logits[i] > best_logit) best = i, best_logit = logits[i];
-            continue;
-        }
-        for (; bits; bits &= bits - 1) {
-            const int32_t i = base + std::countr_zero(bits);
-            if (i >= end) break;
-            if (best < 0 || logits[i] > best_logit) best = i, best_logit = logits[i];
-        }
-    }
-    return best;
 }
 
 ConstraintCompiler::ConstraintCompiler(std::shared_ptr<const grammar::Vocabulary> vocab)

@@ -43,10 +43,6 @@ std::shared_ptr<const grammar::Vocabulary> grammar_vocabulary(const tokenizer::T
 bool mask_logits(const grammar::TokenMask& mask, const float* logits, int n_vocab,
                  std::vector<float>& out);
 
-// The allowed token with the highest logit (the lowest id on ties, as greedy sampling picks),
-// read in place: greedy decoding needs no masked copy of the vocabulary. -1: none allowed.
-int32_t masked_argmax(const grammar::TokenMask& mask, const float* logits, int n_vocab);
-
 class ConstraintCompiler {
   public:
     explicit ConstraintCompiler(std::shared_ptr<const grammar::Vocabulary> vocab);

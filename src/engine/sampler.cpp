@@ -1,6 +1,7 @@
 #include "engine/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <unordered_map>
@@ -188,6 +189,28 @@ int32_t Sampler::draw(const std::vector<Candidate>& c) {
         if (r < acc) return x.id;
     }
     return c.back().id;
+}
+
+int32_t masked_argmax(const grammar::TokenMask& mask, const float* logits, int n_vocab) {
+    int32_t best = -1;
+    float best_logit = 0;
+    const size_t words =
+        std::min(mask.bits.size(), (static_cast<size_t>(n_vocab) + 63) / size_t{64});
+    for (size_t w = 0; w < words; ++w) {
+        const auto base = static_cast<int32_t>(w * 64);
+        const int32_t end = std::min(n_vocab, base + 64);
+        if (mask.bits[w] == ~uint64_t{0} && end == base + 64) {  // inside a string: most words
+            const auto i = base + static_cast<int32_t>(kernels::argmax(logits + base, 64));
+            if (best < 0 || logits[i] > best_logit) best = i, best_logit = logits[i];
+            continue;
+        }
+        for (uint64_t bits = mask.bits[w]; bits; bits &= bits - 1) {
+            const int32_t i = base + std::countr_zero(bits);
+            if (i >= end) break;
+            if (best < 0 || logits[i] > best_logit) best = i, best_logit = logits[i];
+        }
+    }
+    return best;
 }
 
 float token_logprobs(std::span<const float> logits, int32_t token, int top_n,

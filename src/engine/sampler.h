@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "grammar/vocabulary.h"
+
 namespace ferry::engine {
 
 struct SamplingParams {
@@ -39,6 +41,11 @@ struct TokenLogprob {
 // before any sampling adjustment), and the `top_n` most likely tokens' in descending order.
 float token_logprobs(std::span<const float> logits, int32_t token, int top_n,
                      std::vector<TokenLogprob>* top);
+
+// The allowed token with the highest logit (the lowest id on ties, as greedy sampling picks),
+// read in place: greedy decoding under a grammar needs no masked copy of the vocabulary.
+// -1: the mask allows nothing.
+int32_t masked_argmax(const grammar::TokenMask& mask, const float* logits, int n_vocab);
 
 class Sampler {
   public:

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "engine/constraint.h"
+#include "engine/sampler.h"
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
 #include "grammar/shared_tops.h"
