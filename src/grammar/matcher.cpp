@@ -1,9 +1,9 @@
 #include "grammar/matcher.h"
 
-#include "grammar/shared_tops.h"
-
 #include <algorithm>
 #include <chrono>
+
+#include "grammar/shared_tops.h"
 
 namespace ferry::grammar {
 
