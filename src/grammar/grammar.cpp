@@ -251,7 +251,7 @@ class GbnfParser {
         } else if (hi > lo) {
             // opt_k ::= unit opt_{k-1} | (empty), nested hi - lo deep
             uint32_t inner = new_rule(current_, Alts{Seq{unit}, Seq{}});
-            chains_.push_back({unit, {inner}});
+            chains_.push_back({unit.kind == Element::Ref ? unit.rule : kCharClass, {inner}});
             for (int64_t k = lo + 1; k < hi; ++k) {
                 inner = new_rule(current_, Alts{Seq{unit, ref(inner)}, Seq{}});
                 chains_.back().links.push_back(inner);
@@ -405,9 +405,7 @@ class GbnfParser {
     void link_chains(Grammar& g) const {
         const std::vector<char> empty_ok = nullable_rules();
         for (const Chain& c : chains_) {
-            if (c.unit.kind == Element::End ||
-                (c.unit.kind == Element::Ref && empty_ok[c.unit.rule]))
-                continue;
+            if (c.unit_rule != kCharClass && empty_ok[c.unit_rule]) continue;
             if (g.widest_.empty()) g.widest_.resize(g.elements_.size(), {0, 0});
             const uint32_t longest = g.rules_[c.links.back()][0];
             // Link k (from the innermost, k = 1) allows k units. At either of its positions
@@ -498,9 +496,11 @@ class GbnfParser {
     std::vector<bool> defined_;
     std::map<uint32_t, size_t> referenced_;
     std::string current_;
-    // The links of each bounded repetition, innermost (one unit left) first.
+    // The links of each bounded repetition, innermost (one unit left) first, and the rule its
+    // unit is (kCharClass: a character class, which always takes a character).
+    static constexpr uint32_t kCharClass = UINT32_MAX;
     struct Chain {
-        Element unit;
+        uint32_t unit_rule;
         std::vector<uint32_t> links;
     };
     std::vector<Chain> chains_;

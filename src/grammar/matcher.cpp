@@ -118,7 +118,9 @@ std::shared_ptr<const TopMask> CompiledGrammar::top_mask(MaskWalker& w, const St
         }
     }
     // Inside a bounded repetition (a string's maxLength: one link per length left) the mask is
-    // the widest link's but for the tokens long enough to reach the bound.
+    // the widest link's but for the tokens long enough to reach the bound. Unless that is most
+    // of the vocabulary: walked one token at a time, it costs more than the whole walk, which
+    // passes over a rejected prefix's tokens at once.
     Stack wide = top;
     size_t upto = SIZE_MAX;
     for (uint32_t& p : wide)
@@ -126,20 +128,15 @@ std::shared_ptr<const TopMask> CompiledGrammar::top_mask(MaskWalker& w, const St
             p = m->pos;
             upto = std::min<size_t>(upto, m->upto);
         }
-    std::shared_ptr<const TopMask> t;
-    // Walking most of the vocabulary one token at a time is slower than the whole walk, which
-    // passes over a rejected prefix's tokens at once.
-    if (upto != SIZE_MAX && vocab_->longer_than(upto).size() * 3 > vocab_->sorted.size())
-        upto = SIZE_MAX;
-    if (upto != SIZE_MAX)
-        t = std::make_shared<const TopMask>(
-            derive_top_mask(w, *vocab_, top, *top_mask(w, wide), upto));
-    else
-        t = std::make_shared<const TopMask>(compute_top_mask(w, *vocab_, top));
+    const bool derive =
+        upto != SIZE_MAX && vocab_->longer_than(upto).size() * 3 <= vocab_->sorted.size();
+    auto t = std::make_shared<const TopMask>(
+        derive ? derive_top_mask(w, *vocab_, top, *top_mask(w, wide), upto)
+               : compute_top_mask(w, *vocab_, top));
     if (!signature.empty()) shared_->insert(std::move(signature), t);
     std::lock_guard lock(mu_);
     ++stats_.tops_computed;
-    stats_.tops_derived += upto != SIZE_MAX;
+    stats_.tops_derived += derive;
     if (tops_.size() >= kMaxCachedTops) tops_.clear();
     tops_.emplace(std::move(key), t);
     return t;

@@ -101,8 +101,6 @@ TopMask compute_top_mask(const Grammar& g, const Vocabulary& v, const Stack& top
 TopMask compute_top_mask(MaskWalker& w, const Vocabulary& v, const Stack& top);
 // `top`'s mask from `wide`, the mask of a top that accepts the same text of up to `upto` bytes
 // (Grammar::widest): only the longer tokens are walked. Equal to compute_top_mask(top).
-TopMask derive_top_mask(const Grammar& g, const Vocabulary& v, const Stack& top,
-                        const TopMask& wide, size_t upto);
 TopMask derive_top_mask(MaskWalker& w, const Vocabulary& v, const Stack& top, const TopMask& wide,
                         size_t upto);
 // A state's mask (no split character pending) from its stacks' top masks: their union, and

@@ -355,12 +355,6 @@ TopMask compute_top_mask(MaskWalker& w, const Vocabulary& v, const Stack& top) {
     return t;
 }
 
-TopMask derive_top_mask(const Grammar& g, const Vocabulary& v, const Stack& top,
-                        const TopMask& wide, size_t upto) {
-    MaskWalker w(g);
-    return derive_top_mask(w, v, top, wide, upto);
-}
-
 TopMask derive_top_mask(MaskWalker& w, const Vocabulary& v, const Stack& top, const TopMask& wide,
                         size_t upto) {
     const std::vector<uint32_t>& longer = v.longer_than(upto);
