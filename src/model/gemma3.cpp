@@ -62,13 +62,25 @@ Status read_gemma3(const nlohmann::json& j, const std::string& where, LlamaConfi
         if (!it->is_number()) return std::nullopt;
         return it->get<double>();
     };
-    const std::string act = j.value("hidden_activation", std::string("gelu_pytorch_tanh"));
+    // Typed reads: json::value throws on a field of the wrong type (found by the fuzzer).
+    const auto field = [&](const char* key) -> const nlohmann::json* {
+        auto it = j.find(key);
+        return it == j.end() || it->is_null() ? nullptr : &*it;
+    };
+    std::string act = "gelu_pytorch_tanh";
+    if (const auto* v = field("hidden_activation")) {
+        if (!v->is_string()) return make_error("{}: hidden_activation is not a string", where);
+        act = v->get<std::string>();
+    }
     if (act != "gelu_pytorch_tanh")
         return make_error(
             "{}: hidden_activation '{}' is not supported (ferry runs "
             "gelu_pytorch_tanh)",
             where, act);
-    if (j.value("use_bidirectional_attention", false))
+    const auto* bidirectional = field("use_bidirectional_attention");
+    if (bidirectional && !bidirectional->is_boolean())
+        return make_error("{}: use_bidirectional_attention is not a boolean", where);
+    if (bidirectional && bidirectional->get<bool>())
         return make_error("{}: bidirectional attention (an embedding model) is not supported",
                           where);
     if (num("attn_logit_softcapping"))
@@ -84,9 +96,14 @@ Status read_gemma3(const nlohmann::json& j, const std::string& where, LlamaConfi
     // Which layers slide: layer_types (the generic reader filled swa_layers from it), else the
     // period transformers 4 wrote.
     if (!j.contains("layer_types")) {
-        const int period = j.value("sliding_window_pattern", j.value("_sliding_window_pattern", 6));
-        if (period <= 0) return make_error("{}: invalid sliding_window_pattern {}", where, period);
-        c.swa_layers = periodic(c.n_layer, period);
+        const auto* p = field("sliding_window_pattern");
+        if (!p) p = field("_sliding_window_pattern");
+        if (p && !p->is_number_integer())
+            return make_error("{}: sliding_window_pattern is not an integer", where);
+        const int64_t period = p ? p->get<int64_t>() : 6;
+        if (period <= 0 || period > (int64_t{1} << 20))
+            return make_error("{}: invalid sliding_window_pattern {}", where, period);
+        c.swa_layers = periodic(c.n_layer, static_cast<int>(period));
     }
     // The local base: transformers 4's rope_local_base_freq, 5's
     // rope_parameters.sliding_attention.rope_theta; the global layers' base and scaling were
