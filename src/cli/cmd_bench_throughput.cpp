@@ -267,7 +267,7 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
     };
     size_t next = 0, done = 0;
     double waste_sum = 0;
-    int64_t waste_steps = 0, peak_blocks = 0;
+    int64_t waste_steps = 0, peak_blocks = 0, peak_window_blocks = 0, peak_kv_bytes = 0;
     std::vector<engine::RequestMetrics> finished;
     while (done < items.size()) {
         while (next < items.size() && items[next].arrival_s <= elapsed()) {
@@ -292,6 +292,11 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
             waste_sum += m.kv_waste_fraction;
             ++waste_steps;
             peak_blocks = std::max(peak_blocks, m.kv_blocks_used);
+            peak_window_blocks = std::max(peak_window_blocks, m.kv_window_blocks_used);
+            peak_kv_bytes = std::max(
+                peak_kv_bytes, m.kv_blocks_used * static_cast<int64_t>(eng.kv_bytes_per_block()) +
+                                   m.kv_window_blocks_used *
+                                       static_cast<int64_t>(eng.kv_window_bytes_per_block()));
         } else if (next < items.size()) {
             std::this_thread::sleep_for(std::chrono::microseconds(200));
         }
@@ -343,6 +348,9 @@ nlohmann::json run_workload(const engine::LoadedModel& lm, const engine::EngineC
         {"kv_waste_fraction", waste_steps ? waste_sum / double(waste_steps) : 0.0},
         {"peak_kv_blocks", peak_blocks},
         {"kv_blocks_total", m.kv_blocks_total},
+        {"peak_kv_window_blocks", peak_window_blocks},
+        {"kv_window_blocks_total", m.kv_window_blocks_total},
+        {"peak_kv_bytes", peak_kv_bytes},
         {"kv_dtype", quant::kv_dtype_name(cfg.kv_dtype)},
         {"kv_bytes_per_token", eng.kv_bytes_per_token()},
         {"preemptions", m.preemptions},

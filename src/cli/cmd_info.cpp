@@ -52,6 +52,17 @@ void info(const InfoOptions& o) {
         const int bs = engine::EngineConfig{}.block_size;
         return kv::KvStore::bytes_per_block(c.n_layer, bs, c.kv_dim(), c.head_dim, t) / bs;
     };
+    // With sliding-window and global layers both, each token past a sequence's window costs
+    // only the global layers' share (the engine's window pool holds the rest).
+    int global_layers = 0;
+    for (int l = 0; l < c.n_layer; ++l) global_layers += c.window(l) == 0;
+    auto kv_past_window = [&](quant::KvDType t) {
+        const int bs = engine::EngineConfig{}.block_size;
+        const bool hybrid = global_layers > 0 && global_layers < c.n_layer;
+        return kv::KvStore::bytes_per_block(hybrid ? global_layers : c.n_layer, bs, c.kv_dim(),
+                                            c.head_dim, t) /
+               bs;
+    };
     nlohmann::json j = {
         {"model", lm.path},
         {"name", c.name},
@@ -81,6 +92,7 @@ void info(const InfoOptions& o) {
           {"f16", kv_per_token(quant::KvDType::F16)},
           {"int8", kv_per_token(quant::KvDType::Int8)},
           {"fp8", kv_per_token(quant::KvDType::FP8)}}},
+        {"kv_bytes_per_token_past_window_f16", kv_past_window(quant::KvDType::F16)},
         {"kv_cache_dtype", KvDTypeOption{}.name},
         {"chat_template", lm.chat_template ? "jinja" : "none"},
         {"bos_token_id", lm.tokenizer->bos()},
@@ -151,6 +163,11 @@ void info(const InfoOptions& o) {
         "%.1f KiB at fp8 (--kv-dtype; scales included)\n",
         kv_per_token(quant::KvDType::F32) / 1024.0, kv_per_token(quant::KvDType::F16) / 1024.0,
         kv_per_token(quant::KvDType::Int8) / 1024.0, kv_per_token(quant::KvDType::FP8) / 1024.0);
+    if (global_layers > 0 && global_layers < c.n_layer)
+        std::printf(
+            "                %.1f KiB at f16 past a sequence's window (%d global layers; "
+            "the sliding layers' window pool holds the rest)\n",
+            kv_past_window(quant::KvDType::F16) / 1024.0, global_layers);
     std::printf("chat template   %s\n",
                 lm.chat_template ? "jinja" : lm.chat_template_error.c_str());
 }

@@ -44,6 +44,12 @@ void EngineOptions::add_to(CLI::App& cmd) {
     cmd.add_option("--kv", kv, "KV cache layout: paged blocks, or max length reserved up front")
         ->capture_default_str()
         ->check(CLI::IsMember({"paged", "contiguous"}));
+    cmd.add_option("--kv-window-pool", kv_window_pool,
+                   "a model with both sliding-window and global layers (Gemma 3) keeps the "
+                   "sliding layers' blocks in a pool of their own, sized for windows (paged only; "
+                   "off: one pool for every layer)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"on", "off"}));
     kv_dtype.add_to(cmd);
     kv_eviction.add_to(cmd);
     spec.add_to(cmd, true);
@@ -56,6 +62,7 @@ engine::EngineConfig EngineOptions::resolved(int max_model_len,
     c.draft_model = draft;
     c.max_model_len = max_model_len;
     c.prefix_cache = prefix_cache == "on";
+    c.kv_window_pool = kv_window_pool == "on";
     c.kv_dtype = kv_dtype.resolved();
     c.batching = batching == "static" ? engine::EngineConfig::Batching::Static
                                       : engine::EngineConfig::Batching::Continuous;

@@ -17,6 +17,7 @@ struct EngineOptions {
     std::string prefix_cache = "on";
     std::string batching = "continuous";
     std::string kv = "paged";
+    std::string kv_window_pool = "on";
     KvEvictionOption kv_eviction;
     SpecOptions spec;
     KvDTypeOption kv_dtype;

@@ -32,6 +32,40 @@ int BlockManager::match_prefix(BlockTable& t, std::span<const int32_t> tokens) {
     return static_cast<int>(t.blocks.size()) * bs;
 }
 
+int BlockManager::match_window(BlockTable& w, const BlockTable& full,
+                               std::span<const int32_t> tokens, int window) {
+    if (!pool_.prefix_caching() || !w.blocks.empty()) return 0;
+    const int bs = block_size();
+    const auto block_tokens = [&](size_t j) { return tokens.subspan(j * bs, size_t(bs)); };
+    const auto parent = [&](size_t j) { return j ? full.hashes[j - 1] : 0; };
+    for (size_t m = std::min(full.hashes.size(), full.blocks.size()); m > 0; --m) {
+        // The next token, at position m * bs, reads back to m * bs - window + 1.
+        const size_t first =
+            static_cast<size_t>(std::max<int64_t>(0, int64_t(m * bs) - window + 1) / bs);
+        bool held = true;
+        for (size_t j = first; j < m && held; ++j)
+            held = pool_.find(full.hashes[j], parent(j), block_tokens(j)).has_value();
+        if (!held) continue;
+        for (size_t j = first; j < m; ++j)
+            w.blocks.push_back(*pool_.lookup(full.hashes[j], parent(j), block_tokens(j)));
+        // The entries before the window are never read: any block number will do.
+        w.blocks.insert(w.blocks.begin(), first, w.blocks.front());
+        w.hashes.assign(full.hashes.begin(), full.hashes.begin() + static_cast<std::ptrdiff_t>(m));
+        w.n_dropped = first;
+        return static_cast<int>(m);
+    }
+    return 0;
+}
+
+int64_t BlockManager::blocks_needed(const BlockTable& t, int64_t first_write,
+                                    int64_t n_positions) const {
+    const size_t need = blocks_for(n_positions, block_size());
+    const int64_t fresh = static_cast<int64_t>(need > t.blocks.size() ? need - t.blocks.size() : 0);
+    const auto first = static_cast<size_t>(first_write / block_size());
+    const bool cow = first < t.blocks.size() && pool_.ref(t.blocks[first]) > 1;
+    return fresh + (cow ? 1 : 0);
+}
+
 bool BlockManager::allocate(BlockTable& t, int64_t first_write, int64_t n_positions,
                             std::vector<BlockCopy>& copies) {
     const size_t need = blocks_for(n_positions, block_size());
@@ -39,7 +73,7 @@ bool BlockManager::allocate(BlockTable& t, int64_t first_write, int64_t n_positi
     // Copy-on-write: the block the first new token goes into may be shared with siblings.
     const auto first = static_cast<size_t>(first_write / block_size());
     const bool cow = first < t.blocks.size() && pool_.ref(t.blocks[first]) > 1;
-    if (pool_.num_free() < fresh + (cow ? 1 : 0)) return false;
+    if (pool_.num_free() < blocks_needed(t, first_write, n_positions)) return false;
     if (cow) {
         const int32_t copy = *pool_.allocate();
         copies.push_back({t.blocks[first], copy});

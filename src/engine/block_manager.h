@@ -58,6 +58,16 @@ class BlockManager {
     // cache holds, leaving at least one token to compute (its logits are needed); returns the
     // tokens they cover. Only for an empty table.
     int match_prefix(BlockTable& t, std::span<const int32_t> tokens);
+    // A hybrid cache's window pool (kv::KvWindowPool): after the other pool matched
+    // full.hashes.size() blocks of `tokens`, takes into the empty table w the cached blocks the
+    // window of the next token needs (the `window` positions before it), for the longest run
+    // of those matched blocks whose window the pool still holds; returns how many blocks that
+    // is (the other table is to be trimmed to it). Blocks before the window are entries w
+    // holds no block of, as if dropped.
+    int match_window(BlockTable& w, const BlockTable& full, std::span<const int32_t> tokens,
+                     int window);
+    // The blocks allocate(t, first_write, n_positions, ...) takes from the pool.
+    int64_t blocks_needed(const BlockTable& t, int64_t first_write, int64_t n_positions) const;
     // Makes the table cover n_positions positions. The block that position first_write falls
     // in is copied first (listed in `copies`) when another table holds it too. False, with
     // nothing changed, when the pool has too few blocks.

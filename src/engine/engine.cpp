@@ -51,8 +51,34 @@ Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), c
         config_.max_model_len > 0 ? config_.max_model_len : std::min(c.n_ctx_train, 4096);
     int64_t bytes = config_.kv_cache_memory;
     if (bytes <= 0) bytes = std::min<int64_t>(available_memory_bytes() / 4, int64_t{2} << 30);
-    const size_t per_block = kv_bytes_per_block();
-    n_blocks_ = std::max<int64_t>(1, bytes / static_cast<int64_t>(per_block));
+    const bool paged = config_.kv_layout == EngineConfig::KvLayout::Paged;
+    int model_window_layers = 0;
+    for (int l = 0; l < c.n_layer; ++l) model_window_layers += c.window(l) > 0;
+    // What a block of each pool costs here. A pipeline stage may hold layers of one kind only;
+    // its pools are still sized as the model's, in proportion to its share of the layers.
+    auto per_block = static_cast<int64_t>(kv_bytes_per_block());
+    if (paged && config_.kv_window_pool && model_window_layers > 0 &&
+        model_window_layers < c.n_layer) {
+        // Enough for every seat's window, its partly filled blocks at both ends and a step's
+        // chunk, so the window pool never binds before the other: at most as many blocks as
+        // the other gets, when memory is too short for that.
+        const int bs = config_.block_size;
+        const int64_t worst =
+            int64_t{config_.max_num_seqs} * ((c.sliding_window + bs - 1) / bs + 2) +
+            (config_.max_num_batched_tokens + bs - 1) / bs;
+        n_window_blocks_ = 1;  // from here on window_layers() counts this rank's
+        auto w = static_cast<int64_t>(kv_window_bytes_per_block());
+        per_block = static_cast<int64_t>(kv_bytes_per_block());
+        if (w == 0 || per_block == 0) {
+            const double share = double(model.model->kv_layers()) / c.n_layer;
+            w = static_cast<int64_t>(share * double(kv_bytes_per_block_of(model_window_layers)));
+            per_block = static_cast<int64_t>(
+                share * double(kv_bytes_per_block_of(c.n_layer - model_window_layers)));
+        }
+        n_window_blocks_ = std::max<int64_t>(1, std::min(worst, bytes / (per_block + w)));
+        bytes -= n_window_blocks_ * w;
+    }
+    n_blocks_ = std::max<int64_t>(1, bytes / per_block);
     // A sequence longer than the whole pool could never finish: admitted, it would be
     // preempted and recomputed forever; waiting, it would hold up the queue behind it. So
     // the pool bounds the context, and a request that asks for more is refused or cut short
@@ -69,17 +95,20 @@ Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), c
     }
     // A model whose every layer slides (Mistral, Phi-3) never reads a position again once it is
     // out of the window, so its blocks go back to the pool (Gemma's global layers keep them).
-    scheduler_ = std::make_unique<Scheduler>(config_, max_model_len_, n_blocks_,
-                                             c.all_layers_slide() ? c.sliding_window : 0);
+    // A model with both kinds of layer gives back the window pool's blocks instead.
+    scheduler_ = std::make_unique<Scheduler>(
+        config_, max_model_len_, n_blocks_,
+        c.all_layers_slide() || n_window_blocks_ > 0 ? c.sliding_window : 0, n_window_blocks_);
     runner_ =
         std::make_unique<ModelRunner>(*model.model, model.backend, n_blocks_, config_.block_size,
-                                      kv_format_for(model, config_.kv_dtype));
+                                      kv_format_for(model, config_.kv_dtype), n_window_blocks_);
     ngram_ = std::make_unique<NgramProposer>(config_.spec.ngram_min, config_.spec.ngram_max);
     lookahead_ = std::make_unique<LookaheadProposer>(config_.spec.ngram_min, config_.spec.ngram_max,
                                                      config_.spec.lookahead_n);
     planner_ = SpecPlanner(config_.max_num_batched_tokens + 1);
     config_.spec.k = std::max(1, config_.spec.k);
     metrics_.kv_blocks_total = n_blocks_;
+    metrics_.kv_window_blocks_total = n_window_blocks_;
     metrics_.block_size = config_.block_size;
 }
 
@@ -140,10 +169,26 @@ Engine::~Engine() {
     drain_inbox();
 }
 
-size_t Engine::kv_bytes_per_block() const {
+size_t Engine::kv_bytes_per_block_of(int n_layers) const {
     const auto& c = model_.model->config();
-    return kv::KvStore::bytes_per_block(model_.model->kv_layers(), config_.block_size, c.kv_dim(),
-                                        c.head_dim, config_.kv_dtype);
+    return kv::KvStore::bytes_per_block(n_layers, config_.block_size, c.kv_dim(), c.head_dim,
+                                        config_.kv_dtype);
+}
+
+size_t Engine::kv_bytes_per_block() const {
+    return kv_bytes_per_block_of(model_.model->kv_layers() - window_layers());
+}
+
+size_t Engine::kv_window_bytes_per_block() const {
+    return kv_bytes_per_block_of(window_layers());
+}
+
+int Engine::window_layers() const {
+    if (n_window_blocks_ == 0) return 0;  // also while the constructor decides
+    int n = 0;
+    for (int l = 0; l < model_.model->kv_layers(); ++l)
+        n += model_.model->config().window(model_.model->first_layer() + l) > 0;
+    return n;
 }
 
 std::optional<std::string> Engine::failure() const {
@@ -818,6 +863,8 @@ void Engine::publish_metrics() {
     metrics_.waiting = scheduler_->num_waiting() + static_cast<int>(pending_adds_.size());
     metrics_.kv_blocks_used = scheduler_->pool().num_used();
     metrics_.kv_blocks_cached = scheduler_->pool().num_cached();
+    if (const kv::BlockPool* w = scheduler_->window_pool())
+        metrics_.kv_window_blocks_used = w->num_used();
     metrics_.kv_waste_fraction = scheduler_->kv_waste_fraction();
     metrics_.prefix_query_tokens = scheduler_->prefix_query_tokens();
     metrics_.prefix_hit_tokens = scheduler_->prefix_hit_tokens();

@@ -78,7 +78,11 @@ class Engine {
 
     // KV pool geometry actually used (after sizing from kv_cache_memory).
     int64_t kv_blocks() const { return n_blocks_; }
-    size_t kv_bytes_per_block() const;  // scales included: the real bytes
+    // Scales included: the real bytes. With a window pool, those of the global layers' pool: a
+    // block of context past the window.
+    size_t kv_bytes_per_block() const;
+    int64_t kv_window_blocks() const { return n_window_blocks_; }  // 0: no window pool
+    size_t kv_window_bytes_per_block() const;
     size_t kv_bytes_per_token() const { return kv_bytes_per_block() / config_.block_size; }
 
   private:
@@ -112,12 +116,15 @@ class Engine {
     int step_token_limit(std::chrono::steady_clock::time_point now) const;
     void retire_finished();
     void publish_metrics();
+    size_t kv_bytes_per_block_of(int n_layers) const;
+    int window_layers() const;  // the layers in the window pool
 
     const LoadedModel& model_;
     EngineConfig config_;
     int max_model_len_ = 0;
     int context_before_kv_cap_ = 0;
     int64_t n_blocks_ = 0;
+    int64_t n_window_blocks_ = 0;  // the sliding layers' own pool (EngineConfig::kv_window_pool)
     std::unique_ptr<Scheduler> scheduler_;
     std::unique_ptr<ModelRunner> runner_;
     std::unique_ptr<Proposer> ngram_, lookahead_, draft_;

@@ -30,6 +30,11 @@ struct EngineConfig {
         0;                // bytes for the block pool; 0: 25 % of available RAM, capped at 2 GiB
     int block_size = 16;  // token slots per KV block
     bool prefix_cache = true;
+    // A model with both sliding-window and global layers (Gemma 3) keeps the sliding layers'
+    // blocks in a pool of their own, sized for the running sequences' windows, so only the
+    // global layers' cache grows with the context (paged only). false: one pool for every
+    // layer, the baseline that shows what it saves.
+    bool kv_window_pool = true;
     enum class Batching { Continuous, Static } batching = Batching::Continuous;
     int batch_wait_ms = 50;  // static batching: how long the oldest request waits for company
     enum class KvLayout { Paged, Contiguous } kv_layout = KvLayout::Paged;

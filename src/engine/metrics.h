@@ -25,6 +25,9 @@ struct EngineMetrics {
     int64_t kv_blocks_total = 0;
     int64_t kv_blocks_used = 0;    // referenced by a live sequence
     int64_t kv_blocks_cached = 0;  // unreferenced but kept for prefix reuse (evictable)
+    // A hybrid cache's sliding layers' pool (EngineConfig::kv_window_pool); 0 without one.
+    int64_t kv_window_blocks_total = 0;
+    int64_t kv_window_blocks_used = 0;
     int block_size = 0;
     double kv_waste_fraction = 0;  // slots held by running sequences but not yet filled
     double kv_usage() const {

@@ -5,20 +5,33 @@
 #include "engine/step_message.h"
 
 namespace ferry::engine {
+namespace {
+
+// The layers of this rank's cache (model::LlamaModel::kv_layers) that slide, in their own pool.
+kv::KvWindowPool window_pool(const model::LlamaModel& model, int64_t n_blocks) {
+    kv::KvWindowPool p;
+    if (n_blocks <= 0) return p;
+    p.n_blocks = n_blocks;
+    for (int l = 0; l < model.kv_layers(); ++l)
+        p.layers.push_back(model.config().window(model.first_layer() + l) > 0 ? 1 : 0);
+    return p;
+}
+
+}  // namespace
 
 ModelRunner::ModelRunner(const model::LlamaModel& model, std::shared_ptr<kernels::Backend> backend,
-                         int64_t n_blocks, int block_size, kv::KvFormat kv)
+                         int64_t n_blocks, int block_size, kv::KvFormat kv, int64_t n_window_blocks)
     : model_(model),
       backend_(std::move(backend)),
       store_(*backend_, model.kv_layers(), n_blocks, block_size, model.config().kv_dim(),
-             model.config().head_dim, std::move(kv)) {
+             model.config().head_dim, std::move(kv), window_pool(model, n_window_blocks)) {
     if (backend_->device() != model.device())
         throw std::invalid_argument("ModelRunner: the model's weights are on another device");
     if (!model.comm()) return;
     if (leads_group()) {
         StepMessage m;
         m.kind = StepMessage::Kind::Setup;
-        m.setup = {n_blocks, block_size, store_.dtype()};
+        m.setup = {n_blocks, block_size, store_.dtype(), n_window_blocks};
         encode_step(m, message_);
         model.comm()->broadcast(message_, false);
     }
@@ -29,26 +42,30 @@ bool ModelRunner::leads_group() const {
 }
 
 std::span<const float> ModelRunner::run(std::span<const Work> work) {
-    return step({}, {}, work);
+    return step({}, {}, {}, work);
 }
 
-std::span<const float> ModelRunner::step(std::span<const std::pair<int32_t, int32_t>> copies,
+std::span<const float> ModelRunner::step(Copies copies, Copies window_copies,
                                          std::span<const std::pair<int32_t, int64_t>> moves,
                                          std::span<const Work> work) {
-    if (leads_group() && (!copies.empty() || !moves.empty() || !work.empty())) {
+    if (leads_group() &&
+        (!copies.empty() || !window_copies.empty() || !moves.empty() || !work.empty())) {
         StepMessage m;
         m.copies.assign(copies.begin(), copies.end());
+        m.window_copies.assign(window_copies.begin(), window_copies.end());
         m.moves.assign(moves.begin(), moves.end());
         for (const Work& w : work)
             m.work.push_back({{w.tokens.begin(), w.tokens.end()},
                               w.start_pos,
                               w.rope_offset,
                               {w.blocks.begin(), w.blocks.end()},
+                              {w.window_blocks.begin(), w.window_blocks.end()},
                               w.n_logits});
         encode_step(m, message_);
         model_.comm()->broadcast(message_, false);
     }
     if (!copies.empty()) store_.copy_blocks(copies);
+    if (!window_copies.empty()) store_.copy_blocks(window_copies, true);
     if (!moves.empty()) {
         const kernels::KvCacheView view = store_.view();
         for (const auto& [block, delta] : moves) model_.move_keys(*backend_, view, block, delta);
@@ -145,20 +162,23 @@ void ModelRunner::pack(std::span<const Work> work, size_t first_item) {
         for (int32_t i = n - w.n_logits; i < n; ++i) logit_tokens_.push_back(first + i);
         const size_t item = first_item + seqs_.size();
         seqs_.push_back({w.start_pos, n, first, w.blocks, w.rope_offset,
-                         mass_at_[item] == kNoMass ? nullptr : mass_.data() + mass_at_[item]});
+                         mass_at_[item] == kNoMass ? nullptr : mass_.data() + mass_at_[item],
+                         w.window_blocks});
     }
 }
 
 std::span<const float> ModelRunner::execute(const SchedulerOutput& out) {
     copies_.clear();
     for (const BlockCopy& c : out.copies) copies_.emplace_back(c.src, c.dst);
+    window_copies_.clear();
+    for (const BlockCopy& c : out.window_copies) window_copies_.emplace_back(c.src, c.dst);
     moves_.clear();
     for (const KeyMove& m : out.moves) moves_.emplace_back(m.block, m.delta);
     work_.clear();
     for (const ScheduledSeq& s : out.seqs)
         work_.push_back({s.tokens, s.start_pos, s.blocks, s.num_logits(), s.rope_offset,
-                         s.attn_mass ? s.num_tokens() - s.num_draft : 0});
-    return step(copies_, moves_, work_);
+                         s.attn_mass ? s.num_tokens() - s.num_draft : 0, s.window_blocks});
+    return step(copies_, window_copies_, moves_, work_);
 }
 
 Status ModelRunner::follow_steps(const model::LlamaModel& model,
@@ -177,16 +197,17 @@ Status ModelRunner::follow_steps(const model::LlamaModel& model,
             if (!m) return m.error();
             if (m->kind == StepMessage::Kind::Setup) {
                 runner.reset();  // a new cache replaces the old one, as on rank 0
-                runner = std::make_unique<ModelRunner>(model, backend, m->setup.n_blocks,
-                                                       m->setup.block_size,
-                                                       kv::KvFormat{m->setup.kv_dtype, {}});
+                runner = std::make_unique<ModelRunner>(
+                    model, backend, m->setup.n_blocks, m->setup.block_size,
+                    kv::KvFormat{m->setup.kv_dtype, {}}, m->setup.n_window_blocks);
                 continue;
             }
             if (!runner) return make_error("parallel group: a step before the cache was made");
             work.clear();
             for (const StepWork& w : m->work)
-                work.push_back({w.tokens, w.start_pos, w.blocks, w.n_logits, w.rope_offset});
-            runner->step(m->copies, m->moves, work);
+                work.push_back({w.tokens, w.start_pos, w.blocks, w.n_logits, w.rope_offset, 0,
+                                w.window_blocks});
+            runner->step(m->copies, m->window_copies, m->moves, work);
         }
     } catch (const comm::CommError& e) {
         return make_error("{}", e.what());

@@ -20,11 +20,14 @@ namespace ferry::engine {
 
 class ModelRunner {
   public:
-    // A cache of n_blocks blocks of block_size positions, holding `kv`'s element type. For a
-    // model split over a group (tensor parallelism), rank 0's runner is the group's: the other
-    // ranks make the same cache (follow_steps) and run every forward pass it runs.
+    // A cache of n_blocks blocks of block_size positions, holding `kv`'s element type; with
+    // n_window_blocks > 0, the model's sliding-window layers hold that many blocks of their own
+    // instead (kv::KvWindowPool), which each work item's window_blocks index. For a model split
+    // over a group (tensor parallelism), rank 0's runner is the group's: the other ranks make
+    // the same cache (follow_steps) and run every forward pass it runs.
     ModelRunner(const model::LlamaModel& model, std::shared_ptr<kernels::Backend> backend,
-                int64_t n_blocks, int block_size, kv::KvFormat kv = {});
+                int64_t n_blocks, int block_size, kv::KvFormat kv = {},
+                int64_t n_window_blocks = 0);
 
     // One sequence's work in a batch: `tokens` at positions start_pos.., into (and attending
     // over) `blocks`, with logits for the last n_logits of them (0..tokens.size()).
@@ -37,6 +40,7 @@ class ModelRunner {
         // Sum the attention weights of the item's first attn_mass tokens per block
         // (attention_mass); 0: none.
         int attn_mass = 0;
+        std::span<const int32_t> window_blocks = {};  // a hybrid cache's sliding layers' table
     };
     // Runs the work as one forward pass and returns the logits rows (n_vocab each), work item
     // by work item; valid until the next call.
@@ -68,7 +72,8 @@ class ModelRunner {
   private:
     // The block copies, the keys moved, then the work as one forward pass; rank 0 of a group
     // sends all three first.
-    std::span<const float> step(std::span<const std::pair<int32_t, int32_t>> copies,
+    using Copies = std::span<const std::pair<int32_t, int32_t>>;
+    std::span<const float> step(Copies copies, Copies window_copies,
                                 std::span<const std::pair<int32_t, int64_t>> moves,
                                 std::span<const Work> work);
     bool leads_group() const;
@@ -94,7 +99,7 @@ class ModelRunner {
     static constexpr size_t kNoMass = static_cast<size_t>(-1);
     std::vector<size_t> mass_at_, mass_sum_at_, mass_blocks_;
     std::vector<float> mass_, mass_sum_;
-    std::vector<std::pair<int32_t, int32_t>> copies_;
+    std::vector<std::pair<int32_t, int32_t>> copies_, window_copies_;
     std::vector<std::pair<int32_t, int64_t>> moves_;
     Tensor logits_;                   // on the device, grown to the largest step
     std::vector<std::byte> message_;  // the step as sent to the group

@@ -32,12 +32,16 @@ int chunk_cap(const Sequence* s) {
 
 }  // namespace
 
-Scheduler::Scheduler(const EngineConfig& config, int max_model_len, int64_t n_blocks, int kv_window)
+Scheduler::Scheduler(const EngineConfig& config, int max_model_len, int64_t n_blocks, int kv_window,
+                     int64_t n_window_blocks)
     : config_(config),
       max_model_len_(max_model_len),
       kv_window_(config.kv_layout == EngineConfig::KvLayout::Paged ? kv_window : 0),
       blocks_(n_blocks, config.block_size,
-              config.prefix_cache && config.kv_layout == EngineConfig::KvLayout::Paged) {}
+              config.prefix_cache && config.kv_layout == EngineConfig::KvLayout::Paged) {
+    if (kv_window_ > 0 && n_window_blocks > 0)
+        window_blocks_.emplace(n_window_blocks, config.block_size, blocks_.prefix_caching());
+}
 
 Sequence* Scheduler::sequence(uint64_t id) const {
     auto it = by_id_.find(id);
@@ -62,6 +66,7 @@ void Scheduler::add_running(Sequence* seq) {
 
 void Scheduler::share_blocks(const Sequence& parent, Sequence& child) {
     blocks_.share(parent.kv, child.kv);
+    if (window_blocks_) window_blocks_->share(parent.kv_window, child.kv_window);
     child.num_computed = parent.num_computed;
 }
 
@@ -75,7 +80,15 @@ bool Scheduler::ensure_blocks(Sequence* seq, int num_tokens, SchedulerOutput& ou
     int64_t need_tokens = seq->cache_len() + num_tokens;
     if (config_.kv_layout == EngineConfig::KvLayout::Contiguous)
         need_tokens = std::max<int64_t>(need_tokens, reserve_tokens(seq));
-    return blocks_.allocate(seq->kv, seq->cache_len(), need_tokens, out.copies);
+    if (!window_blocks_)
+        return blocks_.allocate(seq->kv, seq->cache_len(), need_tokens, out.copies);
+    // Both tables grow, or neither.
+    if (window_blocks_->num_free() <
+        window_blocks_->blocks_needed(seq->kv_window, seq->cache_len(), need_tokens))
+        return false;
+    if (!blocks_.allocate(seq->kv, seq->cache_len(), need_tokens, out.copies)) return false;
+    return window_blocks_->allocate(seq->kv_window, seq->cache_len(), need_tokens,
+                                    out.window_copies);
 }
 
 Scheduler::Evicted Scheduler::evict(Sequence* seq, SchedulerOutput& out) {
@@ -99,12 +112,20 @@ void Scheduler::add_attention_mass(Sequence* seq, std::span<const float> mass) {
 
 void Scheduler::release_blocks(Sequence* seq) {
     blocks_.release(seq->kv);
+    if (window_blocks_) window_blocks_->release(seq->kv_window);
 }
 
 int Scheduler::match_prefix(Sequence* seq) {
     if (!blocks_.prefix_caching() || !seq->kv.blocks.empty()) return seq->num_computed;
     if (wants_prompt_rows(seq)) return seq->num_computed;  // cached blocks kept no logits
     seq->num_computed = blocks_.match_prefix(seq->kv, seq->tokens);
+    if (window_blocks_ && seq->num_computed > 0) {
+        // The sliding layers' blocks of the match's window must be cached too.
+        const int m =
+            window_blocks_->match_window(seq->kv_window, seq->kv, seq->tokens, kv_window_);
+        seq->num_computed = m * config_.block_size;
+        blocks_.trim(seq->kv, seq->num_computed);
+    }
     return seq->num_computed;
 }
 
@@ -120,6 +141,7 @@ void Scheduler::emit(Sequence* seq, int num_tokens, int num_draft, SchedulerOutp
     s.rope_offset = seq->kv.evicted;
     s.attn_mass = config_.kv_eviction.kind == KvEvictionKind::H2O;
     s.blocks = seq->kv.blocks;
+    s.window_blocks = seq->kv_window.blocks;
     s.num_draft = num_draft;
     s.wants_logits =
         seq->num_computed + static_cast<int64_t>(real) == static_cast<int64_t>(seq->tokens.size());
@@ -283,15 +305,21 @@ SchedulerOutput Scheduler::schedule(Clock::time_point now, int step_token_limit)
 void Scheduler::on_computed(Sequence* seq, int num_tokens) {
     seq->num_computed += num_tokens;
     blocks_.register_full(seq->kv, seq->tokens, seq->num_computed);
+    if (window_blocks_)
+        window_blocks_->register_full(seq->kv_window, seq->tokens, seq->num_computed);
     // The next token (position num_computed) attends back to num_computed - window + 1; a
     // rejected draft only ever rolls back to here.
     if (kv_window_ > 0)
-        dropped_blocks_ += blocks_.drop_before(seq->kv, seq->num_computed - kv_window_ + 1);
+        dropped_blocks_ += (window_blocks_ ? *window_blocks_ : blocks_)
+                               .drop_before(window_blocks_ ? seq->kv_window : seq->kv,
+                                            seq->num_computed - kv_window_ + 1);
 }
 
 void Scheduler::trim_blocks(Sequence* seq) {
     if (config_.kv_layout == EngineConfig::KvLayout::Contiguous) return;  // reserved up front
     blocks_.trim(seq->kv, static_cast<int64_t>(seq->tokens.size()) - seq->kv.evicted);
+    if (window_blocks_)
+        window_blocks_->trim(seq->kv_window, static_cast<int64_t>(seq->tokens.size()));
 }
 
 void Scheduler::remove(Sequence* seq) {

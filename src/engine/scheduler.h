@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -22,7 +23,11 @@ class Scheduler {
   public:
     // kv_window > 0: every layer attends to the last kv_window positions only, so a sequence's
     // blocks wholly before its window are given back as it advances (paged layout only).
-    Scheduler(const EngineConfig& config, int max_model_len, int64_t n_blocks, int kv_window = 0);
+    // n_window_blocks > 0 as well: only some layers do, and they keep a pool of their own
+    // (kv::KvWindowPool), where each sequence's second table (kv_window) gives back what left
+    // the window while its first keeps the whole context.
+    Scheduler(const EngineConfig& config, int max_model_len, int64_t n_blocks, int kv_window = 0,
+              int64_t n_window_blocks = 0);
 
     void add(Sequence* seq);          // a new request's first sequence: waits
     void add_running(Sequence* seq);  // a forked sibling: already holds its blocks
@@ -58,6 +63,10 @@ class Scheduler {
     // Token slots held by running sequences that hold no token yet, over all held slots.
     double kv_waste_fraction() const;
     int64_t blocks_held() const { return blocks_.pool().num_used(); }
+    // The window pool of a hybrid cache; null otherwise.
+    const kv::BlockPool* window_pool() const {
+        return window_blocks_ ? &window_blocks_->pool() : nullptr;
+    }
     // KV eviction: tokens taken out of running sequences' caches so far.
     uint64_t evicted_tokens() const { return evicted_tokens_; }
 
@@ -89,6 +98,7 @@ class Scheduler {
     int max_model_len_;
     int kv_window_;
     BlockManager blocks_;
+    std::optional<BlockManager> window_blocks_;  // a hybrid cache's window pool
     std::unordered_map<uint64_t, Sequence*> by_id_;
     std::vector<Sequence*> waiting_;  // by (priority, arrival)
     std::vector<Sequence*> running_;

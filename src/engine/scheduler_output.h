@@ -23,6 +23,8 @@ struct ScheduledSeq {
     bool attn_mass = false;
     // The sequence's block table, covering every position up to the last of `tokens`.
     std::vector<int32_t> blocks;
+    // A hybrid cache's: the sliding layers' table (kv::KvWindowPool), in the same order.
+    std::vector<int32_t> window_blocks;
     int num_draft = 0;
     // The chunk reaches the end of the sequence's known tokens: logits come for the last
     // 1 + num_draft positions.
@@ -36,8 +38,9 @@ struct ScheduledSeq {
 
 struct SchedulerOutput {
     std::vector<ScheduledSeq> seqs;
-    std::vector<BlockCopy> copies;  // done before the step runs
-    std::vector<KeyMove> moves;     // done after the copies, before the step runs
+    std::vector<BlockCopy> copies;         // done before the step runs
+    std::vector<BlockCopy> window_copies;  // the same, in a hybrid cache's window pool
+    std::vector<KeyMove> moves;            // done after the copies, before the step runs
     int total_tokens = 0;
     int preempted = 0;
     bool empty() const { return seqs.empty(); }

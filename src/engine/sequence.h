@@ -30,6 +30,7 @@ struct Sequence {
     int prompt_len = 0;
     int num_computed = 0;  // tokens whose keys and values are in the cache
     BlockTable kv;         // its KV blocks (the block manager's to change)
+    BlockTable kv_window;  // a hybrid cache's: its sliding layers' blocks (their own pool)
     SeqStatus status = SeqStatus::Waiting;
     bool batch_member = false;  // static batching: chosen for the batch being run
     int output_len() const { return static_cast<int>(tokens.size()) - prompt_len; }

@@ -58,9 +58,11 @@ void encode_step(const StepMessage& m, std::vector<std::byte>& out) {
         put<int64_t>(out, m.setup.n_blocks);
         put<int32_t>(out, m.setup.block_size);
         put<int32_t>(out, static_cast<int32_t>(m.setup.kv_dtype));
+        put<int64_t>(out, m.setup.n_window_blocks);
         return;
     }
     put_array(out, m.copies);
+    put_array(out, m.window_copies);
     // Moves as two arrays: a (int32, int64) pair has padding, which would go out unwritten.
     std::vector<int32_t> move_blocks;
     std::vector<int64_t> move_deltas;
@@ -77,6 +79,7 @@ void encode_step(const StepMessage& m, std::vector<std::byte>& out) {
         put<int32_t>(out, w.n_logits);
         put_array(out, w.tokens);
         put_array(out, w.blocks);
+        put_array(out, w.window_blocks);
     }
 }
 
@@ -91,7 +94,8 @@ Expected<StepMessage> decode_step(std::span<const std::byte> bytes) {
     if (kind == static_cast<uint8_t>(StepMessage::Kind::Setup)) {
         m.kind = StepMessage::Kind::Setup;
         int32_t dtype = 0;
-        if (!r.get(m.setup.n_blocks) || !r.get(m.setup.block_size) || !r.get(dtype) || !r.done())
+        if (!r.get(m.setup.n_blocks) || !r.get(m.setup.block_size) || !r.get(dtype) ||
+            !r.get(m.setup.n_window_blocks) || !r.done())
             return bad();
         if (dtype < 0 || dtype > static_cast<int32_t>(quant::KvDType::FP8)) return bad();
         m.setup.kv_dtype = static_cast<quant::KvDType>(dtype);
@@ -101,15 +105,15 @@ Expected<StepMessage> decode_step(std::span<const std::byte> bytes) {
     uint32_t n = 0;
     std::vector<int32_t> move_blocks;
     std::vector<int64_t> move_deltas;
-    if (!r.get_array(m.copies) || !r.get_array(move_blocks) || !r.get_array(move_deltas) ||
-        move_blocks.size() != move_deltas.size() || !r.get(n))
+    if (!r.get_array(m.copies) || !r.get_array(m.window_copies) || !r.get_array(move_blocks) ||
+        !r.get_array(move_deltas) || move_blocks.size() != move_deltas.size() || !r.get(n))
         return bad();
     for (size_t i = 0; i < move_blocks.size(); ++i)
         m.moves.emplace_back(move_blocks[i], move_deltas[i]);
     m.work.resize(n);
     for (StepWork& w : m.work)
         if (!r.get(w.start_pos) || !r.get(w.rope_offset) || !r.get(w.n_logits) ||
-            !r.get_array(w.tokens) || !r.get_array(w.blocks))
+            !r.get_array(w.tokens) || !r.get_array(w.blocks) || !r.get_array(w.window_blocks))
             return bad();
     if (!r.done()) return bad();
     return m;

@@ -18,6 +18,7 @@ struct StepSetup {
     int64_t n_blocks = 0;
     int32_t block_size = 0;
     quant::KvDType kv_dtype = quant::KvDType::F32;
+    int64_t n_window_blocks = 0;  // a hybrid cache's window pool (kv::KvWindowPool)
 };
 
 struct StepWork {
@@ -25,14 +26,16 @@ struct StepWork {
     int64_t start_pos = 0;
     int64_t rope_offset = 0;
     std::vector<int32_t> blocks;
+    std::vector<int32_t> window_blocks;
     int32_t n_logits = 0;
 };
 
 struct StepMessage {
     enum class Kind : uint8_t { Setup = 1, Step = 2 } kind = Kind::Step;
     StepSetup setup;
-    std::vector<std::pair<int32_t, int32_t>> copies;  // block copies (src, dst), done first
-    std::vector<std::pair<int32_t, int64_t>> moves;   // keys (block, delta) moved, done second
+    std::vector<std::pair<int32_t, int32_t>> copies;         // block copies (src, dst), done first
+    std::vector<std::pair<int32_t, int32_t>> window_copies;  // the same in the window pool
+    std::vector<std::pair<int32_t, int64_t>> moves;  // keys (block, delta) moved, done second
     std::vector<StepWork> work;
 };
 

@@ -86,6 +86,9 @@ struct BatchSeq {
     // the sequence's tokens' softmax weights to it, per query head and block, every layer (the
     // attention mass H2O eviction ranks blocks by).
     float* attn_mass = nullptr;
+    // A hybrid cache's (KvCacheView::window_layer) sliding-window layers' own table, in the
+    // same position order; empty otherwise.
+    std::span<const int32_t> window_blocks = {};
 };
 
 // A ragged batch as one forward pass runs it; host arrays that the model runner packed.
@@ -101,6 +104,10 @@ struct Batch {
 // Where a KV cache is and how its blocks are laid out (kv::KvStore::view()): for keys and for
 // values, n_layer x n_blocks regions of k_region / v_region bytes, [layer][block], each laid out
 // as quant/kv_format.h says.
+// A hybrid cache (Gemma 3: a few global layers among sliding-window ones) gives its sliding
+// layers a pool of their own, sized for windows rather than whole contexts: layer l's block 0
+// is region layer_region[l], and a layer with window_layer[l] set is indexed by each
+// sequence's window_blocks instead of its blocks.
 struct KvCacheView {
     std::byte* k = nullptr;
     std::byte* v = nullptr;
@@ -114,11 +121,22 @@ struct KvCacheView {
     quant::KvBlockLayout layout{};
     const float* k_channel_scales = nullptr;    // int8 keys: n_layer x kv_dim, else null
     std::atomic<int64_t>* k_clipped = nullptr;  // int8 key elements clipped so far
+    const int64_t* layer_region = nullptr;      // per layer, or null: layer x n_blocks
+    const uint8_t* window_layer = nullptr;      // per layer, or null: none has its own table
+    size_t region(int layer, int64_t block) const {
+        const int64_t first =
+            layer_region ? layer_region[layer] : static_cast<int64_t>(layer) * n_blocks;
+        return static_cast<size_t>(first + block);
+    }
     std::byte* k_block(int layer, int64_t block) const {
-        return k + (static_cast<size_t>(layer) * n_blocks + block) * k_region;
+        return k + region(layer, block) * k_region;
     }
     std::byte* v_block(int layer, int64_t block) const {
-        return v + (static_cast<size_t>(layer) * n_blocks + block) * v_region;
+        return v + region(layer, block) * v_region;
+    }
+    // The block table a layer reads a sequence's keys and values through.
+    std::span<const int32_t> table(const BatchSeq& s, int layer) const {
+        return window_layer && window_layer[layer] ? s.window_blocks : s.blocks;
     }
 };
 

@@ -74,6 +74,13 @@ uint64_t BlockPool::chain_hash(uint64_t parent, std::span<const int32_t> tokens)
 
 std::optional<int32_t> BlockPool::lookup(uint64_t hash, uint64_t parent,
                                          std::span<const int32_t> tokens) {
+    const auto b = find(hash, parent, tokens);
+    if (b) incref(*b);
+    return b;
+}
+
+std::optional<int32_t> BlockPool::find(uint64_t hash, uint64_t parent,
+                                       std::span<const int32_t> tokens) const {
     if (!prefix_caching_) return std::nullopt;
     auto it = by_hash_.find(hash);
     if (it == by_hash_.end()) return std::nullopt;
@@ -82,7 +89,6 @@ std::optional<int32_t> BlockPool::lookup(uint64_t hash, uint64_t parent,
     if (e.parent != parent ||
         !std::equal(tokens.begin(), tokens.end(), e.tokens.begin(), e.tokens.end()))
         return std::nullopt;
-    incref(it->second);
     return it->second;
 }
 

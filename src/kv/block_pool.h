@@ -33,7 +33,10 @@ class BlockPool {
 
     // The hash of a full block given the hash of the block before it (0 for the first).
     static uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens);
-    // Takes a holder on the cached block with this content, if there is one.
+    // The cached block with this content, if there is one ...
+    std::optional<int32_t> find(uint64_t hash, uint64_t parent,
+                                std::span<const int32_t> tokens) const;
+    // ... and the same, taking a holder on it.
     std::optional<int32_t> lookup(uint64_t hash, uint64_t parent, std::span<const int32_t> tokens);
     // Marks a full block as reusable under `hash` (no-op without prefix caching or when an
     // identical block is already registered).

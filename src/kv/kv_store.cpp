@@ -13,20 +13,28 @@ size_t KvStore::bytes_per_block(int n_layer, int block_size, int kv_dim, int hea
 }
 
 KvStore::KvStore(kernels::Backend& backend, int n_layer, int64_t n_blocks, int block_size,
-                 int kv_dim, int head_dim, KvFormat format)
+                 int kv_dim, int head_dim, KvFormat format, KvWindowPool window)
     : backend_(backend),
       n_layer_(n_layer),
       n_blocks_(n_blocks),
       block_size_(block_size),
       kv_dim_(kv_dim),
       head_dim_(head_dim),
-      fmt_(std::move(format)) {
+      fmt_(std::move(format)),
+      window_(std::move(window)) {
     if (head_dim_ <= 0 || kv_dim_ % head_dim_ != 0)
         throw std::invalid_argument("KvStore: kv_dim must be a multiple of head_dim");
     if (fmt_.dtype != quant::KvDType::Int8) fmt_.k_scales.clear();
     if (fmt_.dtype == quant::KvDType::Int8 && fmt_.k_scales.size() != size_t(n_layer) * kv_dim)
         throw std::invalid_argument("KvStore: int8 keys need n_layer x kv_dim channel scales");
-    const auto regions = static_cast<int64_t>(n_layer) * n_blocks;
+    if (window_.on() && window_.layers.size() != static_cast<size_t>(n_layer))
+        throw std::invalid_argument("KvStore: a window pool names each layer in or out");
+    if (!window_.on()) window_.layers.clear();
+    int64_t regions = 0;
+    for (int l = 0; l < n_layer; ++l) {
+        layer_region_.push_back(regions);
+        regions += window_layer(l) ? window_.n_blocks : n_blocks;
+    }
     const int64_t k_shape[] = {regions, static_cast<int64_t>(region_bytes(true))};
     const int64_t v_shape[] = {regions, static_cast<int64_t>(region_bytes(false))};
     k_ = backend_.alloc(DType::I8, k_shape);
@@ -53,6 +61,8 @@ kernels::KvCacheView KvStore::view() {
     v.layout = layout();
     v.k_channel_scales = k_scales_.empty() ? nullptr : k_scales_.data<float>();
     v.k_clipped = &k_clipped_;
+    v.layer_region = layer_region_.data();
+    v.window_layer = window_.on() ? window_.layers.data() : nullptr;
     return v;
 }
 
@@ -67,7 +77,7 @@ void KvStore::write(int layer, int64_t block, int slot, const float* k, const fl
     // A one-token batch at position `slot` of a sequence whose only block is `block`.
     const int32_t tok = 0, seq = 0, blk = static_cast<int32_t>(block);
     const int64_t pos = slot;
-    const kernels::BatchSeq s{pos, 1, 0, {&blk, 1}};
+    const kernels::BatchSeq s{pos, 1, 0, {&blk, 1}, 0, nullptr, {&blk, 1}};
     const kernels::Batch b{{&tok, 1}, {&pos, 1}, {&seq, 1}, {&s, 1}, {}};
     backend_.kv_write(view(), layer, b, kt, vt);
 }
@@ -79,7 +89,7 @@ void KvStore::read(int layer, int64_t block, int slot, float* k, float* v) const
     const int n_heads = kv_dim_ / head_dim_;
     const float* cs =
         fmt_.k_scales.empty() ? nullptr : fmt_.k_scales.data() + size_t(layer) * kv_dim_;
-    const int64_t region = static_cast<int64_t>(layer) * n_blocks_ + block;
+    const int64_t region = layer_region_[size_t(layer)] + block;
     for (int key = 0; key < 2; ++key) {
         const Tensor& all = key ? k_ : v_;
         std::vector<std::byte> host(all.row_bytes());
@@ -96,19 +106,21 @@ void KvStore::read(int layer, int64_t block, int slot, float* k, float* v) const
     }
 }
 
-void KvStore::copy_blocks(std::span<const std::pair<int32_t, int32_t>> pairs) {
+void KvStore::copy_blocks(std::span<const std::pair<int32_t, int32_t>> pairs, bool window) {
     std::vector<kernels::Backend::Copy> copies;
     copies.reserve(pairs.size() * static_cast<size_t>(n_layer_) * 2);
     for (auto [src, dst] : pairs)
-        for (int l = 0; l < n_layer_; ++l)
+        for (int l = 0; l < n_layer_; ++l) {
+            if (window_layer(l) != window) continue;
             for (int key = 0; key < 2; ++key) {
                 const Tensor& all = key ? k_ : v_;
                 const auto* base = static_cast<std::byte*>(all.raw());
                 const size_t rb = all.row_bytes();
-                const size_t layer0 = static_cast<size_t>(l) * n_blocks_;
+                const auto layer0 = static_cast<size_t>(layer_region_[size_t(l)]);
                 copies.push_back({base + (layer0 + src) * rb,
                                   const_cast<std::byte*>(base) + (layer0 + dst) * rb, rb});
             }
+        }
     backend_.copy(copies);
 }
 

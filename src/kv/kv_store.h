@@ -5,6 +5,9 @@
 // are a contiguous run the attention kernel streams through: a head's attention reads whole
 // cache lines and nothing of the other heads. The backend writes and reads it (view()); which
 // block belongs to whom is the block manager's business, not this class's.
+// A hybrid store (KvWindowPool) gives the sliding-window layers of a model that also has
+// global ones their own, smaller, set of blocks: a sequence holds only its window there, while
+// the global layers' blocks hold its whole context.
 #pragma once
 
 #include <atomic>
@@ -27,12 +30,19 @@ struct KvFormat {
     std::vector<float> k_scales;
 };
 
+// The layers (by index in the store) that keep blocks of their own, and how many.
+struct KvWindowPool {
+    std::vector<uint8_t> layers;
+    int64_t n_blocks = 0;
+    bool on() const { return n_blocks > 0; }
+};
+
 class KvStore {
   public:
     // kv_dim = KV heads x head_dim: the model's, since the layout and the per-token scales go
     // by KV head. The memory is resident on `backend` from the start.
     KvStore(kernels::Backend& backend, int n_layer, int64_t n_blocks, int block_size, int kv_dim,
-            int head_dim, KvFormat format = {});
+            int head_dim, KvFormat format = {}, KvWindowPool window = {});
 
     // Bytes of one block over every layer, keys and values, scales included.
     static size_t bytes_per_block(int n_layer, int block_size, int kv_dim, int head_dim,
@@ -52,11 +62,15 @@ class KvStore {
     // ... and read back, through the scalar dequantization (tests and calibration).
     void read(int layer, int64_t block, int slot, float* k, float* v) const;
     // Copies every layer's keys and values of each (src, dst) block pair, scales included
-    // (copy-on-write).
-    void copy_blocks(std::span<const std::pair<int32_t, int32_t>> pairs);
+    // (copy-on-write); in a hybrid store, those of the window pool's layers (window) or of the
+    // others.
+    void copy_blocks(std::span<const std::pair<int32_t, int32_t>> pairs, bool window = false);
 
     int n_layer() const { return n_layer_; }
     int64_t n_blocks() const { return n_blocks_; }
+    // A hybrid store's window pool: its blocks, and whether layer l (of the store) is in it.
+    int64_t n_window_blocks() const { return window_.n_blocks; }
+    bool window_layer(int l) const { return window_.on() && window_.layers[size_t(l)]; }
     int block_size() const { return block_size_; }
     int kv_dim() const { return kv_dim_; }
     int head_dim() const { return head_dim_; }
@@ -79,6 +93,8 @@ class KvStore {
     int kv_dim_;
     int head_dim_;
     KvFormat fmt_;
+    KvWindowPool window_;
+    std::vector<int64_t> layer_region_;  // per layer: the region of its block 0
     Tensor k_, v_;                       // device memory: attention streams through them every step
     Tensor k_scales_;                    // int8 keys' channel scales on the device
     Tensor staging_;                     // write()'s keys and values on the device

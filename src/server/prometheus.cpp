@@ -74,6 +74,12 @@ std::string render_prometheus(const engine::EngineMetrics& m, const ServerCounte
             "Unreferenced KV-cache blocks kept for prefix reuse (evictable).");
     w.gauge("ferry:kv_cache_total_blocks", double(m.kv_blocks_total),
             "KV-cache blocks in the pool.");
+    if (m.kv_window_blocks_total > 0) {
+        w.gauge("ferry:kv_cache_window_used_blocks", double(m.kv_window_blocks_used),
+                "Blocks of the sliding-window layers' own pool referenced by live requests.");
+        w.gauge("ferry:kv_cache_window_total_blocks", double(m.kv_window_blocks_total),
+                "Blocks in the sliding-window layers' own pool.");
+    }
     w.counter("ferry:prefix_cache_queries_total", double(m.prefix_query_tokens),
               "Prompt tokens looked up in the prefix cache.");
     w.counter("ferry:prefix_cache_hits_total", double(m.prefix_hit_tokens),

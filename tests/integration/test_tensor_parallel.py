@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from conftest import ferry_bin, run_ferry
+from conftest import ROOT, ferry_bin, run_ferry
 from server_util import Server
 
 pytestmark = pytest.mark.skipif(not shutil.which("mpirun"), reason="needs Open MPI's mpirun")
@@ -70,6 +70,13 @@ def complete(server, prompt, timeout=120):
                       json={"prompt": prompt, "max_tokens": 24, "temperature": 0})
 
 
+def complete_at_once(server, prompts):
+    """Every prompt's text, all of them sent at once."""
+    with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+        return [r.json()["choices"][0]["text"] for r in pool.map(lambda p: complete(server, p),
+                                                                 prompts)]
+
+
 PROMPTS = ["The capital of France is", "Water boils at", "def fibonacci(n):",
            "Once upon a time, in a small village,", "The three primary colours are"]
 
@@ -83,10 +90,7 @@ def test_serve_split_answers_concurrent_requests_as_one_process(model_path, spli
         one.stop()
     two = Server(*split)
     try:
-        with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as pool:
-            got = [r.json()["choices"][0]["text"] for r in pool.map(lambda p: complete(two, p),
-                                                                     PROMPTS)]
-        assert got == want
+        assert complete_at_once(two, PROMPTS) == want
         m = two.metrics()
         assert m["ferry:kv_cache_used_blocks"] == 0
     finally:
@@ -96,6 +100,32 @@ def test_serve_split_answers_concurrent_requests_as_one_process(model_path, spli
     out = two.output()
     assert "ferry serve: stopped" in out, out
     assert "MPI_ABORT" not in out and "exited on signal" not in out, out
+
+
+GEMMA3 = str(ROOT / "tests" / "golden" / "hf_models" / "gemma3")
+LONG = [" ".join(["The lighthouse keeper climbed 127 stairs at dawn."] * k) for k in (2, 3, 4, 6)]
+
+
+@pytest.mark.parametrize("split", [("--tp", "2"), ("--pp", "2")])
+def test_split_hybrid_window_pool_answers_as_one_process(split):
+    # gemma3's 3 sliding layers (window 8) keep their own pool, on every rank; the prompts run
+    # past the window, so blocks leave it and go back while the global layer keeps them all.
+    args = ("--activations", "f32", "--block-size", "4", "--max-num-batched-tokens", "16")
+    one = Server("-t", "1", *args, model=GEMMA3)
+    try:
+        want = [complete(one, p).json()["choices"][0]["text"] for p in LONG]
+    finally:
+        one.stop()
+    two = Server(*split, *args, model=GEMMA3)
+    try:
+        assert complete_at_once(two, LONG) == want
+        m = two.metrics()
+        assert m["ferry:kv_cache_window_total_blocks"] > 0
+        assert m["ferry:kv_cache_window_used_blocks"] == 0
+        assert m["ferry:kv_cache_used_blocks"] == 0
+        assert m["ferry:kv_blocks_dropped_total"] > 0
+    finally:
+        two.stop()
 
 
 def rank_pids(port):

@@ -286,6 +286,34 @@ INSTANTIATE_TEST_SUITE_P(MixturesOfExperts, HfModelsEngine,
                          ::testing::Values("mixtral", "qwen3_moe", "qwen2_moe"),
                          [](const auto& info) { return info.param; });
 
+namespace {
+
+// Every golden case's text, one after the other: a prompt far past the test models' windows.
+std::vector<int32_t> every_case_text(const LoadedModel& lm, const std::string& name) {
+    const nlohmann::json g = golden(name);
+    std::string text;
+    for (const auto& c : g["cases"]) text += c["text"].get<std::string>() + " ";
+    return lm.tokenizer->encode(text, true, true);
+}
+
+// The Generator's greedy tokens: one sequence in one flat cache that keeps every position.
+void greedy_one_flat_cache(const LoadedModel& lm, const std::vector<int32_t>& prompt, int n_gen,
+                           std::vector<int32_t>& out) {
+    Generator gen(*lm.model, lm.backend, 256);
+    ferry::engine::SamplingParams greedy;
+    greedy.temperature = 0;
+    ASSERT_TRUE(gen.generate(
+                       prompt, greedy, n_gen,
+                       [&](int32_t t) {
+                           out.push_back(t);
+                           return true;
+                       },
+                       [](int32_t) { return false; })
+                    .ok());
+}
+
+}  // namespace
+
 // A model whose every layer slides gives back the blocks that left the window as it runs:
 // phi3's window of 8 over 4-slot blocks, a ~60-token prompt prefilled in chunks of 16 and 24
 // generated tokens hold a handful of blocks at a time instead of all 21, every token is the one
@@ -294,25 +322,11 @@ INSTANTIATE_TEST_SUITE_P(MixturesOfExperts, HfModelsEngine,
 TEST(HfModelsWindow, AllSlidingLayersGiveBackBlocksOutOfTheWindow) {
     auto lm = LoadedModel::load(model_dir("phi3"), false, f32_backend());
     ASSERT_TRUE(lm.ok()) << lm.error().message;
-    const nlohmann::json g = golden("phi3");
-    std::string text;
-    for (const auto& c : g["cases"]) text += c["text"].get<std::string>() + " ";
-    const auto prompt = lm->tokenizer->encode(text, true, true);
+    const auto prompt = every_case_text(*lm, "phi3");
     ASSERT_GE(prompt.size(), 50u);
     const int n_gen = 24;
-
     std::vector<int32_t> want;
-    Generator gen(*lm->model, lm->backend, 256);
-    ferry::engine::SamplingParams greedy;
-    greedy.temperature = 0;
-    ASSERT_TRUE(gen.generate(
-                       prompt, greedy, n_gen,
-                       [&](int32_t t) {
-                           want.push_back(t);
-                           return true;
-                       },
-                       [](int32_t) { return false; })
-                    .ok());
+    ASSERT_NO_FATAL_FAILURE(greedy_one_flat_cache(*lm, prompt, n_gen, want));
 
     // With and without the prefix cache, and in a pool of 12 blocks: 48 slots, fewer than the
     // sequence's 84 tokens but more than its window and a chunk, so the context is not cut.
@@ -357,4 +371,79 @@ TEST(HfModelsWindow, AllSlidingLayersGiveBackBlocksOutOfTheWindow) {
         EXPECT_GE((*e)->metrics().kv_blocks_dropped, static_cast<uint64_t>(all - 8));
         EXPECT_EQ((*e)->metrics().kv_blocks_used, 0);
     }
+}
+
+// Gemma 3's sliding layers keep their blocks in a pool of their own, sized for windows, while
+// its global layer keeps the whole context: gemma3's 3 sliding layers of 4 (window 8, 4-slot
+// blocks) hold a handful of window blocks at a time, every token is the one the Generator (one
+// flat cache) picks, with and without the window pool and the prefix cache, and a repeated
+// prompt longer than the window is found in the cache (its window's blocks included). At the
+// same memory the pool leaves the global layer room for about 4x the context.
+TEST(HfModelsWindow, HybridModelKeepsItsSlidingLayersWindowsInTheirOwnPool) {
+    auto lm = LoadedModel::load(model_dir("gemma3"), false, f32_backend());
+    ASSERT_TRUE(lm.ok()) << lm.error().message;
+    const auto prompt = every_case_text(*lm, "gemma3");
+    ASSERT_GE(prompt.size(), 50u);
+    const int n_gen = 24;
+    std::vector<int32_t> want;
+    ASSERT_NO_FATAL_FAILURE(greedy_one_flat_cache(*lm, prompt, n_gen, want));
+
+    ferry::engine::EngineConfig cfg;
+    cfg.max_model_len = 256;
+    cfg.block_size = 4;
+    cfg.max_num_seqs = 4;
+    cfg.max_num_batched_tokens = 16;
+    cfg.kv_cache_memory = 1 << 20;
+    int64_t context_with = 0, context_without = 0;
+    for (int run = 0; run < 3; ++run) {
+        cfg.kv_window_pool = run != 1;
+        cfg.prefix_cache = run != 2;
+        auto e = ferry::engine::Engine::create(*lm, cfg);
+        ASSERT_TRUE(e.ok()) << e.error().message;
+        const auto m0 = (*e)->metrics();
+        if (run == 1) {
+            EXPECT_EQ(m0.kv_window_blocks_total, 0);
+            context_without = m0.kv_blocks_total;
+        } else {
+            // 4 seats of a window (2 blocks) and two partial blocks each, and a chunk.
+            EXPECT_EQ(m0.kv_window_blocks_total, 4 * (2 + 2) + 4);
+            context_with = m0.kv_blocks_total;
+        }
+        ferry::engine::RequestParams p;
+        p.sampling.temperature = 0;
+        p.max_tokens = n_gen;
+        p.ignore_eos = true;
+        for (int rep = 0; rep < 2; ++rep) {
+            std::vector<int32_t> got;
+            ferry::engine::RequestId id = 0;
+            auto added = (*e)->add_request(prompt, p, [&](const ferry::engine::TokenEvent& ev) {
+                if (ev.token >= 0) got.push_back(ev.token);
+            });
+            ASSERT_TRUE(added.ok());
+            id = *added;
+            int64_t most_window = 0, most = 0;
+            while ((*e)->has_work()) {
+                (*e)->step();
+                most_window = std::max(most_window, (*e)->metrics().kv_window_blocks_used);
+                most = std::max(most, (*e)->metrics().kv_blocks_used);
+            }
+            EXPECT_EQ(got, want) << "run " << run << " rep " << rep;
+            const int64_t all = (static_cast<int64_t>(prompt.size()) + n_gen + 3) / 4;
+            EXPECT_GE(most, all - 1) << "run " << run;  // the global layer keeps everything
+            if (run != 1) {
+                EXPECT_LE(most_window, 8) << "run " << run;  // window (2-3) and a chunk (4-5)
+            }
+            const auto m = (*e)->metrics();
+            EXPECT_EQ(m.kv_blocks_used, 0);
+            EXPECT_EQ(m.kv_window_blocks_used, 0);
+            if (rep == 1 && run == 0) {  // the second time, the prefix cache has it
+                EXPECT_GE(m.prefix_hit_tokens, prompt.size() - 8) << id;
+            }
+            if (rep == 0 && run != 1) {  // what left the window went back as it ran
+                EXPECT_GE(m.kv_blocks_dropped, static_cast<uint64_t>(all - 8)) << "run " << run;
+            }
+        }
+    }
+    // Per block of context: 1 layer's keys and values instead of 4, less the window pool.
+    EXPECT_GT(context_with, 3 * context_without) << context_with << " vs " << context_without;
 }

@@ -41,23 +41,40 @@ Sequence* new_request(World& w, std::mt19937& rng, uint64_t arrival, int prompt_
     return p;
 }
 
-void check_invariants(const Scheduler& sch, const std::vector<Sequence*>& live, int block_size) {
+void check_invariants(const Scheduler& sch, const std::vector<Sequence*>& live, int block_size,
+                      int window) {
     ASSERT_TRUE(sch.pool().consistent());
-    std::map<int32_t, int> holders;
+    const ferry::kv::BlockPool* wp = sch.window_pool();
+    if (wp) {
+        ASSERT_TRUE(wp->consistent());
+    }
+    std::map<int32_t, int> holders, window_holders;
     for (const Sequence* s : live) {
         if (s->status != SeqStatus::Running) continue;
         // Every cached token has a slot.
         ASSERT_GE(static_cast<int64_t>(s->kv.blocks.size()) * block_size, s->num_computed);
         ASSERT_LE(s->num_computed, static_cast<int>(s->tokens.size()));
         for (int32_t b : s->kv.blocks) ++holders[b];
+        if (!wp) continue;
+        // The window table covers the same positions, but holds only the window's blocks.
+        ASSERT_EQ(s->kv_window.blocks.size(), s->kv.blocks.size());
+        const int64_t first_needed = std::max<int64_t>(0, s->num_computed - window + 1);
+        ASSERT_LE(static_cast<int64_t>(s->kv_window.n_dropped) * block_size, first_needed);
+        ASSERT_LE(static_cast<int64_t>(s->kv_window.blocks.size() - s->kv_window.n_dropped),
+                  (window + 64) / block_size + 3);  // the window, a step's chunk, two partial
+        for (size_t j = s->kv_window.n_dropped; j < s->kv_window.blocks.size(); ++j)
+            ++window_holders[s->kv_window.blocks[j]];
     }
     for (auto [b, n] : holders) ASSERT_EQ(sch.pool().ref(b), n) << "block " << b;
+    for (auto [b, n] : window_holders) ASSERT_EQ(wp->ref(b), n) << "window block " << b;
 }
 
-void run_random(EngineConfig cfg, uint32_t seed, int vocab_span) {
+// window > 0 with window_blocks > 0: a hybrid cache (some layers slide, in a pool of their own).
+void run_random(EngineConfig cfg, uint32_t seed, int vocab_span, int window = 0,
+                int64_t window_blocks = 0) {
     std::mt19937 rng(seed);
     const int max_len = 256;
-    Scheduler sch(cfg, max_len, 48);
+    Scheduler sch(cfg, max_len, 48, window, window_blocks);
     World w;
     std::vector<Sequence*> live;
     uint64_t arrivals = 0;
@@ -95,10 +112,16 @@ void run_random(EngineConfig cfg, uint32_t seed, int vocab_span) {
             ASSERT_TRUE(
                 std::equal(s.tokens.begin(), s.tokens.end(), q->tokens.begin() + q->num_computed));
             ASSERT_EQ(s.blocks, q->kv.blocks);
-            // A block written this step is held by this sequence alone (copy-on-write done).
+            ASSERT_EQ(s.window_blocks, q->kv_window.blocks);
+            // Every block written this step is held by this sequence alone (copy-on-write done).
             const int64_t first = q->num_computed / cfg.block_size;
-            if (first < static_cast<int64_t>(q->kv.blocks.size())) {
-                ASSERT_EQ(sch.pool().ref(q->kv.blocks[first]), 1);
+            const int64_t last = (q->num_computed + s.num_tokens() - 1) / cfg.block_size;
+            for (int64_t j = first; j <= last; ++j) {
+                ASSERT_EQ(sch.pool().ref(q->kv.blocks[j]), 1) << j;
+                if (sch.window_pool()) {
+                    ASSERT_GE(j, static_cast<int64_t>(q->kv_window.n_dropped));
+                    ASSERT_EQ(sch.window_pool()->ref(q->kv_window.blocks[j]), 1) << j;
+                }
             }
         }
         for (const auto& s : out.seqs) sch.on_computed(sch.sequence(s.seq_id), s.num_tokens());
@@ -113,11 +136,15 @@ void run_random(EngineConfig cfg, uint32_t seed, int vocab_span) {
                 ++finished;
             }
         }
-        check_invariants(sch, live, cfg.block_size);
+        check_invariants(sch, live, cfg.block_size, window);
         if (::testing::Test::HasFatalFailure()) return;
     }
     EXPECT_EQ(finished + aborted, total) << "every request ends (none starved)";
     EXPECT_EQ(sch.pool().num_used(), 0);
+    if (sch.window_pool()) {
+        EXPECT_EQ(sch.window_pool()->num_used(), 0);
+        EXPECT_GT(sch.dropped_blocks(), 0u);
+    }
     EXPECT_EQ(sch.num_running() + sch.num_waiting(), 0);
 }
 
@@ -138,6 +165,18 @@ TEST(Scheduler, RandomWorkloadKeepsInvariantsPaged) {
 TEST(Scheduler, RandomWorkloadWithSharedPrefixes) {
     // A tiny vocabulary makes prompts share prefixes often, exercising cache hits and eviction.
     run_random(base_config(), 2, 2);
+}
+
+// A hybrid cache: the sliding layers' tables hold only the window (40 positions) in their own
+// pool, growing in step with the other tables; shared prefixes must find their windows cached
+// too. With 44 window blocks the pool never binds; with 12 it does, and preempts.
+TEST(Scheduler, RandomWorkloadHybridWindowPool) {
+    run_random(base_config(), 6, 50000, 40, 44);
+    run_random(base_config(), 7, 2, 40, 44);
+    run_random(base_config(), 8, 2, 40, 12);
+    auto c = base_config();
+    c.prefix_cache = false;
+    run_random(c, 9, 2, 40, 12);
 }
 
 TEST(Scheduler, RandomWorkloadPrefixCacheOff) {

@@ -168,17 +168,21 @@ TEST(TensorSplit, ColumnSlicesAreTheRowsBlocks) {
 TEST(StepMessage, RoundTripsAndRefusesTruncation) {
     engine::StepMessage m;
     m.copies = {{3, 7}, {1, 2}};
+    m.window_copies = {{5, 0}};
     m.moves = {{7, 48}};
-    m.work = {{{1, 2, 3}, 5, 32, {0, 4}, 1}, {{9}, 0, 0, {6}, 0}};
+    m.work = {{{1, 2, 3}, 5, 32, {0, 4}, {2, 2}, 1}, {{9}, 0, 0, {6}, {}, 0}};
     std::vector<std::byte> bytes;
     engine::encode_step(m, bytes);
     auto back = engine::decode_step(bytes);
     ASSERT_TRUE(back.ok()) << back.error().message;
     EXPECT_EQ(back->copies, m.copies);
+    EXPECT_EQ(back->window_copies, m.window_copies);
     EXPECT_EQ(back->moves, m.moves);
     ASSERT_EQ(back->work.size(), 2u);
     EXPECT_EQ(back->work[0].tokens, m.work[0].tokens);
     EXPECT_EQ(back->work[0].blocks, m.work[0].blocks);
+    EXPECT_EQ(back->work[0].window_blocks, m.work[0].window_blocks);
+    EXPECT_TRUE(back->work[1].window_blocks.empty());
     EXPECT_EQ(back->work[0].start_pos, 5);
     EXPECT_EQ(back->work[0].rope_offset, 32);
     EXPECT_EQ(back->work[1].n_logits, 0);
@@ -186,13 +190,14 @@ TEST(StepMessage, RoundTripsAndRefusesTruncation) {
         EXPECT_FALSE(engine::decode_step({bytes.data(), cut}).ok()) << cut;
     engine::StepMessage setup;
     setup.kind = engine::StepMessage::Kind::Setup;
-    setup.setup = {40, 16, quant::KvDType::F16};
+    setup.setup = {40, 16, quant::KvDType::F16, 12};
     engine::encode_step(setup, bytes);
     auto s = engine::decode_step(bytes);
     ASSERT_TRUE(s.ok());
     EXPECT_EQ(s->setup.n_blocks, 40);
     EXPECT_EQ(s->setup.kv_dtype, quant::KvDType::F16);
-    bytes[bytes.size() - 4] = std::byte{9};  // no such KV type
+    EXPECT_EQ(s->setup.n_window_blocks, 12);
+    bytes[bytes.size() - 12] = std::byte{9};  // no such KV type
     EXPECT_FALSE(engine::decode_step(bytes).ok());
 }
 

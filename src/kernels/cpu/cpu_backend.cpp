@@ -275,7 +275,7 @@ void CpuBackend::kv_write(const KvCacheView& kv, int layer, const Batch& b, cons
     // Writes to different slots may run concurrently.
     per_row(b.n_tokens(), [&](int64_t tok) {
         const int64_t pos = b.positions[tok];
-        const int32_t block = b.seqs[b.token_seq[tok]].blocks[pos / kv.block_size];
+        const int32_t block = kv.table(b.seqs[b.token_seq[tok]], layer)[pos / kv.block_size];
         const int slot = static_cast<int>(pos % kv.block_size);
         for (int key = 0; key < 2; ++key) {
             std::byte* base = key ? kv.k_block(layer, block) : kv.v_block(layer, block);
@@ -299,14 +299,15 @@ void CpuBackend::kv_write(const KvCacheView& kv, int layer, const Batch& b, cons
 void CpuBackend::attention(const KvCacheView& kv, int layer, const Batch& b,
                            const AttentionShape& shape, const Tensor& q, const Tensor& out) {
     size_t total = 0;
-    for (const BatchSeq& s : b.seqs) total += s.blocks.size();
+    for (const BatchSeq& s : b.seqs) total += kv.table(s, layer).size();
     block_k_.resize(total);
     block_v_.resize(total);
     std::vector<SeqBlocks> seqs(b.seqs.size());
     for (size_t s = 0, at = 0; s < b.seqs.size(); ++s) {
+        const std::span<const int32_t> table = kv.table(b.seqs[s], layer);
         seqs[s] = {block_k_.data() + at, block_v_.data() + at, b.seqs[s].attn_mass,
-                   static_cast<int64_t>(b.seqs[s].blocks.size())};
-        for (int32_t blk : b.seqs[s].blocks) {
+                   static_cast<int64_t>(table.size())};
+        for (int32_t blk : table) {
             block_k_[at] = kv.k_block(layer, blk);
             block_v_[at] = kv.v_block(layer, blk);
             ++at;
