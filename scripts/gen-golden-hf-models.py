@@ -40,12 +40,18 @@ tokenization must equal tokenizers' and the last logits transformers' (max |diff
 kept in golden.json's llama_cpp field). That is the check that ferry's GGUF output is a file
 llama.cpp reads as the model transformers runs.
 
-With --llama-cpp-src (a llama.cpp source tree: its convert_hf_to_gguf.py and gguf-py), each
-directory with a byte-level tokenizer is also converted by llama.cpp's own converter, as bf16
-(the weights' own values), into llama.cpp.gguf beside it: the test reads that file as a user's
-GGUF and checks it against transformers too. Its pre-tokenizer table knows real tokenizers by a
-hash of their output, so the name is given (PRE below); the SentencePiece-style ones and Phi-3
-(which it reads from a tokenizer.model) are not converted.
+With --llama-cpp-src (a llama.cpp source tree: its convert_hf_to_gguf.py and gguf-py), every
+directory but gemma3 is also converted by llama.cpp's own converter, as bf16 (the weights' own values),
+into llama.cpp.gguf beside it: the test reads that file as a user's GGUF and checks it against
+transformers too. Its pre-tokenizer table knows real tokenizers by a hash of their output, so
+the name is given (PRE below). The converter reads a SentencePiece-style vocabulary (mistral)
+from tokenizer.model, as Llama 2 and Mistral ship it, so that directory carries one: the same pieces as tokenizer.json, each merge's result scored by the merge's rank
+(SentencePiece's BPE merges the best-scored pair, tokenizers' BPE the best-ranked merge). Phi-3's
+byte-level vocabulary it reads as GPT-2's when tokenizer_config.json names GPT2Tokenizer, as
+Phi-4's does. --convert-only converts the directories already written, rebuilding nothing
+else. gemma3 is not converted: the converter writes Gemma 3 as Google ships it, every sixth
+layer global and no space before the first word, while this model has a global fourth layer and
+Metaspace's prefix. (The real Gemma 3 270M test reads a GGUF written by that converter.)
 
 Needs torch, transformers, tokenizers, safetensors (a venv: pip install torch transformers).
 Re-running with the same versions rewrites identical files (seeded).
@@ -85,7 +91,9 @@ QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[
 
 # The pre-tokenizer llama.cpp's converter would detect for each byte-level directory.
 PRE = {"llama": "smollm", "llama31": "smollm", "qwen2": "qwen2", "qwen3": "qwen2",
-       "mixtral": "smollm", "qwen3_moe": "qwen2", "qwen2_moe": "qwen2"}
+       "mixtral": "smollm", "qwen3_moe": "qwen2", "qwen2_moe": "qwen2", "phi3": "gpt-2",
+       "mistral": "default"}
+METASPACE = ("mistral",)
 LLAMA_CPP_CONVERT = """
 import os, runpy, sys
 src, pre = sys.argv[1], sys.argv[2]
@@ -150,6 +158,57 @@ def metaspace_tokenizer(vocab_size):
                  {"Sequence": {"id": "B", "type_id": 1}}],
         "special_tokens": {"<s>": {"id": "<s>", "ids": [vocab["<s>"]], "tokens": ["<s>"]}}}
     return j
+
+
+def write_sentencepiece_model(tj, path):
+    """tokenizer.model for a Metaspace BPE tokenizer.json (metaspace_tokenizer's shape)."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+    vocab = tj["model"]["vocab"]
+    rank = {}
+    for r, merge in enumerate(tj["model"]["merges"]):
+        a, b = merge.split(" ") if isinstance(merge, str) else merge
+        rank.setdefault(a + b, r)
+    specials = {a["content"] for a in tj["added_tokens"]}
+    m = pb.ModelProto()
+    m.trainer_spec.model_type = pb.TrainerSpec.BPE
+    m.trainer_spec.vocab_size = len(vocab)
+    m.trainer_spec.byte_fallback = True
+    m.trainer_spec.unk_id, m.trainer_spec.bos_id = vocab["<unk>"], vocab["<s>"]
+    m.trainer_spec.eos_id, m.trainer_spec.pad_id = vocab["</s>"], -1
+    m.normalizer_spec.name = "identity"
+    m.normalizer_spec.add_dummy_prefix = True  # Metaspace's prepend_scheme "first"
+    m.normalizer_spec.remove_extra_whitespaces = False
+    m.normalizer_spec.escape_whitespaces = True
+    for piece in sorted(vocab, key=lambda t: vocab[t]):
+        p = m.pieces.add()
+        p.piece = piece
+        p.score = -float(rank.get(piece, len(rank)))
+        if piece == "<unk>":
+            p.type = pb.ModelProto.SentencePiece.UNKNOWN
+        elif piece in specials:
+            p.type = pb.ModelProto.SentencePiece.CONTROL
+        elif len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            p.type = pb.ModelProto.SentencePiece.BYTE
+        else:
+            p.type = pb.ModelProto.SentencePiece.NORMAL
+    with open(path, "wb") as f:
+        f.write(m.SerializeToString())
+
+
+def convert_with_llama_cpp(src, name, d):
+    if name in METASPACE:
+        with open(os.path.join(d, "tokenizer.json"), encoding="utf-8") as f:
+            write_sentencepiece_model(json.load(f), os.path.join(d, "tokenizer.model"))
+    if name == "phi3":
+        path = os.path.join(d, "tokenizer_config.json")
+        with open(path, encoding="utf-8") as f:
+            tconf = json.load(f)
+        tconf["tokenizer_class"] = "GPT2Tokenizer"
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(tconf, f, ensure_ascii=False, indent=1)
+    subprocess.run([sys.executable, "-c", LLAMA_CPP_CONVERT, src, PRE[name], d, "--outfile",
+                    os.path.join(d, "llama.cpp.gguf"), "--outtype", "bf16"], check=True,
+                   capture_output=True)
 
 
 def build(name):
@@ -361,11 +420,25 @@ def main():
     ap.add_argument("--libllama", help="llama.cpp's libllama.so: check ferry's GGUF with it")
     ap.add_argument("--llama-cpp-src", help="llama.cpp's source tree: also write llama.cpp.gguf")
     ap.add_argument("--only", choices=NAMES)
+    ap.add_argument("--convert-only", action="store_true",
+                    help="with --llama-cpp-src: convert the directories as they are")
     args = ap.parse_args()
     for name in NAMES:
         if args.only and name != args.only:
             continue
         d = os.path.join(OUT, name)
+        if args.convert_only and name not in PRE:
+            continue  # gemma3 (above)
+        if args.convert_only:
+            with open(os.path.join(d, "golden.json"), encoding="utf-8") as f:
+                golden = json.load(f)
+            convert_with_llama_cpp(args.llama_cpp_src, name, d)
+            golden["llama_cpp_gguf"] = "llama.cpp.gguf, by llama.cpp's convert_hf_to_gguf.py"
+            with open(os.path.join(d, "golden.json"), "w", encoding="utf-8") as f:
+                json.dump(golden, f, ensure_ascii=False, indent=1)
+                f.write("\n")
+            print(f"{name}: llama.cpp.gguf")
+            continue
         cases = write_dir(name, d)
         golden = {"generator": "scripts/gen-golden-hf-models.py",
                   "versions": {"torch": torch.__version__,
@@ -389,9 +462,7 @@ def main():
                     print(f"{name}: llama.cpp on ferry's GGUF: max |logit diff| {worst:.2e}")
                     golden["llama_cpp"] = {"max_abs_logit_diff": round(worst, 6)}
         if args.llama_cpp_src and name in PRE:
-            subprocess.run([sys.executable, "-c", LLAMA_CPP_CONVERT, args.llama_cpp_src,
-                            PRE[name], d, "--outfile", os.path.join(d, "llama.cpp.gguf"),
-                            "--outtype", "bf16"], check=True, capture_output=True)
+            convert_with_llama_cpp(args.llama_cpp_src, name, d)
             golden["llama_cpp_gguf"] = "llama.cpp.gguf, by llama.cpp's convert_hf_to_gguf.py"
         with open(os.path.join(d, "golden.json"), "w", encoding="utf-8") as f:
             json.dump(golden, f, ensure_ascii=False, indent=1)
