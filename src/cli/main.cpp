@@ -4,8 +4,11 @@
 #include <new>
 
 #include "cli/commands.h"
+#include "cli/tensor_parallel.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
     CLI::App app{"ferry: an LLM inference engine that shows where every millisecond and byte goes"};
     app.set_version_flag("--version", "ferry 0.1.0");
     app.require_subcommand(1);
@@ -37,4 +40,10 @@ int main(int argc, char** argv) {
         return 1;
     }
     return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    return ferry::cli::report_group_status(run(argc, argv));
 }

@@ -1,7 +1,9 @@
 #include "cli/tensor_parallel.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -34,17 +36,36 @@ std::vector<std::string> own_arguments() {
     return args;
 }
 
-// Runs the same command line again as an MPI job of n ranks, in place of this process.
+constexpr const char* kStatusEnv = "FERRY_GROUP_STATUS";
+pid_t mpirun_pid = 0;
+
+// SIGTERM and SIGHUP reach this process alone (a supervisor's stop): mpirun passes them on to
+// every rank. Ctrl-C reaches the terminal's whole process group, mpirun included, already.
+void forward_to_mpirun(int sig) {
+    if (mpirun_pid > 0) kill(mpirun_pid, sig);
+}
+
+// Runs the same command line again as an MPI job of n ranks, and exits with rank 0's status.
 [[noreturn]] void relaunch_under_mpirun(int n) {
     std::vector<std::string> args = own_arguments();
     char exe[4096];
     const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (args.empty() || len <= 0) throw ExitError("--tp: cannot read this process's command line");
     exe[len] = '\0';
+    // A rank that dies must not take rank 0 (the server) with it: mpirun's recovery mode leaves
+    // the others running, and rank 0 finds the dead rank as it finds a hung one (--tp-timeout).
+    // In that mode mpirun's own status is 0 whatever the ranks did, so rank 0 writes its status
+    // to a file this process waits to read (report_group_status).
+    char status_path[] = "/tmp/ferry-group-XXXXXX";
+    const int fd = mkstemp(status_path);
+    if (fd < 0) throw ExitError("--tp: cannot create a temporary file in /tmp");
+    close(fd);
+    setenv(kStatusEnv, status_path, 1);
     // One rank per process on this machine: more ranks than cores is allowed (a test on two
     // cores runs three), and no rank is pinned, since each runs its own thread pool.
-    std::vector<std::string> cmd = {"mpirun",          "-np",       std::to_string(n),
-                                    "--oversubscribe", "--bind-to", "none"};
+    std::vector<std::string> cmd = {"mpirun",    "-np",  std::to_string(n), "--oversubscribe",
+                                    "--bind-to", "none", "--mca",           "orte_enable_recovery",
+                                    "1",         "-x",   kStatusEnv};
     if (geteuid() == 0) cmd.push_back("--allow-run-as-root");
     cmd.push_back(exe);
     cmd.insert(cmd.end(), args.begin() + 1, args.end());
@@ -52,12 +73,32 @@ std::vector<std::string> own_arguments() {
     for (auto& a : cmd) argv.push_back(a.data());
     argv.push_back(nullptr);
     std::fflush(nullptr);
-    execvp("mpirun", argv.data());
-    throw ExitError(
-        std::to_string(n) +
-        " ranks: could not start mpirun (install Debian's openmpi-bin, or start ferry under "
-        "mpirun -np " +
-        std::to_string(n) + " yourself)");
+    const pid_t child = fork();
+    if (child == 0) {
+        execvp("mpirun", argv.data());
+        _exit(127);
+    }
+    if (child < 0) throw ExitError("--tp: cannot start mpirun: fork failed");
+    mpirun_pid = child;
+    std::signal(SIGTERM, forward_to_mpirun);
+    std::signal(SIGHUP, forward_to_mpirun);
+    std::signal(SIGINT, SIG_IGN);
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::ifstream in(status_path);
+    if (int rank0 = 0; in >> rank0)
+        rc = rank0;
+    else if (rc == 0)
+        rc = 1;  // rank 0 ended without a word (it was killed)
+    unlink(status_path);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+        std::fprintf(stderr,
+                     "ferry: error: %d ranks: could not start mpirun (install Debian's "
+                     "openmpi-bin, or start ferry under mpirun -np %d yourself)\n",
+                     n, n);
+    std::exit(rc);
 }
 
 }  // namespace
@@ -105,6 +146,17 @@ void follow_if_not_rank0(const engine::LoadedModel& lm) {
         std::exit(1);
     }
     std::exit(0);
+}
+
+int report_group_status(int rc) {
+    const char* path = std::getenv(kStatusEnv);
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    if (path && rank && std::string(rank) == "0")
+        if (std::FILE* f = std::fopen(path, "w")) {
+            std::fprintf(f, "%d\n", rc);
+            std::fclose(f);
+        }
+    return rc;
 }
 
 }  // namespace ferry::cli

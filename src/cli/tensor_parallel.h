@@ -26,6 +26,10 @@ struct TensorParallelOptions {
     int ranks() const { return tp * pp; }
 };
 
+// Rank 0 of a group ferry started itself: leaves its exit status `rc` where the process that
+// started mpirun reads it (mpirun's own is 0 in the recovery mode it runs in). Returns rc.
+int report_group_status(int rc);
+
 // On a rank other than 0: runs rank 0's forward passes on `lm` until rank 0 ends the group,
 // then ends the process (0, or 1 with the group's error). On rank 0 or with no group, returns.
 void follow_if_not_rank0(const engine::LoadedModel& lm);

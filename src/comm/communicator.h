@@ -48,8 +48,9 @@ class Communicator {
     virtual void post_send(std::span<const float> data, int to) = 0;
     virtual void wait_sends() = 0;
     // Rank 0 sends `message`; the others receive it into `message`. A receiver waiting between
-    // steps waits as long as rank 0 is idle (`idle_ok`), a rank mid-step no longer than the
-    // timeout. An empty message from rank 0 means the group is over.
+    // steps waits as long as rank 0 is idle (`idle_ok`; once rank 0 keeps sending while idle, a
+    // receiver asks for no more), a rank mid-step no longer than the timeout. An empty message
+    // from rank 0 means the group is over.
     virtual void broadcast(std::vector<std::byte>& message, bool idle_ok) = 0;
 
     // Why the group failed, once it has; every collective throws after that. Safe to ask from

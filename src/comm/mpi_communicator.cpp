@@ -173,7 +173,13 @@ class MpiCommunicator final : public Communicator {
         const auto t0 = Clock::now();
         for (;;) {
             int done = 0;
-            MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+            if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+                failed_ = fmt::format(
+                    "parallel group: rank {} lost a rank during {} (it died); the group is stopped",
+                    rank_, what);
+                failed_flag_.store(true, std::memory_order_release);
+                throw CommError(*failed_);
+            }
             if (done) return;
             const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
             if (!idle_ok && waited > timeout_) {
@@ -224,6 +230,9 @@ Expected<std::shared_ptr<Communicator>> mpi_world(int expected, double timeout_s
         return make_error(
             "this MPI cannot be called from more than one thread "
             "(MPI_THREAD_SERIALIZED)");
+    // A failed operation (a peer that died) returns its error to the wait that polls it, which
+    // stops the group with a message, instead of MPI aborting this process.
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     int rank = 0, size = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);

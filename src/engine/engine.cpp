@@ -915,10 +915,22 @@ void Engine::loop() {
         if (ran) continue;
         // Nothing ran: sleep until a request or an abort arrives (or a static batch's
         // waiting time may have passed).
-        std::unique_lock lock(inbox_mu_);
-        cv_.wait_for(lock, std::chrono::milliseconds(active_.load() > 0 ? 1 : 50), [&] {
-            return stopping_ || !pending_adds_.empty() || !pending_aborts_.empty() || abort_all_;
-        });
+        {
+            std::unique_lock lock(inbox_mu_);
+            cv_.wait_for(lock, std::chrono::milliseconds(active_.load() > 0 ? 1 : 50), [&] {
+                return stopping_ || !pending_adds_.empty() || !pending_aborts_.empty() ||
+                       abort_all_;
+            });
+        }
+        // The other ranks of a split model know rank 0 is alive while it serves nothing, and
+        // a rank that died is found now, not at the next request.
+        if (model_.model->comm() && !failure()) {
+            try {
+                runner_->keep_group_alive(std::chrono::seconds(1));
+            } catch (const std::exception& e) {
+                std::fprintf(stderr, "ferry: %s\n", e.what());
+            }
+        }
     }
 }
 

@@ -63,6 +63,7 @@ std::span<const float> ModelRunner::step(Copies copies, Copies window_copies,
                               w.n_logits});
         encode_step(m, message_);
         model_.comm()->broadcast(message_, false);
+        last_sent_ = std::chrono::steady_clock::now();
     }
     if (!copies.empty()) store_.copy_blocks(copies);
     if (!window_copies.empty()) store_.copy_blocks(window_copies, true);
@@ -140,6 +141,16 @@ std::span<const float> ModelRunner::step(Copies copies, Copies window_copies,
     return {host.data<const float>(), static_cast<size_t>(rows * n_vocab)};
 }
 
+void ModelRunner::keep_group_alive(std::chrono::steady_clock::duration every) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!leads_group() || now - last_sent_ < every) return;
+    StepMessage m;
+    m.kind = StepMessage::Kind::Keepalive;
+    encode_step(m, message_);
+    model_.comm()->broadcast(message_, false);
+    last_sent_ = now;
+}
+
 std::span<const float> ModelRunner::attention_mass(size_t i) const {
     if (i >= mass_sum_at_.size() || mass_sum_at_[i] == kNoMass) return {};
     return {mass_sum_.data() + mass_sum_at_[i], mass_blocks_[i]};
@@ -189,12 +200,17 @@ Status ModelRunner::follow_steps(const model::LlamaModel& model,
     std::unique_ptr<ModelRunner> runner;
     std::vector<std::byte> bytes;
     std::vector<Work> work;
+    bool keepalives = false;  // rank 0 says it is alive while idle: silence means it is gone
     try {
         for (;;) {
-            comm->broadcast(bytes, true);
+            comm->broadcast(bytes, !keepalives);
             if (bytes.empty()) return Status::Ok();  // rank 0 ended the group
             auto m = decode_step(bytes);
             if (!m) return m.error();
+            if (m->kind == StepMessage::Kind::Keepalive) {
+                keepalives = true;
+                continue;
+            }
             if (m->kind == StepMessage::Kind::Setup) {
                 runner.reset();  // a new cache replaces the old one, as on rank 0
                 runner = std::make_unique<ModelRunner>(

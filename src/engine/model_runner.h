@@ -6,6 +6,7 @@
 // and both calibrations say what to run.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <span>
 #include <vector>
@@ -53,6 +54,11 @@ class ModelRunner {
     // softmax weights its tokens gave each block, summed over them, this rank's query heads and
     // the layers (H2O eviction's scores). Empty unless the item asked for it.
     std::span<const float> attention_mass(size_t i) const;
+
+    // Rank 0 of a group, idle: tells the other ranks it is alive when it has sent them nothing
+    // for `every` (they stop waiting for it once they have heard nothing for the timeout). Throws
+    // comm::CommError when the group fails.
+    void keep_group_alive(std::chrono::steady_clock::duration every);
 
     // A rank other than 0 of the group `model` is split over: runs what rank 0's runner runs,
     // step by step, until rank 0 ends the group (Ok) or the group fails (its error).
@@ -103,6 +109,7 @@ class ModelRunner {
     std::vector<std::pair<int32_t, int64_t>> moves_;
     Tensor logits_;                   // on the device, grown to the largest step
     std::vector<std::byte> message_;  // the step as sent to the group
+    std::chrono::steady_clock::time_point last_sent_{};
 };
 
 }  // namespace ferry::engine

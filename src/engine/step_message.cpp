@@ -54,6 +54,7 @@ class Reader {
 void encode_step(const StepMessage& m, std::vector<std::byte>& out) {
     out.clear();
     put<uint8_t>(out, static_cast<uint8_t>(m.kind));
+    if (m.kind == StepMessage::Kind::Keepalive) return;
     if (m.kind == StepMessage::Kind::Setup) {
         put<int64_t>(out, m.setup.n_blocks);
         put<int32_t>(out, m.setup.block_size);
@@ -99,6 +100,11 @@ Expected<StepMessage> decode_step(std::span<const std::byte> bytes) {
             return bad();
         if (dtype < 0 || dtype > static_cast<int32_t>(quant::KvDType::FP8)) return bad();
         m.setup.kv_dtype = static_cast<quant::KvDType>(dtype);
+        return m;
+    }
+    if (kind == static_cast<uint8_t>(StepMessage::Kind::Keepalive)) {
+        m.kind = StepMessage::Kind::Keepalive;
+        if (!r.done()) return bad();
         return m;
     }
     if (kind != static_cast<uint8_t>(StepMessage::Kind::Step)) return bad();

@@ -1,6 +1,7 @@
 // What rank 0 sends the other ranks of a tensor-parallel group, as bytes: the KV cache's shape
 // when a runner is made (Setup), then each forward pass's block copies and work (Step), which
-// the ranks run as rank 0 does. Plain values only: token ids, positions, block ids.
+// the ranks run as rank 0 does, and while idle that it is still there (Keepalive). Plain values
+// only: token ids, positions, block ids.
 #pragma once
 
 #include <cstddef>
@@ -31,7 +32,9 @@ struct StepWork {
 };
 
 struct StepMessage {
-    enum class Kind : uint8_t { Setup = 1, Step = 2 } kind = Kind::Step;
+    // Keepalive: rank 0 is idle but alive (a serving engine sends one a second while idle), so
+    // a rank that hears nothing for longer than the timeout knows rank 0 is gone.
+    enum class Kind : uint8_t { Setup = 1, Step = 2, Keepalive = 3 } kind = Kind::Step;
     StepSetup setup;
     std::vector<std::pair<int32_t, int32_t>> copies;         // block copies (src, dst), done first
     std::vector<std::pair<int32_t, int32_t>> window_copies;  // the same in the window pool

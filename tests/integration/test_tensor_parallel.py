@@ -167,3 +167,40 @@ def test_a_rank_that_hangs_fails_the_request_in_bounded_time_then_503(model_path
         if worker:
             os.kill(worker, signal.SIGCONT)
         s.stop()
+
+
+def test_a_rank_that_dies_fails_the_request_in_bounded_time_then_503(model_path):
+    # mpirun runs the job in recovery mode, so the server (rank 0) outlives a rank that dies.
+    s = Server("--tp", "2", "--tp-timeout", "3")
+    try:
+        assert complete(s, "Hello").status_code == 200
+        os.kill(rank_pids(s.port)[1], signal.SIGKILL)
+        t0 = time.time()
+        r = complete(s, "The capital of France is", timeout=60)
+        assert r.status_code == 500, r.text
+        assert "a rank died or hangs" in r.json()["error"]["message"], r.text
+        assert time.time() - t0 < 3 + 10
+        r = complete(s, "Again")
+        assert r.status_code == 503, r.text
+    finally:
+        s.stop()
+
+
+def test_when_rank_0_dies_the_others_stop_in_bounded_time(model_path):
+    # An idle rank 0 says it is alive once a second; a rank that hears nothing for the timeout
+    # stops, and the job ends instead of waiting forever.
+    s = Server("--tp", "2", "--tp-timeout", "3")
+    try:
+        assert complete(s, "Hello").status_code == 200
+        pids = rank_pids(s.port)
+        time.sleep(2)  # idle: keepalives flow, nobody stops
+        assert all(os.path.exists(f"/proc/{p}") for p in pids.values())
+        os.kill(pids[0], signal.SIGKILL)
+        t0 = time.time()
+        while time.time() - t0 < 30 and s.proc.poll() is None:
+            time.sleep(0.2)
+        assert s.proc.poll() is not None, "mpirun still runs 30 s after rank 0 died"
+        assert time.time() - t0 < 3 + 15
+        assert "waited" in s.output() and "from rank 0" in s.output(), s.output()
+    finally:
+        s.stop()

@@ -199,6 +199,15 @@ TEST(StepMessage, RoundTripsAndRefusesTruncation) {
     EXPECT_EQ(s->setup.n_window_blocks, 12);
     bytes[bytes.size() - 12] = std::byte{9};  // no such KV type
     EXPECT_FALSE(engine::decode_step(bytes).ok());
+    engine::StepMessage alive;
+    alive.kind = engine::StepMessage::Kind::Keepalive;
+    engine::encode_step(alive, bytes);
+    EXPECT_EQ(bytes.size(), 1u);
+    auto k = engine::decode_step(bytes);
+    ASSERT_TRUE(k.ok());
+    EXPECT_EQ(k->kind, engine::StepMessage::Kind::Keepalive);
+    bytes.push_back(std::byte{0});
+    EXPECT_FALSE(engine::decode_step(bytes).ok());
 }
 
 // Three steps of two sequences (a prefill of both, a decode of both, then a decode of the first
