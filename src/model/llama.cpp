@@ -366,20 +366,30 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
     if (!pipeline && opt.comm && opt.comm->size() > 1) {
         // This rank's share of every split matrix (model/tensor_split.h); the embedding, the
         // norms and the per-head q/k norms stay whole.
+        // A mixture's down matrices are its experts' (and its shared expert's).
+        const auto down_of = [&](const Bound& l) {
+            return c.is_moe() ? l.ed.front().dtype() : l.m[6].dtype();
+        };
         auto split = plan_split(c, layers.empty() ? DType::F32 : layers[0].m[3].dtype(),
-                                layers.empty() ? DType::F32 : layers[0].m[6].dtype(),
-                                opt.comm->rank(), opt.comm->size());
+                                layers.empty() ? DType::F32 : down_of(layers[0]), opt.comm->rank(),
+                                opt.comm->size());
         if (!split) return split.error();
         const TensorSplit& s = *split;
         const int64_t hd = c.head_dim, group = c.n_head / c.n_head_kv;
         const int64_t q0 = s.kv_heads.begin * group * hd, nq = s.kv_heads.size() * group * hd;
         const int64_t k0 = s.kv_heads.begin * hd, nk = s.kv_heads.size() * hd;
-        const int64_t f0 = s.ffn.begin, nf = s.ffn.size();
+        const int64_t nf = s.ffn.size();
         output = output.slice(s.vocab.begin, s.vocab.size());
         for (size_t i = 0; i < layers.size(); ++i) {
             Bound& l = layers[i];
-            if (l.m[3].dtype() != layers[0].m[3].dtype() ||
-                l.m[6].dtype() != layers[0].m[6].dtype())
+            const bool other_type =
+                c.is_moe() ? std::any_of(l.ed.begin(), l.ed.end(),
+                                         [&](const Tensor& t) {
+                                             return t.dtype() != down_of(layers[0]);
+                                         }) ||
+                                 (!l.sh[2].empty() && l.sh[2].dtype() != down_of(layers[0]))
+                           : l.m[6].dtype() != down_of(layers[0]);
+            if (l.m[3].dtype() != layers[0].m[3].dtype() || other_type)
                 return make_error(
                     "--tp: layer {}'s attention output or MLP down is of another type "
                     "than layer 0's; re-quantize the model to one type (--weights)",
@@ -387,21 +397,37 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
             l.m[0] = l.m[0].slice(q0, nq);
             l.m[1] = l.m[1].slice(k0, nk);
             l.m[2] = l.m[2].slice(k0, nk);
-            l.m[4] = l.m[4].slice(f0, nf);
-            l.m[5] = l.m[5].slice(f0, nf);
             auto wo = slice_columns(l.m[3], q0, q0 + nq);
-            auto down = slice_columns(l.m[6], f0, f0 + nf);
             if (!wo) return wo.error();
-            if (!down) return down.error();
             l.m[3] = *wo;
-            l.m[6] = *down;
+            // Gate and up by rows, down by columns: the dense MLP's, each expert's, and the
+            // shared expert's (its own gate stays whole).
+            const auto split_mlp = [](Tensor& gate, Tensor& up, Tensor& down, Range r) -> Status {
+                gate = gate.slice(r.begin, r.size());
+                up = up.slice(r.begin, r.size());
+                auto cols = slice_columns(down, r.begin, r.end);
+                if (!cols) return cols.error();
+                down = *cols;
+                return Status::Ok();
+            };
+            Status st = Status::Ok();
+            if (!c.is_moe()) st = split_mlp(l.m[4], l.m[5], l.m[6], s.ffn);
+            for (size_t e = 0; st && e < l.eg.size(); ++e)
+                st = split_mlp(l.eg[e], l.eu[e], l.ed[e], s.ffn);
+            if (st && !l.sh[0].empty()) st = split_mlp(l.sh[0], l.sh[1], l.sh[2], s.shared_ffn);
+            if (!st) return st.error();
             if (!l.bq.empty()) l.bq = l.bq.slice(q0, nq);
             if (!l.bk.empty()) l.bk = l.bk.slice(k0, nk);
             if (!l.bv.empty()) l.bv = l.bv.slice(k0, nk);
         }
         m->cfg_.n_head = static_cast<int>(s.kv_heads.size() * group);
         m->cfg_.n_head_kv = static_cast<int>(s.kv_heads.size());
-        m->cfg_.n_ff = static_cast<int>(nf);
+        if (c.is_moe()) {
+            m->cfg_.n_ff_expert = static_cast<int>(nf);
+            m->cfg_.n_ff_shared = static_cast<int>(s.shared_ffn.size());
+        } else {
+            m->cfg_.n_ff = static_cast<int>(nf);
+        }
         m->comm_ = opt.comm;
         m->split_ = s;
     }
@@ -537,6 +563,7 @@ enum Slot {
     kRouter,
     kExpIn,
     kShGate,
+    kMoeSum,
     kLogitsPart
 };
 
@@ -744,6 +771,16 @@ void LlamaModel::moe_ffn(kernels::Backend& be, const LayerWeights& L, int layer,
     be.matmul(router, xn);
     Routing& routing = routing_;
     route(c, {be.host_view(logits).data<float>(), static_cast<size_t>(n * E)}, n, routing);
+    // Split over ranks, each holds a share of every expert's columns: the shares are summed
+    // across the ranks before they join the residual stream.
+    const bool split = comm_ && !pipeline_;
+    Tensor sum = x;
+    if (split) {
+        sum = be.scratch(kMoeSum, DType::F32, {n, c.n_embd});
+        const Tensor h = be.host_view(sum);
+        std::memset(h.raw(), 0, h.bytes());
+        if (h.raw() != sum.raw()) be.upload(h.raw(), sum);
+    }
 
     if (!L.sh_gate.data.empty()) {  // the shared expert: every token, scaled by its own gate
         const Tensor gate = be.scratch(kGate, DType::F32, {n, c.n_ff_shared});
@@ -763,7 +800,7 @@ void LlamaModel::moe_ffn(kernels::Backend& be, const LayerWeights& L, int layer,
         be.silu_mul(gate, up);
         const kernels::MatmulOut down[] = {{&L.sh_down, out}};
         be.matmul(down, gate);
-        be.add_rows_scaled(x, shared_rows_, shared_gate_, out);
+        be.add_rows_scaled(sum, shared_rows_, shared_gate_, out);
     }
     // Each expert's tokens gathered and multiplied together, then added back weighted.
     for (int64_t e = 0; e < E; ++e) {
@@ -781,8 +818,12 @@ void LlamaModel::moe_ffn(kernels::Backend& be, const LayerWeights& L, int layer,
         be.silu_mul(gate, up);
         const kernels::MatmulOut down[] = {{&L.exp_down[ei], out}};
         be.matmul(down, gate);
-        be.add_rows_scaled(x, tokens, routing.weights[ei], out);
+        be.add_rows_scaled(sum, tokens, routing.weights[ei], out);
         expert_tokens_[static_cast<size_t>(layer) * static_cast<size_t>(E) + ei] += ne;
+    }
+    if (split) {
+        reduce(be, sum);
+        be.add(x, sum);
     }
 }
 

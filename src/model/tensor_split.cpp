@@ -27,9 +27,6 @@ Expected<TensorSplit> plan_split(const LlamaConfig& c, DType wo, DType down, int
     TensorSplit s;
     s.rank = rank;
     s.size = size;
-    if (c.is_moe())
-        return make_error("tensor parallelism does not split a mixture of experts yet ({} experts)",
-                          c.n_expert);
     if (c.n_head_kv < size)
         return make_error(
             "--tp {}: the model has {} KV head{}, fewer than the ranks; each rank needs at least "
@@ -53,14 +50,25 @@ Expected<TensorSplit> plan_split(const LlamaConfig& c, DType wo, DType down, int
                 "{}-element {} blocks",
                 size, group * c.head_dim, wo_unit, dtype_name(wo));
     }
-    if (c.n_ff % down_unit)
-        return make_error("--tp: the MLP's {} columns are not whole {}-element {} blocks", c.n_ff,
-                          down_unit, dtype_name(down));
-    if (c.n_ff / down_unit < size)
-        return make_error("--tp {}: the MLP has only {} {} blocks of columns to share", size,
-                          c.n_ff / down_unit, dtype_name(down));
-    const Range blocks = split_even(c.n_ff / down_unit, size, rank);
-    s.ffn = {blocks.begin * down_unit, blocks.end * down_unit};
+    // An MLP's hidden columns, shared out in whole blocks of `down`.
+    const auto columns = [&](int64_t ff, const char* what) -> Expected<Range> {
+        if (ff % down_unit)
+            return make_error("--tp: the {}'s {} columns are not whole {}-element {} blocks", what,
+                              ff, down_unit, dtype_name(down));
+        if (ff / down_unit < size)
+            return make_error("--tp {}: the {} has only {} {} blocks of columns to share", size,
+                              what, ff / down_unit, dtype_name(down));
+        const Range blocks = split_even(ff / down_unit, size, rank);
+        return Range{blocks.begin * down_unit, blocks.end * down_unit};
+    };
+    auto ffn = columns(c.is_moe() ? c.n_ff_expert : c.n_ff, c.is_moe() ? "experts' MLP" : "MLP");
+    if (!ffn) return ffn.error();
+    s.ffn = *ffn;
+    if (c.is_moe() && c.n_ff_shared > 0) {
+        auto shared = columns(c.n_ff_shared, "shared expert");
+        if (!shared) return shared.error();
+        s.shared_ffn = *shared;
+    }
     s.vocab = split_even(c.n_vocab, size, rank);
     for (int r = 0; r < size; ++r)
         s.vocab_rows.push_back(static_cast<int>(split_even(c.n_vocab, size, r).size()));

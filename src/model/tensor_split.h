@@ -26,14 +26,17 @@ Range split_even(int64_t n, int parts, int index);
 struct TensorSplit {
     int rank = 0, size = 1;
     Range kv_heads;               // this rank's KV heads; its query heads are their groups
-    Range ffn;                    // the MLP's hidden columns
+    Range ffn;                    // the MLP's hidden columns (a mixture's: each expert's)
+    Range shared_ffn;             // a mixture's shared expert's hidden columns
     Range vocab;                  // the output head's rows
     std::vector<int> vocab_rows;  // every rank's vocab.size(), for gathering the logits
 };
 
 // The split of a model of config `c` whose attention output and MLP down matrices are of types
 // wo / down (their columns are cut, so only at whole blocks), or an error that says why this
-// model cannot be split `size` ways.
+// model cannot be split `size` ways. A mixture's experts are split as a dense MLP is, each
+// expert's hidden columns over the ranks (down: the experts' type), so every rank runs every
+// expert's share and the router's choices need no exchange.
 Expected<TensorSplit> plan_split(const LlamaConfig& c, DType wo, DType down, int rank, int size);
 
 // Columns [c0, c1) of every row of the {rows, cols} matrix m, as a new tensor that owns its

@@ -137,10 +137,17 @@ TEST(TensorSplit, RefusesWhatCannotBeSplitAndSaysWhy) {
     EXPECT_NE(k.error().message.find("256-element"), std::string::npos) << k.error().message;
     auto int8 = model::plan_split(c, DType::INT8, DType::Q4_1, 0, 3);
     ASSERT_FALSE(int8.ok());
-    c.n_expert = 8, c.n_expert_used = 2;
-    auto moe = model::plan_split(c, DType::Q4_1, DType::Q4_1, 0, 3);
-    ASSERT_FALSE(moe.ok());
-    EXPECT_NE(moe.error().message.find("mixture of experts"), std::string::npos);
+    // A mixture splits each expert's columns (and the shared expert's) as a dense MLP's.
+    c.n_expert = 8, c.n_expert_used = 2, c.n_ff_expert = 768, c.n_ff_shared = 1536;
+    auto moe = model::plan_split(c, DType::Q4_1, DType::Q4_1, 1, 3);
+    ASSERT_TRUE(moe.ok()) << moe.error().message;
+    EXPECT_EQ(moe->ffn.begin, 256);  // 24 blocks of 32: 8 each
+    EXPECT_EQ(moe->ffn.end, 512);
+    EXPECT_EQ(moe->shared_ffn.begin, 512);
+    c.n_ff_expert = 80;  // 2.5 blocks
+    auto odd = model::plan_split(c, DType::Q4_1, DType::Q4_1, 0, 2);
+    ASSERT_FALSE(odd.ok());
+    EXPECT_NE(odd.error().message.find("experts' MLP"), std::string::npos) << odd.error().message;
 }
 
 TEST(TensorSplit, ColumnSlicesAreTheRowsBlocks) {
@@ -285,6 +292,8 @@ void expect_split_equals_whole(const std::string& dir, int tp, std::optional<DTy
             }
             if (pipeline)
                 EXPECT_LT(lm->model->kv_layers(), whole->model->kv_layers());
+            else if (whole->model->config().is_moe())
+                EXPECT_LT(lm->model->config().n_ff_expert, whole->model->config().n_ff_expert);
             else
                 EXPECT_LT(lm->model->config().n_ff, whole->model->config().n_ff);
             if (r != 0) {
@@ -317,6 +326,10 @@ TEST(TensorParallel, SplitForwardEqualsTheWholeModel) {
     // Llama (8 heads over 2 KV heads), Qwen2's q/k/v biases, Qwen3's q/k norms, Gemma 3's
     // post-norms and sliding layers, Phi-3's fused q/k/v and gate/up.
     for (const char* name : {"llama", "qwen2", "qwen3", "gemma3", "phi3"})
+        expect_split_equals_whole(g + name, 2, std::nullopt, kernels::Activations::F32);
+    // Mixtures: each expert's columns (and Qwen2-MoE's shared expert's) over the ranks, the
+    // router whole, the experts' shares summed across ranks before the residual.
+    for (const char* name : {"mixtral", "qwen3_moe", "qwen2_moe"})
         expect_split_equals_whole(g + name, 2, std::nullopt, kernels::Activations::F32);
     // Quantized to q8_0 at load: the MLP's 160 columns are 5 blocks, 3 + 2.
     for (auto act : {kernels::Activations::F32, kernels::Activations::Int16})
