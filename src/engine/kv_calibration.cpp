@@ -26,27 +26,33 @@ constexpr const char* kCalibrationText =
 std::vector<float> calibrate_key_scales(const model::LlamaModel& m,
                                         std::shared_ptr<kernels::Backend> backend,
                                         std::span<const int32_t> tokens, float headroom) {
-    const auto& c = m.config();
-    const int kv_dim = c.kv_dim(), n = static_cast<int>(tokens.size());
-    std::vector<float> amax(static_cast<size_t>(c.n_layer) * kv_dim, 0.0f);
+    const int n = static_cast<int>(tokens.size());
+    // One block holding the whole text, in an f32 cache: the keys as computed.
+    ModelRunner runner(m, std::move(backend), 1, std::max(1, n));
     if (n > 0) {
-        // One block holding the whole text, in an f32 cache: the keys as computed.
-        ModelRunner runner(m, std::move(backend), 1, n);
         const int32_t block = 0;
         const ModelRunner::Work w{tokens, 0, {&block, 1}, 0};
         runner.run({&w, 1});
-        std::vector<float> k(kv_dim), v(kv_dim);
-        for (int l = 0; l < c.n_layer; ++l)
-            for (int p = 0; p < n; ++p) {
-                runner.kv().read(l, 0, p, k.data(), v.data());
-                float* a = &amax[static_cast<size_t>(l) * kv_dim];
-                for (int i = 0; i < kv_dim; ++i) a[i] = std::max(a[i], std::fabs(k[i]));
-            }
     }
+    return key_scales_from(runner, n, headroom);
+}
+
+std::vector<float> key_scales_from(const ModelRunner& runner, int n_tokens, float headroom) {
+    const auto& c = runner.model().config();
+    const kv::KvStore& store = runner.kv();
+    const int kv_dim = store.kv_dim(), n_layer = store.n_layer();
+    std::vector<float> amax(static_cast<size_t>(n_layer) * kv_dim, 0.0f);
+    std::vector<float> k(kv_dim), v(kv_dim);
+    for (int l = 0; l < n_layer; ++l)
+        for (int p = 0; p < n_tokens; ++p) {
+            store.read(l, 0, p, k.data(), v.data());
+            float* a = &amax[static_cast<size_t>(l) * kv_dim];
+            for (int i = 0; i < kv_dim; ++i) a[i] = std::max(a[i], std::fabs(k[i]));
+        }
     // RoPE pairs: (i, i + 1) or, NeoX style, (i, i + rope_dim / 2) within each head.
-    const int hd = c.head_dim, rd = std::min(c.rope_dim > 0 ? c.rope_dim : hd, hd);
-    for (int l = 0; l < c.n_layer; ++l)
-        for (int h = 0; h < c.n_head_kv; ++h) {
+    const int hd = store.head_dim(), rd = std::min(c.rope_dim > 0 ? c.rope_dim : hd, hd);
+    for (int l = 0; l < n_layer; ++l)
+        for (int h = 0; h < kv_dim / hd; ++h) {
             float* a = &amax[static_cast<size_t>(l) * kv_dim + static_cast<size_t>(h) * hd];
             for (int i = 0; i < rd; ++i) {
                 const bool neox = c.rope_style == kernels::RopeStyle::Neox;
@@ -63,13 +69,10 @@ kv::KvFormat kv_format_for(const LoadedModel& m, quant::KvDType t) {
     kv::KvFormat f;
     f.dtype = t;
     if (t != quant::KvDType::Int8) return f;
-    // Calibrating reads every layer's keys from one runner, which a split model does not hold.
-    if (m.model->comm())
-        throw std::invalid_argument(
-            "int8 keys with --tp / --pp: their calibrated channel scales are not split between "
-            "the ranks yet (use --kv-dtype f16 or fp8)");
+    // On a split model the calibration run goes to every rank, and each measures its own.
     const auto tokens = m.tokenizer->encode(kCalibrationText, true, false);
     f.k_scales = calibrate_key_scales(*m.model, m.backend, tokens);
+    f.calibration_tokens = static_cast<int>(tokens.size());
     return f;
 }
 

@@ -13,6 +13,8 @@
 
 namespace ferry::engine {
 
+class ModelRunner;
+
 // The headroom over the calibration text's largest |key| per channel: positions and texts
 // the calibration did not see reach further, and clipping an outlier channel costs more than
 // a coarser step.
@@ -21,12 +23,17 @@ constexpr float kKeyScaleHeadroom = 1.5f;
 // The format for `t`; int8's calibration runs on the model's backend.
 kv::KvFormat kv_format_for(const LoadedModel& m, quant::KvDType t);
 
-// Per-(layer, channel) int8 key scales from running `tokens` (n_layer x kv_dim floats). The
-// two channels RoPE rotates into each other share the larger scale, so the scale does not
-// depend on the positions the text happened to put them at.
+// Per-(layer, channel) int8 key scales from running `tokens` (layers of the cache x kv_dim
+// floats). The two channels RoPE rotates into each other share the larger scale, so the scale
+// does not depend on the positions the text happened to put them at. On a split model each
+// rank measures its own heads and layers.
 std::vector<float> calibrate_key_scales(const model::LlamaModel& m,
                                         std::shared_ptr<kernels::Backend> backend,
                                         std::span<const int32_t> tokens,
                                         float headroom = kKeyScaleHeadroom);
+// The same from a runner that has just run n_tokens of text into block 0 of an f32 cache
+// (the ranks of a split model that followed rank 0's calibration run).
+std::vector<float> key_scales_from(const ModelRunner& runner, int n_tokens,
+                                   float headroom = kKeyScaleHeadroom);
 
 }  // namespace ferry::engine

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "engine/kv_calibration.h"
 #include "engine/step_message.h"
 
 namespace ferry::engine {
@@ -23,6 +24,7 @@ ModelRunner::ModelRunner(const model::LlamaModel& model, std::shared_ptr<kernels
                          int64_t n_blocks, int block_size, kv::KvFormat kv, int64_t n_window_blocks)
     : model_(model),
       backend_(std::move(backend)),
+      calibration_tokens_(kv.calibration_tokens),
       store_(*backend_, model.kv_layers(), n_blocks, block_size, model.config().kv_dim(),
              model.config().head_dim, std::move(kv), window_pool(model, n_window_blocks)) {
     if (backend_->device() != model.device())
@@ -31,7 +33,7 @@ ModelRunner::ModelRunner(const model::LlamaModel& model, std::shared_ptr<kernels
     if (leads_group()) {
         StepMessage m;
         m.kind = StepMessage::Kind::Setup;
-        m.setup = {n_blocks, block_size, store_.dtype(), n_window_blocks};
+        m.setup = {n_blocks, block_size, store_.dtype(), n_window_blocks, calibration_tokens_};
         encode_step(m, message_);
         model.comm()->broadcast(message_, false);
     }
@@ -212,10 +214,19 @@ Status ModelRunner::follow_steps(const model::LlamaModel& model,
                 continue;
             }
             if (m->kind == StepMessage::Kind::Setup) {
+                kv::KvFormat f{m->setup.kv_dtype, {}, m->setup.calibration_tokens};
+                if (f.dtype == quant::KvDType::Int8) {
+                    // The runner before this one ran the calibration text: this rank's keys.
+                    const int n = f.calibration_tokens;
+                    if (!runner || n <= 0 || runner->kv().block_size() != n ||
+                        runner->kv().dtype() != quant::KvDType::F32)
+                        return make_error("parallel group: int8 keys without a calibration run");
+                    f.k_scales = key_scales_from(*runner, n);
+                }
                 runner.reset();  // a new cache replaces the old one, as on rank 0
-                runner = std::make_unique<ModelRunner>(
-                    model, backend, m->setup.n_blocks, m->setup.block_size,
-                    kv::KvFormat{m->setup.kv_dtype, {}}, m->setup.n_window_blocks);
+                runner = std::make_unique<ModelRunner>(model, backend, m->setup.n_blocks,
+                                                       m->setup.block_size, std::move(f),
+                                                       m->setup.n_window_blocks);
                 continue;
             }
             if (!runner) return make_error("parallel group: a step before the cache was made");

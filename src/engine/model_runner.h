@@ -88,6 +88,7 @@ class ModelRunner {
 
     const model::LlamaModel& model_;
     std::shared_ptr<kernels::Backend> backend_;
+    int calibration_tokens_;  // sent in the Setup message (kv::KvFormat::calibration_tokens)
     kv::KvStore store_;
     model::ActivationObserver* observer_ = nullptr;
     // The packed batch, kept between runs so a step allocates nothing.

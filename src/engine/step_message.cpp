@@ -60,6 +60,7 @@ void encode_step(const StepMessage& m, std::vector<std::byte>& out) {
         put<int32_t>(out, m.setup.block_size);
         put<int32_t>(out, static_cast<int32_t>(m.setup.kv_dtype));
         put<int64_t>(out, m.setup.n_window_blocks);
+        put<int32_t>(out, m.setup.calibration_tokens);
         return;
     }
     put_array(out, m.copies);
@@ -96,7 +97,7 @@ Expected<StepMessage> decode_step(std::span<const std::byte> bytes) {
         m.kind = StepMessage::Kind::Setup;
         int32_t dtype = 0;
         if (!r.get(m.setup.n_blocks) || !r.get(m.setup.block_size) || !r.get(dtype) ||
-            !r.get(m.setup.n_window_blocks) || !r.done())
+            !r.get(m.setup.n_window_blocks) || !r.get(m.setup.calibration_tokens) || !r.done())
             return bad();
         if (dtype < 0 || dtype > static_cast<int32_t>(quant::KvDType::FP8)) return bad();
         m.setup.kv_dtype = static_cast<quant::KvDType>(dtype);

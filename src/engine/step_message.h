@@ -20,6 +20,9 @@ struct StepSetup {
     int32_t block_size = 0;
     quant::KvDType kv_dtype = quant::KvDType::F32;
     int64_t n_window_blocks = 0;  // a hybrid cache's window pool (kv::KvWindowPool)
+    // int8 keys: the tokens of the calibration run just before, each rank's scales measured on
+    // its own share of it (kv::KvFormat::calibration_tokens).
+    int32_t calibration_tokens = 0;
 };
 
 struct StepWork {

@@ -28,6 +28,10 @@ namespace ferry::kv {
 struct KvFormat {
     quant::KvDType dtype = quant::KvDType::F32;
     std::vector<float> k_scales;
+    // int8: the tokens of text the scales were measured on, in a one-block cache of that many
+    // slots (engine/kv_calibration.h); the ranks of a split model measure their own channels on
+    // that same run.
+    int calibration_tokens = 0;
 };
 
 // The layers (by index in the store) that keep blocks of their own, and how many.

@@ -197,14 +197,15 @@ TEST(StepMessage, RoundTripsAndRefusesTruncation) {
         EXPECT_FALSE(engine::decode_step({bytes.data(), cut}).ok()) << cut;
     engine::StepMessage setup;
     setup.kind = engine::StepMessage::Kind::Setup;
-    setup.setup = {40, 16, quant::KvDType::F16, 12};
+    setup.setup = {40, 16, quant::KvDType::F16, 12, 170};
     engine::encode_step(setup, bytes);
     auto s = engine::decode_step(bytes);
     ASSERT_TRUE(s.ok());
     EXPECT_EQ(s->setup.n_blocks, 40);
     EXPECT_EQ(s->setup.kv_dtype, quant::KvDType::F16);
     EXPECT_EQ(s->setup.n_window_blocks, 12);
-    bytes[bytes.size() - 12] = std::byte{9};  // no such KV type
+    EXPECT_EQ(s->setup.calibration_tokens, 170);
+    bytes[bytes.size() - 16] = std::byte{9};  // no such KV type
     EXPECT_FALSE(engine::decode_step(bytes).ok());
     engine::StepMessage alive;
     alive.kind = engine::StepMessage::Kind::Keepalive;
