@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/kv_options.h"
 #include "cli/model_options.h"
+#include "cli/tensor_parallel.h"
 #include "core/paths.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
@@ -38,6 +39,8 @@ struct EvalCmdOptions {
     bool stream = false;            // one sequence through the engine (stream_eval.h)
     int chunk = 64;                 // --stream: tokens per step
     KvEvictionOption kv_eviction;
+    // The model under test split over ranks (the reference stays whole, on rank 0).
+    TensorParallelOptions parallel;
 };
 
 // --stream: the text as one sequence through the serving engine.
@@ -134,10 +137,17 @@ void eval(const EvalCmdOptions& o) {
         tf->path = resolve_tasks_path(o.tasks);
         tf->tasks = take(eval::load_tasks(tf->path));
     }
-    // Both models on one backend: one thread pool, one activation mode.
+    // Both models on one backend: one thread pool, one activation mode. The ranks of a split
+    // model on one machine share its cores.
+    const int ranks = o.parallel.ranks();
+    const int threads =
+        o.threads == 0 && ranks > 1 ? std::max(1, physical_core_count() / ranks) : o.threads;
     const auto backend = take(kernels::make_backend(
-        {.threads = resolve_threads(o.threads), .activations = o.activations.resolved()}));
-    auto lm = take(engine::LoadedModel::load(take(resolve_model_path(o.model)), false, backend));
+        {.threads = resolve_threads(threads), .activations = o.activations.resolved()}));
+    const auto group = o.parallel.join();
+    auto lm = take(engine::LoadedModel::load(take(resolve_model_path(o.model)), false, backend,
+                                             std::nullopt, group, o.parallel.pp > 1));
+    follow_if_not_rank0(lm);  // the other ranks run rank 0's forward passes, then exit
     std::optional<engine::LoadedModel> ref;
     if (!o.ref.empty())
         ref = take(engine::LoadedModel::load(take(resolve_model_path(o.ref)), false, backend));
@@ -217,6 +227,7 @@ void add_eval_command(CLI::App& app) {
                                    "Perplexity of a model on a text, and its divergence "
                                    "from a reference model");
     cmd->add_option("-m,--model", o->model, "Model: a GGUF path or 'default'");
+    o->parallel.add_to(*cmd);
     cmd->add_option("--ref", o->ref, "Reference model to compare against (same vocabulary)");
     cmd->add_option("--text", o->text, "Text file to evaluate on (e.g. data/eval/*.txt)");
     cmd->add_option("--tasks", o->tasks,

@@ -5,6 +5,7 @@ reason, and a rank that hangs fails the request in flight within the timeout, af
 requests get 503. A pipeline (--pp) computes what one process does bit for bit, so its greedy
 text and served answers are one process's with the default integer activations too."""
 import concurrent.futures
+import json
 import os
 import shutil
 import signal
@@ -215,3 +216,24 @@ def test_when_rank_0_dies_the_others_stop_in_bounded_time(model_path):
         assert "waited" in s.output() and "from rank 0" in s.output(), s.output()
     finally:
         s.stop()
+
+
+def test_eval_split_scores_the_text_as_one_process(model_path):
+    # The model under test split, the reference whole on rank 0: a pipeline's perplexity is one
+    # process's bit for bit, tensor parallelism's within float reordering, KL against the
+    # whole model ~0.
+    text = str(ROOT / "data" / "eval" / "lighthouse.txt")
+    args = ("eval", "-m", model_path, "--text", text, "--max-tokens", "400", "--json",
+            "--activations", "f32")
+    one = run_ferry(*args, "-t", "1")
+    assert one.returncode == 0, one.stderr
+    want = json.loads(one.stdout)["perplexity"]
+    for split in (("--pp", "2"), ("--tp", "2")):
+        r = run_ferry(*args, *split, "--ref", model_path)
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+        if split[0] == "--pp":
+            assert got["perplexity"] == want
+        assert abs(got["perplexity"] / want - 1) < 1e-4, (split, got["perplexity"], want)
+        assert got["ref_perplexity"] == want
+        assert got["kl_mean"] < 1e-6 and got["top1_agreement"] == 1.0, got
