@@ -38,7 +38,7 @@ class Reader {
         uint32_t n = 0;
         if (!get(n) || (b_.size() - at_) / sizeof(T) < n) return false;
         v.resize(n);
-        std::memcpy(static_cast<void*>(v.data()), b_.data() + at_, n * sizeof(T));
+        if (n) std::memcpy(static_cast<void*>(v.data()), b_.data() + at_, n * sizeof(T));
         at_ += n * sizeof(T);
         return true;
     }
