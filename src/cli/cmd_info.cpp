@@ -54,8 +54,7 @@ void info(const InfoOptions& o) {
     };
     // With sliding-window and global layers both, each token past a sequence's window costs
     // only the global layers' share (the engine's window pool holds the rest).
-    int global_layers = 0;
-    for (int l = 0; l < c.n_layer; ++l) global_layers += c.window(l) == 0;
+    const int global_layers = c.n_layer - c.window_layers(0, c.n_layer);
     auto kv_past_window = [&](quant::KvDType t) {
         const int bs = engine::EngineConfig{}.block_size;
         const bool hybrid = global_layers > 0 && global_layers < c.n_layer;

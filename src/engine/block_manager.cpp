@@ -57,23 +57,27 @@ int BlockManager::match_window(BlockTable& w, const BlockTable& full,
     return 0;
 }
 
+BlockManager::Growth BlockManager::growth(const BlockTable& t, int64_t first_write,
+                                          int64_t n_positions) const {
+    const size_t need = blocks_for(n_positions, block_size());
+    Growth g;
+    g.fresh = static_cast<int64_t>(need > t.blocks.size() ? need - t.blocks.size() : 0);
+    // Copy-on-write: the block the first new token goes into may be shared with siblings.
+    g.first = static_cast<size_t>(first_write / block_size());
+    g.cow = g.first < t.blocks.size() && pool_.ref(t.blocks[g.first]) > 1;
+    return g;
+}
+
 int64_t BlockManager::blocks_needed(const BlockTable& t, int64_t first_write,
                                     int64_t n_positions) const {
-    const size_t need = blocks_for(n_positions, block_size());
-    const int64_t fresh = static_cast<int64_t>(need > t.blocks.size() ? need - t.blocks.size() : 0);
-    const auto first = static_cast<size_t>(first_write / block_size());
-    const bool cow = first < t.blocks.size() && pool_.ref(t.blocks[first]) > 1;
-    return fresh + (cow ? 1 : 0);
+    const Growth g = growth(t, first_write, n_positions);
+    return g.fresh + (g.cow ? 1 : 0);
 }
 
 bool BlockManager::allocate(BlockTable& t, int64_t first_write, int64_t n_positions,
                             std::vector<BlockCopy>& copies) {
-    const size_t need = blocks_for(n_positions, block_size());
-    const int64_t fresh = static_cast<int64_t>(need > t.blocks.size() ? need - t.blocks.size() : 0);
-    // Copy-on-write: the block the first new token goes into may be shared with siblings.
-    const auto first = static_cast<size_t>(first_write / block_size());
-    const bool cow = first < t.blocks.size() && pool_.ref(t.blocks[first]) > 1;
-    if (pool_.num_free() < blocks_needed(t, first_write, n_positions)) return false;
+    const auto [fresh, first, cow] = growth(t, first_write, n_positions);
+    if (pool_.num_free() < fresh + (cow ? 1 : 0)) return false;
     if (cow) {
         const int32_t copy = *pool_.allocate();
         copies.push_back({t.blocks[first], copy});

@@ -109,6 +109,14 @@ class BlockManager {
     void share(const BlockTable& from, BlockTable& to);
 
   private:
+    // What allocate() must take: fresh blocks, and a copy of block `first` when it is shared.
+    struct Growth {
+        int64_t fresh = 0;
+        size_t first = 0;
+        bool cow = false;
+    };
+    Growth growth(const BlockTable& t, int64_t first_write, int64_t n_positions) const;
+
     kv::BlockPool pool_;
 };
 

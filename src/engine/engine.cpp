@@ -52,10 +52,7 @@ Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), c
     int64_t bytes = config_.kv_cache_memory;
     if (bytes <= 0) bytes = std::min<int64_t>(available_memory_bytes() / 4, int64_t{2} << 30);
     const bool paged = config_.kv_layout == EngineConfig::KvLayout::Paged;
-    int model_window_layers = 0;
-    for (int l = 0; l < c.n_layer; ++l) model_window_layers += c.window(l) > 0;
-    // What a block of each pool costs here. A pipeline stage may hold layers of one kind only;
-    // its pools are still sized as the model's, in proportion to its share of the layers.
+    const int model_window_layers = c.window_layers(0, c.n_layer);
     auto per_block = static_cast<int64_t>(kv_bytes_per_block());
     if (paged && config_.kv_window_pool && model_window_layers > 0 &&
         model_window_layers < c.n_layer) {
@@ -66,9 +63,11 @@ Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), c
         const int64_t worst =
             int64_t{config_.max_num_seqs} * ((c.sliding_window + bs - 1) / bs + 2) +
             (config_.max_num_batched_tokens + bs - 1) / bs;
-        n_window_blocks_ = 1;  // from here on window_layers() counts this rank's
-        auto w = static_cast<int64_t>(kv_window_bytes_per_block());
-        per_block = static_cast<int64_t>(kv_bytes_per_block());
+        // What a block of each pool costs here. A pipeline stage may hold layers of one kind
+        // only; its pools are still sized as the model's, in proportion to its share of layers.
+        const int here = rank_window_layers();
+        auto w = static_cast<int64_t>(kv_bytes_per_block_of(here));
+        per_block = static_cast<int64_t>(kv_bytes_per_block_of(model.model->kv_layers() - here));
         if (w == 0 || per_block == 0) {
             const double share = double(model.model->kv_layers()) / c.n_layer;
             w = static_cast<int64_t>(share * double(kv_bytes_per_block_of(model_window_layers)));
@@ -183,12 +182,13 @@ size_t Engine::kv_window_bytes_per_block() const {
     return kv_bytes_per_block_of(window_layers());
 }
 
+int Engine::rank_window_layers() const {
+    const int first = model_.model->first_layer();
+    return model_.model->config().window_layers(first, first + model_.model->kv_layers());
+}
+
 int Engine::window_layers() const {
-    if (n_window_blocks_ == 0) return 0;  // also while the constructor decides
-    int n = 0;
-    for (int l = 0; l < model_.model->kv_layers(); ++l)
-        n += model_.model->config().window(model_.model->first_layer() + l) > 0;
-    return n;
+    return n_window_blocks_ > 0 ? rank_window_layers() : 0;
 }
 
 std::optional<std::string> Engine::failure() const {

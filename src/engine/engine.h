@@ -117,7 +117,8 @@ class Engine {
     void retire_finished();
     void publish_metrics();
     size_t kv_bytes_per_block_of(int n_layers) const;
-    int window_layers() const;  // the layers in the window pool
+    int rank_window_layers() const;  // this rank's sliding-window layers
+    int window_layers() const;       // those in the window pool (0: no pool)
 
     const LoadedModel& model_;
     EngineConfig config_;

@@ -309,10 +309,12 @@ void Scheduler::on_computed(Sequence* seq, int num_tokens) {
         window_blocks_->register_full(seq->kv_window, seq->tokens, seq->num_computed);
     // The next token (position num_computed) attends back to num_computed - window + 1; a
     // rejected draft only ever rolls back to here.
-    if (kv_window_ > 0)
-        dropped_blocks_ += (window_blocks_ ? *window_blocks_ : blocks_)
-                               .drop_before(window_blocks_ ? seq->kv_window : seq->kv,
-                                            seq->num_computed - kv_window_ + 1);
+    // Only the sliding layers' table gives blocks back where the global layers keep theirs.
+    if (kv_window_ > 0) {
+        BlockManager& manager = window_blocks_ ? *window_blocks_ : blocks_;
+        BlockTable& table = window_blocks_ ? seq->kv_window : seq->kv;
+        dropped_blocks_ += manager.drop_before(table, seq->num_computed - kv_window_ + 1);
+    }
 }
 
 void Scheduler::trim_blocks(Sequence* seq) {

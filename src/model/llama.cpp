@@ -366,10 +366,16 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
     if (!pipeline && opt.comm && opt.comm->size() > 1) {
         // This rank's share of every split matrix (model/tensor_split.h); the embedding, the
         // norms and the per-head q/k norms stay whole.
-        // A mixture's down matrices are its experts' (and its shared expert's).
-        const auto down_of = [&](const Bound& l) {
-            return c.is_moe() ? l.ed.front().dtype() : l.m[6].dtype();
+        // The matrices whose columns are cut besides wo: a dense MLP's down, or a mixture's
+        // experts' and shared expert's.
+        const auto downs = [&](const Bound& l) {
+            std::vector<const Tensor*> d;
+            if (!c.is_moe()) d.push_back(&l.m[6]);
+            for (const Tensor& t : l.ed) d.push_back(&t);
+            if (!l.sh[2].empty()) d.push_back(&l.sh[2]);
+            return d;
         };
+        const auto down_of = [&](const Bound& l) { return downs(l).front()->dtype(); };
         auto split = plan_split(c, layers.empty() ? DType::F32 : layers[0].m[3].dtype(),
                                 layers.empty() ? DType::F32 : down_of(layers[0]), opt.comm->rank(),
                                 opt.comm->size());
@@ -382,13 +388,10 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
         output = output.slice(s.vocab.begin, s.vocab.size());
         for (size_t i = 0; i < layers.size(); ++i) {
             Bound& l = layers[i];
-            const bool other_type =
-                c.is_moe() ? std::any_of(l.ed.begin(), l.ed.end(),
-                                         [&](const Tensor& t) {
-                                             return t.dtype() != down_of(layers[0]);
-                                         }) ||
-                                 (!l.sh[2].empty() && l.sh[2].dtype() != down_of(layers[0]))
-                           : l.m[6].dtype() != down_of(layers[0]);
+            const auto d = downs(l);
+            const bool other_type = std::any_of(d.begin(), d.end(), [&](const Tensor* t) {
+                return t->dtype() != down_of(layers[0]);
+            });
             if (l.m[3].dtype() != layers[0].m[3].dtype() || other_type)
                 return make_error(
                     "--tp: layer {}'s attention output or MLP down is of another type "

@@ -73,6 +73,12 @@ struct LlamaConfig {
     int window(int l) const {
         return swa_layers.empty() || swa_layers[static_cast<size_t>(l)] ? sliding_window : 0;
     }
+    // Layers [begin, end) that attend within a window.
+    int window_layers(int begin, int end) const {
+        int n = 0;
+        for (int l = begin; l < end; ++l) n += window(l) > 0;
+        return n;
+    }
     bool all_layers_slide() const {
         if (sliding_window <= 0) return false;
         for (bool s : swa_layers)
