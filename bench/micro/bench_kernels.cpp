@@ -13,6 +13,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/packed_weights.h"
 #include "quant/dequantize.h"
+#include "quant/ferry_types.h"
 
 namespace {
 using namespace ferry;
@@ -40,6 +41,11 @@ Mat make(DType type, int64_t rows, int64_t cols) {
         for (size_t i = 0; i < m.bytes.size() / 2; ++i)
             if ((h[i] & 0x7C00) == 0x7C00 || (h[i] & 0x7F80) == 0x7F80) h[i] = 0x3000;  // 0.125
     }
+    if (quant::is_int4s(type))  // valid positions (0, 1 and 2, 3) in every quartet
+        for (size_t b = 0; b < m.bytes.size();
+             b += static_cast<size_t>(dtype_info(type).block_bytes))
+            for (int c = 0; c < dtype_info(type).block_size / 32; ++c)
+                for (int j = 0; j < 4; ++j) m.bytes[b + 4 + 12 * c + 8 + j] = 0xE4;
     m.w = kernels::cpu::Weight{type, m.bytes.data(), rows, cols, stride};
     if (kernels::cpu::packable(type)) {
         m.packed = kernels::cpu::PackedWeight(m.w);
@@ -85,6 +91,11 @@ FERRY_MATMUL(q4_1_65536x1536, DType::Q4_1, 65536, 1536);  // 60 MB: from memory,
 FERRY_MATMUL(q4_0_1536x576, DType::Q4_0, 1536, 576);
 // 1-8 B model shapes, from memory: rows of 2048 (TinyLlama, Llama-3.2-1B) and 4096 (8 B).
 FERRY_MATMUL(q4_0_65536x2048, DType::Q4_0, 65536, 2048);
+// 2:4 sparse int4 against int4 on the same groups: 3/4 of the bytes, the same values.
+FERRY_MATMUL(int4_g64_65536x2048, DType::INT4_G64, 65536, 2048);
+FERRY_MATMUL(int4s_g64_65536x2048, DType::INT4S_G64, 65536, 2048);
+FERRY_MATMUL(int4_g64_1536x576, DType::INT4_G64, 1536, 576);
+FERRY_MATMUL(int4s_g64_1536x576, DType::INT4S_G64, 1536, 576);
 FERRY_MATMUL(q8_0_32768x2048, DType::Q8_0, 32768, 2048);
 FERRY_MATMUL(q4_k_65536x2048, DType::Q4_K, 65536, 2048);
 FERRY_MATMUL(q6_k_32768x2048, DType::Q6_K, 32768, 2048);

@@ -297,6 +297,16 @@ void quantize_file(const QuantizeOptions& o) {
                         o.auto_mixed ? "--mix-types " + std::string(dtype_name(t))
                                      : "--type " + o.type));
         }
+    // int4s stores what ferry prune --sparsity 2:4 leaves; anything else would fail a row at a
+    // time, minutes in.
+    if (quant::is_int4s(target) || std::any_of(mix.begin(), mix.end(), quant::is_int4s)) {
+        const auto pattern = in ? in->get_string("ferry.sparsity.pattern") : std::nullopt;
+        if (!pattern || *pattern != "2:4")
+            throw ExitError(fmt::format(
+                "--type int4s stores matrices pruned 2:4, and {} is {}: prune it first (ferry "
+                "prune {} pruned.gguf --sparsity 2:4), then quantize that",
+                o.in, pattern ? "pruned " + *pattern : std::string("not pruned"), o.in));
+    }
     auto overrides = std::make_shared<calibrate::TensorOverrides>();
     if (lm && !o.auto_mixed) *overrides = calibrated_overrides(o, target, *lm, pool);
     std::map<std::string, DType> mixed;
@@ -311,6 +321,7 @@ void quantize_file(const QuantizeOptions& o) {
     // (row length, type written) -> example names: one line per kind of fallback, not 180.
     std::map<std::pair<int64_t, DType>, std::string> fallbacks;
     std::string w8a16_names;  // w8a8: embedding and head, written int8 with float activations
+    std::string dense_names;  // int4s: embedding and head, which ferry prune leaves dense
     auto done = std::make_shared<int64_t>(0);
     auto bar = std::make_shared<Progress>("quantize " + type_name, total_elems, !o.quiet);
 
@@ -327,6 +338,9 @@ void quantize_file(const QuantizeOptions& o) {
         } else if (target == DType::W8A8 && out_type == DType::INT8 &&
                    t.name.rfind("blk.", 0) != 0) {
             w8a16_names += (w8a16_names.empty() ? "" : ", ") + t.name;
+        } else if (quant::is_int4s(target) && out_type == quant::int4s_dense(target) &&
+                   t.name.rfind("blk.", 0) != 0) {
+            dense_names += (dense_names.empty() ? "" : ", ") + t.name;
         } else if (!mixed.contains(t.name)) {
             if (out_type != target) {
                 ++n_fallback;
@@ -369,7 +383,7 @@ void quantize_file(const QuantizeOptions& o) {
                     if (!s) errors[static_cast<size_t>(share) % errors.size()] = s.error().message;
                 });
                 for (const auto& e : errors)
-                    if (!e.empty()) return make_error("{}", e);
+                    if (!e.empty()) return make_error("{}: {}", ti->name, e);
             }
             if (of != overrides->floats.end()) overrides->floats.erase(of);
             *done += ti->n_elements;
@@ -391,6 +405,10 @@ void quantize_file(const QuantizeOptions& o) {
                      "ferry quantize: %s written as int8 with float activations (w8a8 is for "
                      "the layers' linear maps)\n",
                      w8a16_names.c_str());
+    if (!dense_names.empty() && !o.quiet)
+        std::fprintf(stderr, "ferry quantize: %s written as %s (ferry prune leaves them dense)\n",
+                     dense_names.c_str(),
+                     std::string(dtype_name(quant::int4s_dense(target))).c_str());
     if (Status s = w.write(o.out); !s) throw ExitError(s.error().message);
     bar->finish();
 
@@ -422,13 +440,13 @@ void add_quantize_command(CLI::App& app) {
                     "q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, f16, bf16, f32; llama.cpp's "
                     "mixes q4_k_m and q5_k_m (q6_k for the head, and for attn_v and ffn_down in "
                     "the layers llama-quantize picks); or ferry's own (only ferry "
-                    "reads them): int8 (per-row scale), int4 and int3 (groups), fp8 (E4M3, per-row "
-                    "scale), "
+                    "reads them): int8 (per-row scale), int4 and int3 (groups), int4s (int4 on a "
+                    "file pruned 2:4, 3/4 of int4's bytes), fp8 (E4M3, per-row scale), "
                     "w8a8 (int8 weights, activations quantized to int8 per token); or "
                     "--auto-mixed");
-    auto* group =
-        cmd->add_option("--group-size", o->group_size, "int4 / int3 group size: 32, 64 or 128")
-            ->capture_default_str();
+    auto* group = cmd->add_option("--group-size", o->group_size,
+                                  "int4 / int3 / int4s group size: 32, 64 or 128")
+                      ->capture_default_str();
     cmd->add_option("--keep", o->keep,
                     "Leave tensors whose names match this glob at their input type "
                     "(repeatable, e.g. 'output*' 'token_embd*' 'blk.0.*')");
@@ -474,51 +492,52 @@ void add_quantize_command(CLI::App& app) {
     cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)")
         ->check(CLI::Range(0, 1024));
     cmd->add_flag("-q,--quiet", o->quiet, "No progress bar");
-    cmd->callback(
-        [o, group, calib, calib_tokens, act_order, damp, smooth, mixed, budget, mix_types] {
-            // `default` names the cached default model, as -m does elsewhere.
-            o->in = take(resolve_model_path(o->in));
-            if (o->in == o->out) throw ExitError("input and output must be different files");
-            // Checked before the work, not after minutes of quantizing.
-            if (std::error_code ec; std::filesystem::is_directory(o->out, ec))
-                throw ExitError(o->out + ": is a directory; name the output file");
-            if (mixed->count()) {
-                if (!o->type.empty())
-                    throw ExitError(
-                        "--auto-mixed picks each matrix's type from --mix-types; drop --type");
-                if (!budget->count())
-                    throw ExitError("--auto-mixed needs --budget BITS_PER_WEIGHT (e.g. 4.5)");
-                if (o->method != "rtn" || smooth->count())
-                    throw ExitError(
-                        "--auto-mixed rounds to nearest; --method gptq/awq and --smooth-alpha do "
-                        "not combine with it yet");
-                if (!calib_tokens->count()) o->calib_tokens = kMixedCalibTokens;
-            } else {
-                if (o->type.empty()) throw ExitError("--type is required (or --auto-mixed)");
-                if (budget->count() || mix_types->count())
-                    throw ExitError("--budget and --mix-types apply to --auto-mixed only");
-            }
-            const bool group_type =
-                o->type == "int4" || o->type == "int3" ||
-                (o->auto_mixed && std::any_of(o->mix_types.begin(), o->mix_types.end(),
-                                              [](auto& t) { return t == "int4" || t == "int3"; }));
-            if (group->count() && !group_type)
-                throw ExitError("--group-size applies to --type int4 and int3 only");
-            if (smooth->count() && o->type != "w8a8")
+    cmd->callback([o, group, calib, calib_tokens, act_order, damp, smooth, mixed, budget,
+                   mix_types] {
+        // `default` names the cached default model, as -m does elsewhere.
+        o->in = take(resolve_model_path(o->in));
+        if (o->in == o->out) throw ExitError("input and output must be different files");
+        // Checked before the work, not after minutes of quantizing.
+        if (std::error_code ec; std::filesystem::is_directory(o->out, ec))
+            throw ExitError(o->out + ": is a directory; name the output file");
+        if (mixed->count()) {
+            if (!o->type.empty())
                 throw ExitError(
-                    "--smooth-alpha applies to --type w8a8 only (it serves 8-bit activations)");
-            if (smooth->count() && o->method != "rtn")
+                    "--auto-mixed picks each matrix's type from --mix-types; drop --type");
+            if (!budget->count())
+                throw ExitError("--auto-mixed needs --budget BITS_PER_WEIGHT (e.g. 4.5)");
+            if (o->method != "rtn" || smooth->count())
                 throw ExitError(
-                    "--smooth-alpha and --method gptq/awq do not combine (w8a8 rounds to nearest)");
-            if (o->method == "rtn" && !smooth->count() && !o->auto_mixed &&
-                (calib->count() || calib_tokens->count()))
-                throw ExitError(
-                    "--calib and --calib-tokens apply to --method gptq or awq, --smooth-alpha or "
-                    "--auto-mixed");
-            if (o->method != "gptq" && (act_order->count() || damp->count()))
-                throw ExitError("--act-order and --damp apply to --method gptq only");
-            quantize_file(*o);
-        });
+                    "--auto-mixed rounds to nearest; --method gptq/awq and --smooth-alpha do "
+                    "not combine with it yet");
+            if (!calib_tokens->count()) o->calib_tokens = kMixedCalibTokens;
+        } else {
+            if (o->type.empty()) throw ExitError("--type is required (or --auto-mixed)");
+            if (budget->count() || mix_types->count())
+                throw ExitError("--budget and --mix-types apply to --auto-mixed only");
+        }
+        const bool group_type =
+            o->type == "int4" || o->type == "int3" || o->type == "int4s" ||
+            (o->auto_mixed && std::any_of(o->mix_types.begin(), o->mix_types.end(), [](auto& t) {
+                 return t == "int4" || t == "int3" || t == "int4s";
+             }));
+        if (group->count() && !group_type)
+            throw ExitError("--group-size applies to --type int4, int3 and int4s only");
+        if (smooth->count() && o->type != "w8a8")
+            throw ExitError(
+                "--smooth-alpha applies to --type w8a8 only (it serves 8-bit activations)");
+        if (smooth->count() && o->method != "rtn")
+            throw ExitError(
+                "--smooth-alpha and --method gptq/awq do not combine (w8a8 rounds to nearest)");
+        if (o->method == "rtn" && !smooth->count() && !o->auto_mixed &&
+            (calib->count() || calib_tokens->count()))
+            throw ExitError(
+                "--calib and --calib-tokens apply to --method gptq or awq, --smooth-alpha or "
+                "--auto-mixed");
+        if (o->method != "gptq" && (act_order->count() || damp->count()))
+            throw ExitError("--act-order and --damp apply to --method gptq only");
+        quantize_file(*o);
+    });
 }
 
 }  // namespace ferry::cli

@@ -30,6 +30,7 @@
 #include "kernels/backend.h"
 #include "model/llama_config.h"
 #include "plan/model_spec.h"
+#include "quant/ferry_types.h"
 #include "quant/quantize.h"
 
 namespace ferry::cli {
@@ -49,6 +50,16 @@ uint64_t splitmix64(uint64_t& s) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
+}
+
+// Zeroes the 2 smallest magnitudes of every 4 (magnitude pruning, 2:4), for --type int4s.
+void prune_quartets(float* x, int64_t n) {
+    for (int64_t q = 0; q + 4 <= n; q += 4) {
+        int idx[4] = {0, 1, 2, 3};
+        std::sort(idx, idx + 4,
+                  [&](int a, int b) { return std::fabs(x[q + a]) < std::fabs(x[q + b]); });
+        x[q + idx[0]] = x[q + idx[1]] = 0.0f;
+    }
 }
 
 // Row `row` of tensor `tensor`: n values of 0.02 x the Irwin-Hall(4) variate, normalised.
@@ -176,6 +187,10 @@ void synth(const SynthOptions& o) {
     w.set("ferry.synth.like", gguf::make_string(m.name));
     w.set("ferry.synth.seed", gguf::make_u64(o.seed));
     w.set("ferry.synth.init", gguf::make_string("0.02 x normalised Irwin-Hall(4); norms 1"));
+    if (quant::is_int4s(target)) {  // the layers' matrices keep the 2 largest of every 4
+        w.set("ferry.sparsity.pattern", gguf::make_string("2:4"));
+        w.set("ferry.sparsity.method", gguf::make_string("magnitude"));
+    }
     copy_tokenizer(*tok_file, m.vocab, w, o.quiet);
 
     // The tensors as llama.cpp names them; shape in GGUF order: {columns, rows[, experts]}.
@@ -267,6 +282,7 @@ void synth(const SynthOptions& o) {
                         std::fill(row.begin(), row.end(), 1.0f);
                     else
                         random_row(o.seed, ti, r, row.data(), s.cols);
+                    if (quant::is_int4s(type)) prune_quartets(row.data(), s.cols);
                     if (Status st =
                             quant::quantize_row(type, row.data(), out.data() + rb * r, s.cols);
                         !st) {
@@ -319,9 +335,9 @@ void add_synth_command(CLI::App& app) {
     cmd->add_option("--type", o->type,
                     "weight type of the matrices (q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, "
                     "f16, bf16, f32; llama.cpp's mixes q4_k_m, q5_k_m; int8, int4, int3, fp8, "
-                    "w8a8)")
+                    "w8a8; int4s: the layers' matrices pruned 2:4 by magnitude, then int4s)")
         ->capture_default_str();
-    cmd->add_option("--group-size", o->group_size, "int4 / int3 group size (32, 64 or 128)")
+    cmd->add_option("--group-size", o->group_size, "int4 / int3 / int4s group size (32, 64 or 128)")
         ->capture_default_str();
     cmd->add_option("--layers", o->layers, "number of layers (default: the shape's)")
         ->check(CLI::Range(1, 4096));

@@ -40,18 +40,14 @@ uint32_t file_type_for(DType t) {
 }  // namespace
 
 Expected<DType> parse_weight_type(const std::string& name, int group_size) {
-    if (name == "int4" || name == "int3") {
-        const bool three = name == "int3";
-        switch (group_size) {
-            case 32:
-                return three ? DType::INT3_G32 : DType::INT4_G32;
-            case 64:
-                return three ? DType::INT3_G64 : DType::INT4_G64;
-            case 128:
-                return three ? DType::INT3_G128 : DType::INT4_G128;
-            default:
-                return make_error("--group-size {}: {} groups are 32, 64 or 128", group_size, name);
-        }
+    if (name == "int4" || name == "int3" || name == "int4s") {
+        const int i = group_size == 32 ? 0 : group_size == 64 ? 1 : group_size == 128 ? 2 : -1;
+        if (i < 0)
+            return make_error("--group-size {}: {} groups are 32, 64 or 128", group_size, name);
+        static constexpr DType kInt4[] = {DType::INT4_G32, DType::INT4_G64, DType::INT4_G128};
+        static constexpr DType kInt3[] = {DType::INT3_G32, DType::INT3_G64, DType::INT3_G128};
+        static constexpr DType kInt4S[] = {DType::INT4S_G32, DType::INT4S_G64, DType::INT4S_G128};
+        return name == "int4" ? kInt4[i] : name == "int3" ? kInt3[i] : kInt4S[i];
     }
     if (name == "q4_k_m" || name == "q5_k_m")
         return make_error(
@@ -63,7 +59,7 @@ Expected<DType> parse_weight_type(const std::string& name, int group_size) {
         return make_error(
             "--type {}: not a type ferry writes (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, "
             "f16, bf16, f32; llama.cpp's mixes q4_k_m, q5_k_m; ferry's own: int8, int4, int3, "
-            "fp8, w8a8)",
+            "int4s (2:4 sparse), fp8, w8a8)",
             name);
     return *t;
 }

@@ -36,6 +36,9 @@ constexpr std::array kTypes = {
     DTypeInfo{DType::INT3_G32, "int3_g32", 32, 4 + 12, true, 0},
     DTypeInfo{DType::INT3_G64, "int3_g64", 64, 4 + 24, true, 0},
     DTypeInfo{DType::INT3_G128, "int3_g128", 128, 4 + 48, true, 0},
+    DTypeInfo{DType::INT4S_G32, "int4s_g32", 32, 4 + 12, true, 0},
+    DTypeInfo{DType::INT4S_G64, "int4s_g64", 64, 4 + 24, true, 0},
+    DTypeInfo{DType::INT4S_G128, "int4s_g128", 128, 4 + 48, true, 0},
 };
 
 }  // namespace

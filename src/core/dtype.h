@@ -33,15 +33,18 @@ enum class DType : uint32_t {
     BF16 = 30,
     // ferry's own types. GGUF has no per-output-channel formats, so these ids are ferry's; 1024
     // leaves ggml room to grow. llama.cpp refuses files that use them.
-    INT8 = 1024,       // per-row f32 scale in a row header, int8 values
-    FP8 = 1025,        // per-row f32 scale in a row header, OCP E4M3 values
-    INT4_G32 = 1026,   // groups of 32: fp16 scale, u8 zero point, 4-bit values
-    INT4_G64 = 1027,   // groups of 64
-    INT4_G128 = 1028,  // groups of 128
-    W8A8 = 1029,       // int8 as INT8 plus the row's sum of values; activations go 8-bit too
-    INT3_G32 = 1030,   // groups of 32: fp16 scale, u8 zero point, 3-bit values
-    INT3_G64 = 1031,   // groups of 64
-    INT3_G128 = 1032,  // groups of 128
+    INT8 = 1024,        // per-row f32 scale in a row header, int8 values
+    FP8 = 1025,         // per-row f32 scale in a row header, OCP E4M3 values
+    INT4_G32 = 1026,    // groups of 32: fp16 scale, u8 zero point, 4-bit values
+    INT4_G64 = 1027,    // groups of 64
+    INT4_G128 = 1028,   // groups of 128
+    W8A8 = 1029,        // int8 as INT8 plus the row's sum of values; activations go 8-bit too
+    INT3_G32 = 1030,    // groups of 32: fp16 scale, u8 zero point, 3-bit values
+    INT3_G64 = 1031,    // groups of 64
+    INT3_G128 = 1032,   // groups of 128
+    INT4S_G32 = 1033,   // 2:4 sparse int4: groups of 32, 2 of every 4 values stored + indices
+    INT4S_G64 = 1034,   // groups of 64
+    INT4S_G128 = 1035,  // groups of 128
 };
 
 struct DTypeInfo {

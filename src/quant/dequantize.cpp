@@ -172,7 +172,7 @@ void dequant_fp8(const void* src, float* dst, int64_t n) {
 }
 
 // (q - z) is formed in integers, so d * (q - z) is one rounding and a SIMD path can match it
-// bit for bit. int3 and int4 alike, 32 columns at a time as the kernels read them.
+// bit for bit. int3, int4 and int4s alike, 32 columns at a time as the kernels read them.
 void dequant_int_group(DType t, const void* src, float* dst, int64_t n) {
     const auto* row = static_cast<const uint8_t*>(src);
     for (int64_t c0 = 0; c0 < n; c0 += 32) {
@@ -337,6 +337,9 @@ Status dequantize_row(DType type, const void* src, float* dst, int64_t n) {
         case DType::INT3_G32:
         case DType::INT3_G64:
         case DType::INT3_G128:
+        case DType::INT4S_G32:
+        case DType::INT4S_G64:
+        case DType::INT4S_G128:
             dequant_int_group(type, src, dst, n);
             break;
         default:

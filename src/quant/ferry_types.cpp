@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "quant/dequantize.h"
 #include "quant/group_grid.h"
@@ -116,6 +117,7 @@ void quantize_row_int_group(DType type, const float* x, void* dst, int64_t n) {
 GroupChunk group_chunk(DType t, const uint8_t* row, int64_t c0) {
     static_assert(offsetof(BlockInt4<32>, qs) == 4 && offsetof(BlockInt4<128>, qs) == 4);
     static_assert(offsetof(BlockInt3<32>, qs) == 4 && offsetof(BlockInt3<128>, qs) == 4);
+    static_assert(offsetof(BlockInt4S<32>, qs) == 4 && offsetof(BlockInt4S<128>, qs) == 4);
     const DTypeInfo& info = dtype_info(t);
     const uint8_t* blk = row + (c0 / info.block_size) * info.block_bytes;
     GroupChunk c;
@@ -124,15 +126,30 @@ GroupChunk group_chunk(DType t, const uint8_t* row, int64_t c0) {
     const int k = static_cast<int>(c0 % info.block_size) / 32;  // the chunk within its group
     if (is_int4(t)) {
         std::memcpy(c.qs, blk + 4 + 16 * k, 16);
-    } else {
-        const uint8_t* q = blk + 4 + 12 * k;
-        auto code = [q](int j) {
-            return static_cast<uint8_t>(((q[j % 8] >> (2 * (j / 8))) & 3) |
-                                        (((q[8 + j / 8] >> (j % 8)) & 1) << 2));
-        };
-        for (int j = 0; j < 16; ++j) c.qs[j] = static_cast<uint8_t>(code(j) | code(j + 16) << 4);
+        return c;
     }
+    uint8_t codes[32];
+    const uint8_t* q = blk + 4 + 12 * k;
+    if (is_int4s(t)) {
+        std::memset(codes, c.z, sizeof(codes));
+        for (int m = 0; m < 8; ++m) {
+            const int pos = (q[8 + m / 2] >> (4 * (m % 2))) & 0xF;
+            codes[4 * m + (pos & 3)] = q[m] & 0xF;
+            codes[4 * m + (pos >> 2)] = q[m] >> 4;
+        }
+    } else {
+        for (int j = 0; j < 32; ++j)
+            codes[j] = static_cast<uint8_t>(((q[j % 8] >> (2 * (j / 8))) & 3) |
+                                            (((q[8 + j / 8] >> (j % 8)) & 1) << 2));
+    }
+    for (int j = 0; j < 16; ++j) c.qs[j] = static_cast<uint8_t>(codes[j] | codes[j + 16] << 4);
     return c;
+}
+
+int64_t first_dense_quartet(const float* x, int64_t n) {
+    for (int64_t i = 0; i + 4 <= n; i += 4)
+        if ((x[i] != 0) + (x[i + 1] != 0) + (x[i + 2] != 0) + (x[i + 3] != 0) > 2) return i;
+    return -1;
 }
 
 void pack_int_group(DType t, uint16_t d, uint8_t z, const uint8_t* codes, void* dst) {
@@ -147,6 +164,21 @@ void pack_int_group(DType t, uint16_t d, uint8_t z, const uint8_t* codes, void* 
         if (is_int4(t)) {
             for (int j = 0; j < 16; ++j)
                 qs[16 * c + j] = static_cast<uint8_t>((q[j] & 15) | (q[j + 16] & 15) << 4);
+        } else if (is_int4s(t)) {
+            uint8_t* o = qs + 12 * c;
+            std::memset(o, 0, 12);
+            for (int m = 0; m < 8; ++m) {
+                // The positions whose code is not z, then the lowest others to make up two.
+                int pos[2], n = 0;
+                for (int i = 0; i < 4 && n < 2; ++i)
+                    if (q[4 * m + i] != z) pos[n++] = i;
+                for (int i = 0; i < 4 && n < 2; ++i)
+                    if (q[4 * m + i] == z) pos[n++] = i;
+                if (pos[0] > pos[1]) std::swap(pos[0], pos[1]);
+                o[m] =
+                    static_cast<uint8_t>((q[4 * m + pos[0]] & 15) | (q[4 * m + pos[1]] & 15) << 4);
+                o[8 + m / 2] |= static_cast<uint8_t>((pos[0] | pos[1] << 2) << (4 * (m % 2)));
+            }
         } else {
             uint8_t* o = qs + 12 * c;
             std::memset(o, 0, 12);

@@ -6,6 +6,7 @@
 //   fp8         row = [f32 scale s][cols x E4M3 byte e]        x = s * e4m3(e), |e4m3| <= 448
 //   int4_gG     row = cols/G x BlockInt4<G>                    x = d * (q - z), 0 <= q, z <= 15
 //   int3_gG     row = cols/G x BlockInt3<G>                    x = d * (q - z), 0 <= q, z <= 7
+//   int4s_gG    row = cols/G x BlockInt4S<G>                   int4's values on a 2:4 pattern
 //   w8a8        row = [f32 scale s][i32 sum of q][cols x int8 q]   x = s * q, |q| <= 127
 //
 // w8a8 stores its weights as int8 does; what differs is the product: activations are
@@ -52,6 +53,21 @@ struct BlockInt3 {
     uint8_t reserved;
     uint8_t qs[3 * G / 8];
 };
+
+// 2:4 sparse int4 (a row pruned by `ferry prune --sparsity 2:4`): of every 4 consecutive weights
+// at most 2 are not zero, so only 2 codes and their 2-bit positions are stored. Per 32 elements,
+// 12 bytes: qs[m] (m = 0..7) holds the two kept codes of elements 4m .. 4m+3, the lower position's
+// in the low nibble; idx[j] (j = 0..3) holds quartet 2j's positions (i0 | i1 << 2, i0 < i1) in its
+// low nibble and quartet 2j+1's in its high one. A position not stored holds the zero point z,
+// so the values are exactly int4's for the same scale and zero point, at 3/4 of its bytes
+// (3.5 bits per weight at G = 64 against 4.5).
+template <int G>
+struct BlockInt4S {
+    uint16_t d;
+    uint8_t z;
+    uint8_t reserved;
+    uint8_t qs[3 * G / 8];  // per 32 elements: 8 bytes of kept codes, then 4 of positions
+};
 #pragma pack(pop)
 
 static_assert(sizeof(BlockInt4<32>) == 20);
@@ -60,6 +76,7 @@ static_assert(sizeof(BlockInt4<128>) == 68);
 static_assert(sizeof(BlockInt3<32>) == 16);
 static_assert(sizeof(BlockInt3<64>) == 28);
 static_assert(sizeof(BlockInt3<128>) == 52);
+static_assert(sizeof(BlockInt4S<64>) == 28);
 
 constexpr bool is_int4(DType t) {
     return t == DType::INT4_G32 || t == DType::INT4_G64 || t == DType::INT4_G128;
@@ -67,15 +84,25 @@ constexpr bool is_int4(DType t) {
 constexpr bool is_int3(DType t) {
     return t == DType::INT3_G32 || t == DType::INT3_G64 || t == DType::INT3_G128;
 }
+constexpr bool is_int4s(DType t) {
+    return t == DType::INT4S_G32 || t == DType::INT4S_G64 || t == DType::INT4S_G128;
+}
 // ferry's integer group types: codes 0..int_group_max(t) under a per-group scale and zero point.
 constexpr bool is_int_group(DType t) {
-    return is_int4(t) || is_int3(t);
+    return is_int4(t) || is_int3(t) || is_int4s(t);
+}
+// The dense int4 type with int4s type t's groups (the same grid, the same values).
+constexpr DType int4s_dense(DType t) {
+    return t == DType::INT4S_G32   ? DType::INT4_G32
+           : t == DType::INT4S_G64 ? DType::INT4_G64
+                                   : DType::INT4_G128;
 }
 constexpr int int_group_max(DType t) {
     return is_int3(t) ? 7 : 15;
 }
-// The 32 columns from c0 (a multiple of 32) of an int3 or int4 row: their group's scale and zero
-// point, and their codes as 16 bytes of nibbles in Q4_0's order (int3's widened to 4 bits). For
+// The 32 columns from c0 (a multiple of 32) of an int3, int4 or int4s row: their group's scale and
+// zero point, and their codes as 16 bytes of nibbles in Q4_0's order (int3's widened to 4 bits,
+// int4s's unstored positions filled with z). For
 // the integer kernels, which work in 32-column blocks whatever the group size and read both
 // types in one tile format.
 struct GroupChunk {
@@ -84,7 +111,8 @@ struct GroupChunk {
     uint8_t qs[16];
 };
 GroupChunk group_chunk(DType t, const uint8_t* row, int64_t c0);
-// Writes one group of an int3 or int4 row from its scale, zero point and G codes.
+// Writes one group of an int3, int4 or int4s row from its scale, zero point and G codes. For
+// int4s, at most 2 codes of every 4 may differ from z (quantize_row checks the pattern first).
 void pack_int_group(DType t, uint16_t d, uint8_t z, const uint8_t* codes, void* dst);
 
 constexpr bool is_ferry_type(DType t) {
@@ -103,5 +131,8 @@ void quantize_row_int8(const float* x, void* dst, int64_t n);
 void quantize_row_fp8(const float* x, void* dst, int64_t n);
 void quantize_row_w8a8(const float* x, void* dst, int64_t n);
 void quantize_row_int_group(DType type, const float* x, void* dst, int64_t n);
+// Where a row breaks the 2:4 pattern int4s stores: the first quartet of 4 elements with more than
+// 2 that are not zero, as its first column, or -1 when the row keeps the pattern.
+int64_t first_dense_quartet(const float* x, int64_t n);
 
 }  // namespace ferry::quant

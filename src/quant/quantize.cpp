@@ -441,6 +441,9 @@ bool can_quantize(DType type) {
         case DType::INT3_G32:
         case DType::INT3_G64:
         case DType::INT3_G128:
+        case DType::INT4S_G32:
+        case DType::INT4S_G64:
+        case DType::INT4S_G128:
             return true;
         default:
             return false;
@@ -504,6 +507,17 @@ Status quantize_row(DType type, const float* src, void* dst, int64_t n) {
         case DType::INT3_G128:
             quantize_row_int_group(type, src, dst, n);
             break;
+        case DType::INT4S_G32:
+        case DType::INT4S_G64:
+        case DType::INT4S_G128:
+            // Zeros round to z exactly, so a row on the pattern keeps it through the grid.
+            if (const int64_t c = first_dense_quartet(src, n); c >= 0)
+                return make_error(
+                    "{} stores rows pruned 2:4, and columns {}..{} hold more than 2 weights that "
+                    "are not zero (prune it first: ferry prune --sparsity 2:4)",
+                    info.name, c, c + 3);
+            quantize_row_int_group(type, src, dst, n);
+            break;
         default:
             break;
     }
@@ -535,9 +549,13 @@ DType fallback_for(DType target, int64_t row) {
         return row % dtype_info(t).block_size == 0 ? t : DType::F16;
     }
     if (is_int_group(target)) {
-        const bool three = is_int3(target);
-        for (DType t :
-             {three ? DType::INT3_G64 : DType::INT4_G64, three ? DType::INT3_G32 : DType::INT4_G32})
+        const DType g64 = is_int3(target)    ? DType::INT3_G64
+                          : is_int4s(target) ? DType::INT4S_G64
+                                             : DType::INT4_G64;
+        const DType g32 = is_int3(target)    ? DType::INT3_G32
+                          : is_int4s(target) ? DType::INT4S_G32
+                                             : DType::INT4_G32;
+        for (DType t : {g64, g32})
             if (dtype_info(t).block_size < dtype_info(target).block_size &&
                 row % dtype_info(t).block_size == 0)
                 return t;
@@ -554,6 +572,8 @@ DType type_for_tensor(DType target, const std::string& name, size_t n_dims, int6
         name.ends_with("ffn_gate_inp_shexp.weight"))
         return DType::F32;
     if (target == DType::W8A8 && name.rfind("blk.", 0) != 0) return DType::INT8;
+    // ferry prune leaves the embedding and the output head dense.
+    if (is_int4s(target) && name.rfind("blk.", 0) != 0) target = int4s_dense(target);
     return fallback_for(target, row);
 }
 

@@ -142,3 +142,31 @@ def test_a_pattern_the_rows_do_not_split_into_is_refused_before_any_work(model_p
     assert "groups of 7" in r.stderr, r.stderr
     assert "calibration" not in r.stderr
     assert not out.exists()
+
+
+def test_int4s_stores_the_2_4_file_in_three_quarters_of_int4s_bytes_and_runs_the_same(
+        pruned_2_4, tmp_path):
+    # int4s holds int4's values on the pattern, and its kernels give int4's bits: the same text.
+    files, texts = {}, {}
+    for t in ("int4", "int4s"):
+        files[t] = tmp_path / f"{t}.gguf"
+        r = run_ferry("quantize", pruned_2_4, files[t], "--type", t, "--group-size", "64", "-q")
+        assert r.returncode == 0, r.stderr
+        r = run_ferry("run", "-m", files[t], "-p", "The capital of France is", "-n", "12",
+                      "--temperature", "0", "-t", "2")
+        assert r.returncode == 0, r.stderr
+        texts[t] = r.stdout
+    assert texts["int4s"] == texts["int4"]
+    # 210 matrices of the layers, 106,168,320 weights: 28 bytes per 64 instead of 36.
+    saved = files["int4"].stat().st_size - files["int4s"].stat().st_size
+    assert abs(saved - 106168320 * 8 // 64) < 65536, saved
+    info = run_ferry("info", "-m", files["int4s"])
+    assert "int4s_g64: 210" in info.stdout, info.stdout
+
+
+def test_int4s_of_a_file_not_pruned_2_4_is_refused_before_any_work(model_path, tmp_path):
+    out = tmp_path / "int4s.gguf"
+    r = run_ferry("quantize", model_path, out, "--type", "int4s", "-q")
+    assert r.returncode != 0
+    assert "not pruned" in r.stderr and "ferry prune" in r.stderr, r.stderr
+    assert not out.exists()

@@ -332,7 +332,9 @@ TEST(FerryTypes, GgufSizesIncludeTheRowHeader) {
     EXPECT_EQ(dtype_info(1026)->type, DType::INT4_G32);
     EXPECT_EQ(dtype_info(1029)->type, DType::W8A8);
     EXPECT_EQ(dtype_info(1032)->type, DType::INT3_G128);
-    EXPECT_FALSE(dtype_info(1033).has_value());
+    EXPECT_EQ(dtype_info(1033)->type, DType::INT4S_G32);
+    EXPECT_EQ(dtype_info(1035)->type, DType::INT4S_G128);
+    EXPECT_FALSE(dtype_info(1036).has_value());
 
     // One byte short of the last row header's row: the reader must refuse, not read past.
     const size_t end = (*f)->data_offset() + t->offset + t->n_bytes;

@@ -61,6 +61,29 @@ void pack_block(DType type, const uint8_t* row, int64_t tile, uint8_t* t, int i)
             t[kPackedInt4Zero + i] = c.z;
             break;
         }
+        case DType::INT4S_G32:
+        case DType::INT4S_G64:
+        case DType::INT4S_G128: {
+            // The file's 12 bytes of these 32 columns: kept codes of quartets 0..7, positions.
+            const DTypeInfo& info = dtype_info(type);
+            const int64_t c0 = 32 * tile;
+            const uint8_t* blk = row + (c0 / info.block_size) * info.block_bytes;
+            const uint8_t* q = blk + 4 + 12 * ((c0 % info.block_size) / 32);
+            for (int c = 0; c < 4; ++c)
+                for (int s = 0; s < 2; ++s)
+                    t[32 * c + 2 * i + s] = static_cast<uint8_t>(
+                        ((q[c] >> (4 * s)) & 0xF) | ((q[4 + c] >> (4 * s)) & 0xF) << 4);
+            for (int v = 0; v < 8; ++v) {
+                const int m = v % 2 ? 4 + v / 2 : v / 2;  // vector v's quartet
+                const int pos = (q[8 + m / 2] >> (4 * (m % 2))) & 0xF;
+                uint8_t* mask = t + PackedInt4S::masks + 8 * v;
+                for (int k : {pos & 3, pos >> 2})
+                    mask[(4 * i + k) / 8] |= static_cast<uint8_t>(1u << ((4 * i + k) % 8));
+            }
+            put16(t + PackedInt4S::d, i, static_cast<uint16_t>(blk[0] | blk[1] << 8));
+            t[PackedInt4S::z + i] = blk[2];
+            break;
+        }
         case DType::Q4_K: {
             BlockQ4_K b;
             std::memcpy(&b, src, sizeof(b));

@@ -27,6 +27,11 @@
 //              or 128 gives each of its 32-column tiles its d and z. int3_g32/64/128 widen their
 //              3-bit codes to nibbles and take the same tile (in memory they cost what int4
 //              does; the file is 3/4 of int4's).
+//   int4s_g32/64/128 (2:4 sparse, 32 columns): 4 chunks of 32 bytes, chunk c's byte 2i + s holding
+//              row i's s-th kept code of vector 2c's quartet in its low nibble and of vector
+//              2c+1's in its high one; then 8 masks of 8 bytes, mask v's bit 4i + k set where
+//              row i keeps weight k of vector v; then d[16] (fp16), z[16]. 240 bytes where int4
+//              takes 320: vpexpandb puts the kept codes back in place, z in the others.
 //
 // A last group with fewer than 16 rows is padded with zero rows (their outputs are not stored).
 #pragma once
@@ -47,8 +52,9 @@ bool packable(DType t);
 constexpr int packed_tile_cols(DType t) {
     return t == DType::Q4_K || t == DType::Q6_K ? 256 : 32;
 }
-// Bytes of one tile of 16 rows: Q4_0 288, Q4_1, int4 and int3 320, Q8_0 544 (as in the file), Q4_K
-// 2368, Q6_K 3360; 0 for other types. constexpr so the kernels' tile strides are constants.
+// Bytes of one tile of 16 rows: Q4_0 288, Q4_1, int4 and int3 320, int4s 240, Q8_0 544 (as in the
+// file), Q4_K 2368, Q6_K 3360; 0 for other types. constexpr so the kernels' tile strides are
+// constants.
 constexpr size_t packed_tile_bytes(DType t) {
     switch (t) {
         case DType::Q4_0:
@@ -63,6 +69,10 @@ constexpr size_t packed_tile_bytes(DType t) {
             return 16 * 20;
         case DType::Q8_0:
             return 16 * 34;
+        case DType::INT4S_G32:
+        case DType::INT4S_G64:
+        case DType::INT4S_G128:
+            return 128 + 64 + 32 + 16;
         case DType::Q4_K:
             return 8 * 256 + 64 + 256;
         case DType::Q6_K:
@@ -93,10 +103,17 @@ constexpr bool packed_int4(DType t) {
            t == DType::INT3_G32 || t == DType::INT3_G64 || t == DType::INT3_G128;
 }
 constexpr int kPackedInt4Zero = 256 + 32;  // an int4 tile's z[16], from its start
+constexpr bool packed_int4s(DType t) {
+    return t == DType::INT4S_G32 || t == DType::INT4S_G64 || t == DType::INT4S_G128;
+}
+struct PackedInt4S {  // an int4s tile: kept codes, masks, d[16] (fp16), z[16]
+    static constexpr int masks = 128, d = 192, z = 224;
+};
 // The scales, from the tile's start: d[16] (fp16) and, for Q4_1, m[16] right after.
 constexpr int packed_scales_offset(DType t) {
     return t == DType::Q4_K   ? 8 * 256
            : t == DType::Q6_K ? 8 * 384
+           : packed_int4s(t)  ? PackedInt4S::d
                               : 64 * (t == DType::Q8_0 ? 8 : 4);
 }
 struct PackedQ4K {  // after the 8 blocks: d[16], dmin[16] (fp16), sc[8][16], m[8][16] (bytes)
