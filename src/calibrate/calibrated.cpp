@@ -138,7 +138,8 @@ std::vector<std::string> prunable_tensors(int layer) {
 
 Expected<TensorOverrides> run_prune(const gguf::File& f, const model::LlamaConfig& c,
                                     const CalibrationStats* stats, const PruneOptions& opt,
-                                    ThreadPool& pool, const LayerProgress& progress) {
+                                    ThreadPool& pool, const LayerProgress& progress,
+                                    const LayerStats& stats_for_layer) {
     if (c.is_moe())
         return make_error("{}: pruning a mixture of experts is not supported yet", f.path());
     if (f.tensor("blk.0.attn_qkv.weight") || !f.tensor("blk.0.ffn_gate.weight"))
@@ -146,10 +147,17 @@ Expected<TensorOverrides> run_prune(const gguf::File& f, const model::LlamaConfi
             "{}: pruning needs separate q/k/v and gate/up matrices; this checkpoint fuses them "
             "(as Phi-3 does)",
             f.path());
-    if (opt.method != PruneMethod::Magnitude && !stats)
+    if (opt.method != PruneMethod::Magnitude && !stats && !stats_for_layer)
         return make_error("{} pruning needs calibration statistics", prune_method_name(opt.method));
     TensorOverrides out;
+    CalibrationStats layer_stats;
     for (int li = 0; li < c.n_layer; ++li) {
+        if (stats_for_layer && opt.method != PruneMethod::Magnitude) {
+            auto s = stats_for_layer(li, out);
+            if (!s) return make_error("layer {}: {}", li, s.error().message);
+            layer_stats = std::move(*s);
+            stats = &layer_stats;
+        }
         for (const Consumers& group : kConsumers) {
             std::optional<GptqHessian> hess;
             std::vector<double> norms;

@@ -59,9 +59,14 @@ struct PruneOptions {
     PruneMethod method = PruneMethod::Magnitude;
     double damp = 0.01;  // sparsegpt, as GPTQ's
 };
+// Sequential pruning (SparseGPT's order): before each layer, statistics measured on the model
+// with the layers before it already pruned (their floats in `so_far`), instead of `stats`.
+using LayerStats =
+    std::function<Expected<CalibrationStats>(int layer, const TensorOverrides& so_far)>;
 Expected<TensorOverrides> run_prune(const gguf::File& f, const model::LlamaConfig& c,
                                     const CalibrationStats* stats, const PruneOptions& opt,
-                                    ThreadPool& pool, const LayerProgress& progress = nullptr);
+                                    ThreadPool& pool, const LayerProgress& progress = nullptr,
+                                    const LayerStats& stats_for_layer = nullptr);
 // The names run_prune prunes in a layer ("blk.L.attn_q.weight", ...).
 std::vector<std::string> prunable_tensors(int layer);
 

@@ -26,6 +26,7 @@ class Collector final : public model::ActivationObserver {
     void begin_window(int64_t offset) { offset_ = offset; }
 
     void observe(int layer, model::LinearInput which, const Tensor& rows) override {
+        if (opt_.only_layer >= 0 && layer != opt_.only_layer) return;
         const float* x = rows.data<const float>();
         const int64_t n = rows.rows(), dim = rows.cols();
         InputStats& st = stats_.layers[static_cast<size_t>(layer)][static_cast<size_t>(which)];

@@ -2,7 +2,9 @@
 // and the inputs of every linear map are summarised per layer (model::LinearInput says which: q/k/v
 // share one input, gate/up another). All layers see the activations of the model as given,
 // not of the partly quantized one that sequential GPTQ would use: one forward pass serves
-// every layer, at some cost in how well later layers' errors are compensated.
+// every layer, at some cost in how well later layers' errors are compensated. Sequential pruning
+// (ferry prune --sequential) instead runs a pass per layer, keeping that layer's statistics only
+// (CalibrationOptions::only_layer), on the model with the earlier layers already pruned.
 #pragma once
 
 #include <array>
@@ -24,6 +26,7 @@ struct CalibrationOptions {
     bool sq_mean = false;   // Wanda: per-channel mean x^2
     int64_t n_samples = 0;  // AWQ: keep this many token rows, spread evenly over the text
     int window = 512;       // tokens per forward pass, each from an empty cache
+    int only_layer = -1;    // >= 0: that layer's statistics only (sequential pruning)
 };
 
 struct InputStats {

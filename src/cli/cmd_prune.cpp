@@ -1,9 +1,10 @@
 // `ferry prune IN.gguf OUT.gguf --sparsity 2:4|0.5 [--method magnitude|wanda|sparsegpt]
-// [--calib FILE] [--calib-tokens N] [--type f16] [--damp F]`: zeroes the least important
-// weights of every layer's linear maps (calibrate/pruning.h) and writes them in a type that holds
-// zero exactly, so the pattern survives. `ferry quantize` keeps it too (to q8_0, q4_0, int8 or
-// int4, rounding to nearest or with GPTQ told by the file's ferry.sparsity.pattern key to keep
-// the zeros) and refuses the types and methods that would not.
+// [--calib FILE] [--calib-tokens N] [--type f16] [--damp F] [--sequential]`: zeroes the least
+// important weights of every layer's linear maps (calibrate/pruning.h) and writes them in a type
+// that holds zero exactly, so the pattern survives. `ferry quantize` keeps it too (to q8_0, q4_0,
+// int8, int4, or int4s, which stores a 2:4 file compressed; rounding to nearest or with GPTQ told
+// by the file's ferry.sparsity.pattern key to keep the zeros) and refuses the types and methods
+// that would not.
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -37,6 +38,7 @@ struct PruneCliOptions {
     double damp = 0.01;
     int threads = 0;
     bool quiet = false;
+    bool sequential = false;
 };
 
 void prune_file(const PruneCliOptions& o) {
@@ -61,15 +63,51 @@ void prune_file(const PruneCliOptions& o) {
                     throw ExitError(fmt::format("{}: {}", name, s.error().message));
 
     calibrate::CalibrationStats stats;
+    calibrate::LayerStats per_layer;
+    std::vector<int32_t> tokens;
+    calibrate::CalibrationOptions copt;
     if (method != calibrate::PruneMethod::Magnitude) {
         std::string path;
-        const auto tokens = calibration_tokens(lm, o.calib, o.calib_tokens, &path);
+        tokens = calibration_tokens(lm, o.calib, o.calib_tokens, &path);
         if (!o.quiet)
-            std::fprintf(stderr, "ferry prune: %s calibration on %zu tokens of %s\n",
-                         calibrate::prune_method_name(method), tokens.size(), path.c_str());
-        calibrate::CalibrationOptions copt;
+            std::fprintf(stderr, "ferry prune: %s calibration on %zu tokens of %s%s\n",
+                         calibrate::prune_method_name(method), tokens.size(), path.c_str(),
+                         o.sequential ? ", one pass per layer on the layers before it pruned" : "");
         copt.hessian = method == calibrate::PruneMethod::SparseGpt;
         copt.sq_mean = method == calibrate::PruneMethod::Wanda;
+    }
+    if (method != calibrate::PruneMethod::Magnitude && o.sequential) {
+        // Layer L is calibrated on what the pruned layers 0..L-1 hand it, as SparseGPT does, so
+        // it makes up for their errors too. The model runs with each pruned layer swapped in,
+        // rounded to the type the file will hold.
+        per_layer =
+            [&](int li,
+                const calibrate::TensorOverrides& so_far) -> Expected<calibrate::CalibrationStats> {
+            if (li > 0)
+                for (const std::string& name : calibrate::prunable_tensors(li - 1)) {
+                    const auto it = so_far.floats.find(name);
+                    if (it == so_far.floats.end()) continue;
+                    const gguf::TensorInfo* t = lm.file->tensor(name);
+                    const int64_t cols = t->shape[0], rows = t->n_elements / cols;
+                    const DType out_type = quant::fallback_for(type, cols);
+                    const size_t rb = row_bytes(out_type, cols);
+                    auto bytes =
+                        std::make_shared<std::vector<uint8_t>>(rb * static_cast<size_t>(rows));
+                    for (int64_t r = 0; r < rows; ++r)
+                        if (Status s = quant::quantize_row(out_type, &it->second[r * cols],
+                                                           bytes->data() + rb * r, cols);
+                            !s)
+                            return s.error();
+                    const Tensor m =
+                        Tensor(bytes->data(), out_type, {rows, cols}).owned_by(std::move(bytes));
+                    if (Status s = lm.model->replace_matrix(*lm.backend, name, m); !s)
+                        return s.error();
+                }
+            calibrate::CalibrationOptions one = copt;
+            one.only_layer = li;
+            return calibrate::calibrate(*lm.model, lm.backend, tokens, one);
+        };
+    } else if (method != calibrate::PruneMethod::Magnitude) {
         const auto n = static_cast<int64_t>(tokens.size());
         Progress bar("calibrate", n, !o.quiet);
         stats = take(calibrate::calibrate(*lm.model, lm.backend, tokens, copt,
@@ -84,8 +122,9 @@ void prune_file(const PruneCliOptions& o) {
     {
         Progress bar(fmt::format("prune {} {}", pattern.name(), o.method), c.n_layer, !o.quiet);
         ov = take(calibrate::run_prune(
-            *lm.file, c, method == calibrate::PruneMethod::Magnitude ? nullptr : &stats, popt, pool,
-            [&](int d, int) { bar.update(d); }));
+            *lm.file, c,
+            method == calibrate::PruneMethod::Magnitude || per_layer ? nullptr : &stats, popt, pool,
+            [&](int d, int) { bar.update(d); }, per_layer));
         bar.finish();
     }
     if (!o.quiet)
@@ -187,8 +226,13 @@ void add_prune_command(CLI::App& app) {
                      ->capture_default_str();
     cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)")
         ->check(CLI::Range(0, 1024));
+    auto* sequential = cmd->add_flag(
+        "--sequential", o->sequential,
+        "wanda/sparsegpt: calibrate each layer on the model with the layers before it already "
+        "pruned (one forward pass per layer), instead of all layers in one pass on the dense "
+        "model");
     cmd->add_flag("-q,--quiet", o->quiet, "No progress bar");
-    cmd->callback([o, calib, calib_tokens, damp] {
+    cmd->callback([o, calib, calib_tokens, damp, sequential] {
         o->in = take(resolve_model_path(o->in));
         if (o->in == o->out) throw ExitError("input and output must be different files");
         if (std::error_code ec; std::filesystem::is_directory(o->out, ec))
@@ -203,6 +247,10 @@ void add_prune_command(CLI::App& app) {
             throw ExitError("--calib and --calib-tokens apply to --method wanda or sparsegpt");
         if (o->method != "sparsegpt" && damp->count())
             throw ExitError("--damp applies to --method sparsegpt only");
+        if (o->method == "magnitude" && sequential->count())
+            throw ExitError(
+                "--sequential applies to --method wanda or sparsegpt (magnitude "
+                "reads no activations)");
         prune_file(*o);
     });
 }

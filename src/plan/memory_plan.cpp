@@ -66,14 +66,16 @@ Expected<Precision> parse_weight_precision(std::string_view name) {
     if (s == "int4" || s == "i4") return Precision{"int4", 4, ComputeClass::FP16};
     // ferry's w8a8: int8 weights and int8 activations, so prefill runs on the INT8 units.
     if (s == "w8a8") return Precision{"w8a8", 8, ComputeClass::INT8};
-    if (auto t = dtype_from_name(s)) {
+    // ferry's 2:4 sparse int4 at its middle group size (the embedding and head, which pruning
+    // leaves dense, are counted at its rate too).
+    if (auto t = dtype_from_name(s == "int4s" ? "int4s_g64" : s)) {
         const DTypeInfo& info = dtype_info(*t);
         return Precision{std::string(info.name), 8.0 * info.block_bytes / info.block_size,
                          ComputeClass::FP16};
     }
     return make_error(
-        "unknown weight format '{}'; use f16, bf16, fp8, int8, int4 or a GGUF type "
-        "such as q4_k, q4_1, q8_0",
+        "unknown weight format '{}'; use f16, bf16, fp8, int8, int4, int4s (2:4 sparse) or a "
+        "GGUF type such as q4_k, q4_1, q8_0",
         name);
 }
 

@@ -170,3 +170,37 @@ def test_int4s_of_a_file_not_pruned_2_4_is_refused_before_any_work(model_path, t
     assert r.returncode != 0
     assert "not pruned" in r.stderr and "ferry prune" in r.stderr, r.stderr
     assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    src = tmp_path_factory.mktemp("tiny") / "tiny.gguf"
+    r = run_ferry("synth", src, "--like", "smollm2-135m", "--layers", 2, "--type", "f16", "-q")
+    assert r.returncode == 0, r.stderr
+    return src
+
+
+@pytest.mark.parametrize("method", ["wanda", "sparsegpt"])
+def test_sequential_calibrates_each_layer_on_the_pruned_layers_before_it(tiny, tmp_path, method):
+    # Layer 0 sees the same inputs either way, so it is pruned the same; layer 1's inputs come
+    # through a pruned layer 0 only with --sequential, so its mask (or SparseGPT's updates)
+    # differ. Both follow the pattern.
+    src = tiny
+    out = {}
+    for mode in ([], ["--sequential"]):
+        path = tmp_path / f"{method}{len(mode)}.gguf"
+        r = run_ferry("prune", src, path, "--sparsity", "2:4", "--method", method,
+                      "--calib-tokens", "128", *mode, "-q")
+        assert r.returncode == 0, r.stderr
+        out[len(mode)] = matrices(path)[0]
+    for name in ("blk.0.attn_q.weight", "blk.0.ffn_down.weight"):
+        assert bytes(out[0][name].data) == bytes(out[1][name].data), name
+    changed = 0
+    for p in PRUNED:
+        name = f"blk.1.{p}.weight"
+        assert_n_m(weights(out[1][name]), 2, 4, name)
+        changed += bytes(out[0][name].data) != bytes(out[1][name].data)
+    assert changed >= 4, changed
+    r = run_ferry("prune", src, tmp_path / "m.gguf", "--sparsity", "2:4", "--method",
+                  "magnitude", "--sequential")
+    assert r.returncode != 0 and "--sequential applies to" in r.stderr, r.stderr
