@@ -36,6 +36,11 @@ struct SparsityPattern {
     std::string spec() const;  // as --sparsity takes it (and the file records it): "2:4", "0.5"
     // Zeros a row of `cols` weights must have at least (unstructured: the fraction rounded).
     int64_t zeros_per_row(int64_t cols) const;
+    // Whether every aligned 4 weights keep at most 2, which int4s (2:4 stored compressed)
+    // needs: 2:4, 1:4, 1:2, and N:M with M a multiple of 4 and N <= 2.
+    bool at_most_2_of_4() const {
+        return structured() && ((group % 4 == 0 && keep <= 2) || (group == 2 && keep == 1));
+    }
 };
 
 // "2:4", "4:8" (N < M, M <= 32) or a fraction "0.5" (0 < f < 1).

@@ -27,6 +27,7 @@
 #include "gguf/gguf_writer.h"
 #include "hf/model_dir.h"
 #include "quant/dequantize.h"
+#include "quant/ferry_types.h"
 #include "quant/quantize.h"
 
 namespace ferry::cli {
@@ -45,6 +46,11 @@ void prune_file(const PruneCliOptions& o) {
     const calibrate::SparsityPattern pattern = take(calibrate::parse_sparsity(o.sparsity));
     const calibrate::PruneMethod method = take(calibrate::parse_prune_method(o.method));
     const DType type = take(parse_weight_type(o.type, 128));
+    if (quant::is_int4s(type) && !pattern.at_most_2_of_4())
+        throw ExitError(fmt::format(
+            "--type {} stores at most 2 non-zero weights of every 4, which --sparsity {} does "
+            "not promise; use --sparsity 2:4 (or another type)",
+            o.type, o.sparsity));
     if (!quant::keeps_zeros(type))
         throw ExitError(fmt::format(
             "--type {} would not keep the zeros (its grid is shifted by a minimum); use f32, "

@@ -23,6 +23,7 @@
 
 #include "calibrate/calibrated.h"
 #include "calibrate/calibration.h"
+#include "calibrate/pruning.h"
 #include "cli/auto_mixed.h"
 #include "cli/calib_text.h"
 #include "cli/commands.h"
@@ -301,7 +302,10 @@ void quantize_file(const QuantizeOptions& o) {
     // time, minutes in.
     if (quant::is_int4s(target) || std::any_of(mix.begin(), mix.end(), quant::is_int4s)) {
         const auto pattern = in ? in->get_string("ferry.sparsity.pattern") : std::nullopt;
-        if (!pattern || *pattern != "2:4")
+        const auto parsed = pattern
+                                ? calibrate::parse_sparsity(*pattern)
+                                : Expected<calibrate::SparsityPattern>(make_error("not pruned"));
+        if (!parsed || !parsed->at_most_2_of_4())
             throw ExitError(fmt::format(
                 "--type int4s stores matrices pruned 2:4, and {} is {}: prune it first (ferry "
                 "prune {} pruned.gguf --sparsity 2:4), then quantize that",

@@ -101,6 +101,7 @@ def test_magnitude_unstructured_zeroes_the_fraction_of_each_row(model_path, tmp_
     (["--sparsity", "2:4", "--method", "magnitude", "--damp", "0.1"], "--damp"),
     (["--sparsity", "2:4", "--method", "magnitude", "--calib-tokens", "64"], "--calib"),
     (["--sparsity", "2:4", "--method", "pruney"], "--method"),
+    (["--sparsity", "4:8", "--method", "magnitude", "--type", "int4s"], "--sparsity 4:8"),
 ])
 def test_bad_switches_give_one_clear_error_and_write_nothing(model_path, tmp_path, args, needle):
     out = tmp_path / "out.gguf"

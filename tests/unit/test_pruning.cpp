@@ -90,6 +90,11 @@ TEST(Pruning, PatternsParseAndBadOnesAreRefused) {
          {"4:2", "2:2", "0:4", "2:64", "2:4x", "x:4", "1.5", "0", "-0.5", "abc", ""})
         EXPECT_FALSE(parse_sparsity(bad).ok()) << bad;
     EXPECT_FALSE(parse_prune_method("random").ok());
+    // What int4s can store: at most 2 non-zero in every aligned 4.
+    for (const char* fits : {"2:4", "1:4", "1:2", "2:8", "1:16"})
+        EXPECT_TRUE(pattern(fits).at_most_2_of_4()) << fits;
+    for (const char* not_fits : {"3:4", "4:8", "3:8", "2:3", "0.5", "0.9"})
+        EXPECT_FALSE(pattern(not_fits).at_most_2_of_4()) << not_fits;
 }
 
 TEST(Pruning, MagnitudeKeepsTheLargestOfEachGroupUntouched) {
