@@ -68,7 +68,8 @@ TEST(Int4S, HoldsInt4sValuesInThreeQuartersOfItsBytes) {
                 ASSERT_EQ(std::bit_cast<uint32_t>(ys[i]), std::bit_cast<uint32_t>(yd[i]))
                     << dtype_name(t) << " n " << n << " [" << i << "]";
             for (int64_t i = 0; i < n; ++i) {
-                if (x[i] == 0) ASSERT_EQ(ys[i], 0.0f) << dtype_name(t) << " [" << i << "]";
+                if (x[i] != 0) continue;
+                ASSERT_EQ(ys[i], 0.0f) << dtype_name(t) << " [" << i << "]";
             }
         }
     }
@@ -188,6 +189,41 @@ TEST(Int4S, EveryLevelGivesTheReferencesBitsAndInt4s) {
                         }
                     }
                 }
+        }
+    }
+}
+
+// A file is not trusted to hold two different positions, lower first: whatever its nibbles say,
+// the kernels read what the reference reads (group_chunk: the first code at i0, the second at
+// i1, the second winning where they are the same).
+TEST(Int4S, PositionsOutOfOrderOrEqualReadAsTheReferenceReadsThem) {
+    ferry::testing::LevelGuard guard;
+    ThreadPool pool(2);
+    Matrix m = make_matrix(DType::INT4S_G32, 17, 64, 7);
+    for (int64_t r = 0; r < 17; ++r) {
+        uint8_t* idx = m.bytes.data() + static_cast<size_t>(r) * m.w.row_stride + 4 + 8;
+        idx[0] = static_cast<uint8_t>((2 | 2 << 2) | (3 | 1 << 2) << 4);  // equal; reversed
+        idx[3] = static_cast<uint8_t>((r % 16) | (15 - r % 16) << 4);
+    }
+    m.packed = kernels::cpu::PackedWeight(m.w);
+    m.w.packed = m.packed.data();
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (auto level : ferry::testing::simd_levels(true)) {
+        kernels::cpu::set_cpu_level(level);
+        for (int64_t nt : {1, 5}) {
+            std::vector<float> x(static_cast<size_t>(nt * 64)), y(static_cast<size_t>(nt * 17));
+            for (auto& v : x) v = u(rng);
+            kernels::cpu::matmul(m.w, x.data(), nt, y.data(), pool);
+            const auto a = kernels::cpu::activations();
+            if (a == kernels::Activations::F32) continue;
+            std::vector<kernels::cpu::ActBlock> xa(static_cast<size_t>(2 * nt));
+            kernels::cpu::ref::quantize_act(x.data(), xa.data(), nt * 64, a);
+            for (int64_t r = 0; r < 17; ++r)
+                for (int64_t t = 0; t < nt; ++t)
+                    ASSERT_EQ(y[t * 17 + r], kernels::cpu::ref::dot_act(
+                                                 DType::INT4S_G32, m.w.row(r), &xa[t * 2], 2, a))
+                        << kernels::cpu::cpu_level_name(level) << " row " << r << " t " << t;
         }
     }
 }

@@ -1,6 +1,7 @@
 #include "kernels/cpu/packed_weights.h"
 
 #include <cstring>
+#include <utility>
 
 #include "quant/block_formats.h"
 #include "quant/dequantize.h"
@@ -69,19 +70,32 @@ void pack_block(DType type, const uint8_t* row, int64_t tile, uint8_t* t, int i)
             const int64_t c0 = 32 * tile;
             const uint8_t* blk = row + (c0 / info.block_size) * info.block_bytes;
             const uint8_t* q = blk + 4 + 12 * ((c0 % info.block_size) / 32);
-            for (int c = 0; c < 4; ++c)
-                for (int s = 0; s < 2; ++s)
-                    t[32 * c + 2 * i + s] = static_cast<uint8_t>(
-                        ((q[c] >> (4 * s)) & 0xF) | ((q[4 + c] >> (4 * s)) & 0xF) << 4);
-            for (int v = 0; v < 8; ++v) {
-                const int m = v % 2 ? 4 + v / 2 : v / 2;  // vector v's quartet
+            const uint8_t z = blk[2];
+            for (int m = 0; m < 8; ++m) {
+                // The quartet as group_chunk (the reference) reads it, then its two stored
+                // positions as the quantizer picks them, so that a file whose positions are not
+                // two different ones, lower first, still gives the reference's values.
+                uint8_t w[4] = {z, z, z, z};
                 const int pos = (q[8 + m / 2] >> (4 * (m % 2))) & 0xF;
-                uint8_t* mask = t + PackedInt4S::masks + 8 * v;
-                for (int k : {pos & 3, pos >> 2})
-                    mask[(4 * i + k) / 8] |= static_cast<uint8_t>(1u << ((4 * i + k) % 8));
+                w[pos & 3] = q[m] & 0xF;
+                w[pos >> 2] = q[m] >> 4;
+                int p[2], n = 0;
+                for (int k = 0; k < 4 && n < 2; ++k)
+                    if (w[k] != z) p[n++] = k;
+                for (int k = 0; k < 4 && n < 2; ++k)
+                    if (w[k] == z) p[n++] = k;
+                if (p[0] > p[1]) std::swap(p[0], p[1]);
+                const int v = m < 4 ? 2 * m : 2 * (m - 4) + 1;  // the weight vector of quartet m
+                for (int s = 0; s < 2; ++s) {
+                    uint8_t& b = t[32 * (v / 2) + 2 * i + s];
+                    b = static_cast<uint8_t>(b | (w[p[s]] & 0xF) << (4 * (v % 2)));
+                    const int bit = 4 * i + p[s];
+                    t[PackedInt4S::masks + 8 * v + bit / 8] |=
+                        static_cast<uint8_t>(1u << (bit % 8));
+                }
             }
             put16(t + PackedInt4S::d, i, static_cast<uint16_t>(blk[0] | blk[1] << 8));
-            t[PackedInt4S::z + i] = blk[2];
+            t[PackedInt4S::z + i] = z;
             break;
         }
         case DType::Q4_K: {
