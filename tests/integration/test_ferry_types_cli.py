@@ -86,7 +86,7 @@ def test_group_size_is_checked(model_path, tmp_path):
     assert r.returncode != 0 and "--group-size 100" in r.stderr
     r = run_ferry("quantize", model_path, tmp_path / "x.gguf", "--type", "int8",
                   "--group-size", "64")
-    assert r.returncode != 0 and "int4 and int3 only" in r.stderr
+    assert r.returncode != 0 and "int4, int3 and int4s only" in r.stderr
     assert not (tmp_path / "x.gguf").exists()
 
 
