@@ -131,12 +131,7 @@ GroupChunk group_chunk(DType t, const uint8_t* row, int64_t c0) {
     uint8_t codes[32];
     const uint8_t* q = blk + 4 + 12 * k;
     if (is_int4s(t)) {
-        std::memset(codes, c.z, sizeof(codes));
-        for (int m = 0; m < 8; ++m) {
-            const int pos = (q[8 + m / 2] >> (4 * (m % 2))) & 0xF;
-            codes[4 * m + (pos & 3)] = q[m] & 0xF;
-            codes[4 * m + (pos >> 2)] = q[m] >> 4;
-        }
+        for (int m = 0; m < 8; ++m) int4s_quartet(q, m, c.z, codes + 4 * m);
     } else {
         for (int j = 0; j < 32; ++j)
             codes[j] = static_cast<uint8_t>(((q[j % 8] >> (2 * (j / 8))) & 3) |
@@ -144,6 +139,22 @@ GroupChunk group_chunk(DType t, const uint8_t* row, int64_t c0) {
     }
     for (int j = 0; j < 16; ++j) c.qs[j] = static_cast<uint8_t>(codes[j] | codes[j + 16] << 4);
     return c;
+}
+
+void int4s_quartet(const uint8_t* chunk, int m, uint8_t z, uint8_t w[4]) {
+    const int pos = (chunk[8 + m / 2] >> (4 * (m % 2))) & 0xF;
+    w[0] = w[1] = w[2] = w[3] = z;
+    w[pos & 3] = chunk[m] & 0xF;
+    w[pos >> 2] = chunk[m] >> 4;
+}
+
+void int4s_positions(const uint8_t w[4], uint8_t z, int pos[2]) {
+    int n = 0;
+    for (int i = 0; i < 4 && n < 2; ++i)
+        if (w[i] != z) pos[n++] = i;
+    for (int i = 0; i < 4 && n < 2; ++i)
+        if (w[i] == z) pos[n++] = i;
+    if (pos[0] > pos[1]) std::swap(pos[0], pos[1]);
 }
 
 int64_t first_dense_quartet(const float* x, int64_t n) {
@@ -168,13 +179,8 @@ void pack_int_group(DType t, uint16_t d, uint8_t z, const uint8_t* codes, void* 
             uint8_t* o = qs + 12 * c;
             std::memset(o, 0, 12);
             for (int m = 0; m < 8; ++m) {
-                // The positions whose code is not z, then the lowest others to make up two.
-                int pos[2], n = 0;
-                for (int i = 0; i < 4 && n < 2; ++i)
-                    if (q[4 * m + i] != z) pos[n++] = i;
-                for (int i = 0; i < 4 && n < 2; ++i)
-                    if (q[4 * m + i] == z) pos[n++] = i;
-                if (pos[0] > pos[1]) std::swap(pos[0], pos[1]);
+                int pos[2];
+                int4s_positions(q + 4 * m, z, pos);
                 o[m] =
                     static_cast<uint8_t>((q[4 * m + pos[0]] & 15) | (q[4 * m + pos[1]] & 15) << 4);
                 o[8 + m / 2] |= static_cast<uint8_t>((pos[0] | pos[1] << 2) << (4 * (m % 2)));

@@ -111,6 +111,11 @@ struct GroupChunk {
     uint8_t qs[16];
 };
 GroupChunk group_chunk(DType t, const uint8_t* row, int64_t c0);
+// int4s, per 32 elements: quartet m's (0..7) four codes from the chunk's 12 bytes, z where nothing
+// is stored (the second position wins where a file names one twice); and the two positions the
+// format stores for four codes: those not z, then the lowest others, lower first.
+void int4s_quartet(const uint8_t* chunk, int m, uint8_t z, uint8_t w[4]);
+void int4s_positions(const uint8_t w[4], uint8_t z, int pos[2]);
 // Writes one group of an int3, int4 or int4s row from its scale, zero point and G codes. For
 // int4s, at most 2 codes of every 4 may differ from z (quantize_row checks the pattern first).
 void pack_int_group(DType t, uint16_t d, uint8_t z, const uint8_t* codes, void* dst);

@@ -26,3 +26,13 @@ def model_path():
     p = default_model()
     assert os.path.exists(p), f"default model missing at {p}: run scripts/get-model.sh"
     return p
+
+
+@pytest.fixture(scope="session")
+def tiny_f16(tmp_path_factory):
+    """A 2-layer SmolLM2-shaped model with random f16 weights (ferry synth): for tools that run
+    the model many times (calibration, sensitivity) and would take minutes on the real one."""
+    out = tmp_path_factory.mktemp("tiny") / "tiny-f16.gguf"
+    r = run_ferry("synth", out, "--like", "smollm2-135m", "--layers", 2, "--type", "f16", "-q")
+    assert r.returncode == 0, r.stderr
+    return out

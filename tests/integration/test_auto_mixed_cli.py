@@ -12,14 +12,6 @@ gguf = pytest.importorskip("gguf")
 MIXED = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    out = tmp_path_factory.mktemp("mixed") / "tiny-f16.gguf"
-    r = run_ferry("synth", out, "--like", "smollm2-135m", "--layers", 2, "--type", "f16", "-q")
-    assert r.returncode == 0, r.stderr
-    return out
-
-
 def mix(src, out, *args):
     return run_ferry("quantize", src, out, "--auto-mixed", "--calib-tokens", 48, *args)
 
@@ -37,9 +29,9 @@ def field(reader, key):
 
 
 @pytest.mark.parametrize("budget", [5.0, 6.5])
-def test_the_mix_fits_the_budget_and_uses_both_types(tiny, tmp_path, budget):
+def test_the_mix_fits_the_budget_and_uses_both_types(tiny_f16, tmp_path, budget):
     out = tmp_path / "mixed.gguf"
-    r = mix(tiny, out, "--budget", budget, "--mix-types", "q8_0,q4_0")
+    r = mix(tiny_f16, out, "--budget", budget, "--mix-types", "q8_0,q4_0")
     assert r.returncode == 0, r.stderr
     assert "chose" in r.stderr and "summed single-matrix KL" in r.stderr
     rd = gguf.GGUFReader(out)
@@ -66,9 +58,10 @@ def test_the_mix_fits_the_budget_and_uses_both_types(tiny, tmp_path, budget):
     assert run.returncode == 0, run.stderr
 
 
-def test_a_larger_budget_never_costs_more_kl(tiny, tmp_path):
+def test_a_larger_budget_never_costs_more_kl(tiny_f16, tmp_path):
     def summed_kl(budget):
-        r = mix(tiny, tmp_path / f"m{budget}.gguf", "--budget", budget, "--mix-types", "q8_0,q4_0")
+        r = mix(tiny_f16, tmp_path / f"m{budget}.gguf", "--budget", budget, "--mix-types",
+                "q8_0,q4_0")
         assert r.returncode == 0, r.stderr
         line = next(x for x in r.stderr.splitlines() if "summed single-matrix KL" in x)
         return float(line.split("summed single-matrix KL ")[1].split()[0])
@@ -78,9 +71,9 @@ def test_a_larger_budget_never_costs_more_kl(tiny, tmp_path):
     assert kls[0] > kls[2]
 
 
-def test_int3_mixes_and_runs(tiny, tmp_path):
+def test_int3_mixes_and_runs(tiny_f16, tmp_path):
     out = tmp_path / "mixed3.gguf"
-    r = mix(tiny, out, "--budget", 4.5, "--mix-types", "int3,int4,q8_0", "--group-size", 32)
+    r = mix(tiny_f16, out, "--budget", 4.5, "--mix-types", "int3,int4,q8_0", "--group-size", 32)
     assert r.returncode == 0, r.stderr
     assert "int3_g32" in r.stderr
     info = run_ferry("info", "-m", out)
@@ -98,17 +91,17 @@ def test_int3_mixes_and_runs(tiny, tmp_path):
     (["--budget", 5, "--mix-types", "q4_0,q9_9"], "--type q9_9"),
     (["--budget", 5, "--method", "gptq"], "rounds to nearest"),
 ])
-def test_bad_switches_say_what_is_wrong_and_write_nothing(tiny, tmp_path, args, message):
+def test_bad_switches_say_what_is_wrong_and_write_nothing(tiny_f16, tmp_path, args, message):
     out = tmp_path / "bad.gguf"
-    r = mix(tiny, out, *args)
+    r = mix(tiny_f16, out, *args)
     assert r.returncode != 0
     assert message in r.stderr, r.stderr
     assert not out.exists()
 
 
-def test_budget_and_mix_types_need_auto_mixed(tiny, tmp_path):
+def test_budget_and_mix_types_need_auto_mixed(tiny_f16, tmp_path):
     out = tmp_path / "bad.gguf"
-    r = run_ferry("quantize", tiny, out, "--type", "q4_0", "--budget", 5)
+    r = run_ferry("quantize", tiny_f16, out, "--type", "q4_0", "--budget", 5)
     assert r.returncode != 0
     assert "apply to --auto-mixed only" in r.stderr
     assert not out.exists()

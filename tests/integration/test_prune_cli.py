@@ -173,20 +173,13 @@ def test_int4s_of_a_file_not_pruned_2_4_is_refused_before_any_work(model_path, t
     assert not out.exists()
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    src = tmp_path_factory.mktemp("tiny") / "tiny.gguf"
-    r = run_ferry("synth", src, "--like", "smollm2-135m", "--layers", 2, "--type", "f16", "-q")
-    assert r.returncode == 0, r.stderr
-    return src
-
-
 @pytest.mark.parametrize("method", ["wanda", "sparsegpt"])
-def test_sequential_calibrates_each_layer_on_the_pruned_layers_before_it(tiny, tmp_path, method):
+def test_sequential_calibrates_each_layer_on_the_pruned_layers_before_it(tiny_f16, tmp_path,
+                                                                         method):
     # Layer 0 sees the same inputs either way, so it is pruned the same; layer 1's inputs come
     # through a pruned layer 0 only with --sequential, so its mask (or SparseGPT's updates)
     # differ. Both follow the pattern.
-    src = tiny
+    src = tiny_f16
     out = {}
     for mode in ([], ["--sequential"]):
         path = tmp_path / f"{method}{len(mode)}.gguf"

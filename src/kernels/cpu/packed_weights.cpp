@@ -1,7 +1,6 @@
 #include "kernels/cpu/packed_weights.h"
 
 #include <cstring>
-#include <utility>
 
 #include "quant/block_formats.h"
 #include "quant/dequantize.h"
@@ -75,16 +74,10 @@ void pack_block(DType type, const uint8_t* row, int64_t tile, uint8_t* t, int i)
                 // The quartet as group_chunk (the reference) reads it, then its two stored
                 // positions as the quantizer picks them, so that a file whose positions are not
                 // two different ones, lower first, still gives the reference's values.
-                uint8_t w[4] = {z, z, z, z};
-                const int pos = (q[8 + m / 2] >> (4 * (m % 2))) & 0xF;
-                w[pos & 3] = q[m] & 0xF;
-                w[pos >> 2] = q[m] >> 4;
-                int p[2], n = 0;
-                for (int k = 0; k < 4 && n < 2; ++k)
-                    if (w[k] != z) p[n++] = k;
-                for (int k = 0; k < 4 && n < 2; ++k)
-                    if (w[k] == z) p[n++] = k;
-                if (p[0] > p[1]) std::swap(p[0], p[1]);
+                uint8_t w[4];
+                int4s_quartet(q, m, z, w);
+                int p[2];
+                int4s_positions(w, z, p);
                 const int v = m < 4 ? 2 * m : 2 * (m - 4) + 1;  // the weight vector of quartet m
                 for (int s = 0; s < 2; ++s) {
                     uint8_t& b = t[32 * (v / 2) + 2 * i + s];
