@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 
 #include "core/thread_pool.h"
 #include "engine/model_runner.h"
@@ -150,10 +151,22 @@ Expected<std::vector<double>> measure_sensitivity(model::LlamaModel& model,
                               tr.tensor, cols, dtype_name(tr.type));
         const size_t rb = row_bytes(tr.type, cols);
         auto bytes = std::make_shared<std::vector<uint8_t>>(rb * static_cast<size_t>(rows));
+        // A row can be refused (int4s on a row that is not 2:4): the first refusal is the answer.
+        std::mutex failed_mu;
+        Status failed;
         pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
             for (int64_t r = r0; r < r1; ++r)
-                (void)quant::quantize_row(tr.type, &floats[r * cols], bytes->data() + r * rb, cols);
+                if (Status s = quant::quantize_row(tr.type, &floats[r * cols],
+                                                   bytes->data() + r * rb, cols);
+                    !s) {
+                    std::lock_guard lock(failed_mu);
+                    if (failed) failed = std::move(s);
+                    return;
+                }
         });
+        if (!failed)
+            return make_error("sensitivity: {} as {}: {}", tr.tensor, dtype_name(tr.type),
+                              failed.error().message);
         const bool same = tr.type == loaded.dtype() && loaded.contiguous() &&
                           std::memcmp(bytes->data(), loaded.raw(), bytes->size()) == 0;
         if (!same) {

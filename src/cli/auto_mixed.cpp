@@ -43,7 +43,8 @@ MixedPlan plan_auto_mixed(
         calibrate::MixItem item{t.name, {}};
         std::vector<size_t>& of = option_of.emplace_back();
         for (DType c : candidates) {
-            const DType type = quant::fallback_for(c, row);
+            // As ferry quantize writes it: int4s's embedding and head are int4.
+            const DType type = quant::type_for_tensor(c, t.name, t.shape.size(), row);
             const auto seen =
                 std::find_if(item.options.begin(), item.options.end(),
                              [&](const calibrate::MixOption& o) { return o.type == type; });

@@ -59,8 +59,10 @@ void add_plan_command(CLI::App& app) {
                     "T4, L4, A10, A100-40GB, A100-80GB, H100-SXM, H100-PCIe, H200, RTX-3090, "
                     "RTX-4090, MI300X, or cpu (measured)")
         ->capture_default_str();
-    cmd->add_option("--weights", args->options.weights,
-                    "f16|bf16|fp8|int8|int4|<gguf type, e.g. q4_k> (default: the model's own)");
+    cmd->add_option(
+        "--weights", args->options.weights,
+        "f16|bf16|fp8|int8|int4|int4s (2:4 sparse)|w8a8|<gguf type, e.g. q4_k> (default: "
+        "the model's own)");
     cmd->add_option("--kv-dtype", args->options.kv_dtype,
                     "f32|f16|fp8|int8 (ferry's caches: scales included)")
         ->capture_default_str();

@@ -1,10 +1,10 @@
 // `ferry prune IN.gguf OUT.gguf --sparsity 2:4|0.5 [--method magnitude|wanda|sparsegpt]
-// [--calib FILE] [--calib-tokens N] [--type f16] [--damp F] [--sequential]`: zeroes the least
-// important weights of every layer's linear maps (calibrate/pruning.h) and writes them in a type
-// that holds zero exactly, so the pattern survives. `ferry quantize` keeps it too (to q8_0, q4_0,
-// int8, int4, or int4s, which stores a 2:4 file compressed; rounding to nearest or with GPTQ told
-// by the file's ferry.sparsity.pattern key to keep the zeros) and refuses the types and methods
-// that would not.
+// [--calib FILE] [--calib-tokens N] [--type f16] [--group-size G] [--damp F] [--sequential]`:
+// zeroes the least important weights of every layer's linear maps (calibrate/pruning.h) and writes
+// them in a type that holds zero exactly, so the pattern survives. `ferry quantize` keeps it too
+// (to q8_0, q4_0, int8, int4, or int4s, which stores a 2:4 file compressed; rounding to nearest or
+// with GPTQ told by the file's ferry.sparsity.pattern key to keep the zeros) and refuses the types
+// and methods that would not.
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -40,12 +40,13 @@ struct PruneCliOptions {
     int threads = 0;
     bool quiet = false;
     bool sequential = false;
+    int group_size = 128;  // int4 and int4s only
 };
 
 void prune_file(const PruneCliOptions& o) {
     const calibrate::SparsityPattern pattern = take(calibrate::parse_sparsity(o.sparsity));
     const calibrate::PruneMethod method = take(calibrate::parse_prune_method(o.method));
-    const DType type = take(parse_weight_type(o.type, 128));
+    const DType type = take(parse_weight_type(o.type, o.group_size));
     if (quant::is_int4s(type) && !pattern.at_most_2_of_4())
         throw ExitError(fmt::format(
             "--type {} stores at most 2 non-zero weights of every 4, which --sparsity {} does "
@@ -54,7 +55,7 @@ void prune_file(const PruneCliOptions& o) {
     if (!quant::keeps_zeros(type))
         throw ExitError(fmt::format(
             "--type {} would not keep the zeros (its grid is shifted by a minimum); use f32, "
-            "f16, bf16, q8_0, q4_0, int8 or int4",
+            "f16, bf16, q8_0, q4_0, int8, int4 or int4s",
             o.type));
     const auto backend =
         take(kernels::make_backend({.threads = resolve_threads(o.threads), .activations = {}}));
@@ -215,9 +216,13 @@ void add_prune_command(CLI::App& app) {
         ->check(CLI::IsMember({"magnitude", "wanda", "sparsegpt"}))
         ->capture_default_str();
     cmd->add_option("--type", o->type,
-                    "type of the pruned matrices: f32, f16, bf16, q8_0, q4_0, int8 or int4 (types "
-                    "that keep 0 exact); the other tensors keep theirs")
+                    "type of the pruned matrices: f32, f16, bf16, q8_0, q4_0, int8, int4 or int4s "
+                    "(2:4 only: int4 storing 2 codes of every 4) (types that keep 0 exact); the "
+                    "other tensors keep theirs")
         ->capture_default_str();
+    auto* group =
+        cmd->add_option("--group-size", o->group_size, "int4 / int4s group size (32, 64 or 128)")
+            ->capture_default_str();
     auto* calib = cmd->add_option("--calib", o->calib,
                                   "Calibration text for wanda/sparsegpt (default: "
                                   "data/calib/default.txt)");
@@ -238,7 +243,7 @@ void add_prune_command(CLI::App& app) {
         "pruned (one forward pass per layer), instead of all layers in one pass on the dense "
         "model");
     cmd->add_flag("-q,--quiet", o->quiet, "No progress bar");
-    cmd->callback([o, calib, calib_tokens, damp, sequential] {
+    cmd->callback([o, calib, calib_tokens, damp, sequential, group] {
         o->in = take(resolve_model_path(o->in));
         if (o->in == o->out) throw ExitError("input and output must be different files");
         if (std::error_code ec; std::filesystem::is_directory(o->out, ec))
@@ -257,6 +262,8 @@ void add_prune_command(CLI::App& app) {
             throw ExitError(
                 "--sequential applies to --method wanda or sparsegpt (magnitude "
                 "reads no activations)");
+        if (group->count() && o->type != "int4" && o->type != "int4s")
+            throw ExitError("--group-size applies to --type int4 and int4s only");
         prune_file(*o);
     });
 }

@@ -459,7 +459,7 @@ void add_quantize_command(CLI::App& app) {
                     "(repeatable; --keep wins where both match)");
     cmd->add_option("--method", o->method,
                     "rtn (round to nearest), gptq or awq (both calibrate on a text; group types "
-                    "only: int4, int3, q4_0, q4_1)")
+                    "only: int4, int3, int4s, q4_0, q4_1)")
         ->check(CLI::IsMember({"rtn", "gptq", "awq"}))
         ->capture_default_str();
     auto* calib = cmd->add_option(

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include "fuzz_service.h"
@@ -45,13 +46,33 @@ ferry::server::HttpServer& server() {
 
 FERRY_FUZZ_TARGET(http)(const uint8_t* data, size_t size) {
     const int port = server().port();
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) std::abort();
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port));
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) std::abort();
+    // Every run is a new connection that this side closes first, so each leaves a TIME_WAIT
+    // for a minute: at thousands of runs a second one source address's ~28k ephemeral ports
+    // run out (connect: EADDRNOTAVAIL). Spreading the runs over 256 loopback source addresses
+    // gives each its own ports; a connect that still finds none free waits, it is no finding.
+    static uint32_t run = 0;
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    from.sin_addr.s_addr = htonl(0x7f010000u | (run++ % 256u + 1u));  // 127.1.0.1-127.1.1.0
+    int fd = -1;
+    for (int tries = 0;; ++tries) {
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) == 0 &&
+            connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0)
+            break;
+        const int err = errno;
+        if (fd >= 0) close(fd);
+        if (err != EADDRNOTAVAIL || tries == 200) {
+            std::fprintf(stderr, "fuzz_http: no connection to the server: %s\n",
+                         std::strerror(err));
+            std::abort();
+        }
+        usleep(50000);
+    }
     timeval tv{10, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);

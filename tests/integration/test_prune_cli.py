@@ -2,6 +2,8 @@
 the pattern there (not by ferry's own check), it runs, and it stays pruned when quantized to q4_0
 afterwards. Bad switches give one clear line and write nothing."""
 
+import json
+
 import pytest
 
 from conftest import run_ferry
@@ -102,6 +104,8 @@ def test_magnitude_unstructured_zeroes_the_fraction_of_each_row(model_path, tmp_
     (["--sparsity", "2:4", "--method", "magnitude", "--calib-tokens", "64"], "--calib"),
     (["--sparsity", "2:4", "--method", "pruney"], "--method"),
     (["--sparsity", "4:8", "--method", "magnitude", "--type", "int4s"], "--sparsity 4:8"),
+    (["--sparsity", "2:4", "--method", "magnitude", "--group-size", "64"], "--group-size"),
+    (["--sparsity", "2:4", "--type", "int4s", "--group-size", "48"], "--group-size 48"),
 ])
 def test_bad_switches_give_one_clear_error_and_write_nothing(model_path, tmp_path, args, needle):
     out = tmp_path / "out.gguf"
@@ -198,3 +202,31 @@ def test_sequential_calibrates_each_layer_on_the_pruned_layers_before_it(tiny_f1
     r = run_ferry("prune", src, tmp_path / "m.gguf", "--sparsity", "2:4", "--method",
                   "magnitude", "--sequential")
     assert r.returncode != 0 and "--sequential applies to" in r.stderr, r.stderr
+
+
+def test_int4s_mixes_with_auto_mixed_and_the_dense_tensors_stay_int4(tiny_f16, tmp_path):
+    # Pruning leaves the embedding dense, so --auto-mixed offers it int4 where int4s is named
+    # (as --type int4s writes it), and --group-size reaches prune's int4s.
+    pruned = tmp_path / "p.gguf"
+    r = run_ferry("prune", tiny_f16, pruned, "--sparsity", "2:4", "--method", "magnitude",
+                  "--type", "int4s", "--group-size", 64, "-q")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(run_ferry("info", "-m", pruned, "--json").stdout)
+    assert info["tensor_types"]["int4s_g64"]["tensors"] == 14, info["tensor_types"]
+    out = tmp_path / "m.gguf"
+    r = run_ferry("quantize", tiny_f16_pruned_f16(tiny_f16, tmp_path), out, "--auto-mixed",
+                  "--calib-tokens", 48, "--budget", 5, "--mix-types", "int4s,q8_0")
+    assert r.returncode == 0, r.stderr
+    embd = next(x for x in r.stderr.splitlines() if "token_embd" in x)
+    assert "int4s" not in embd and ("int4_g64" in embd or "q8_0" in embd), embd
+    types = json.loads(run_ferry("info", "-m", out, "--json").stdout)["tensor_types"]
+    assert "int4s_g64" in types, types
+    run = run_ferry("run", "-m", out, "-p", "The lighthouse", "-n", 4, "--temp", 0)
+    assert run.returncode == 0, run.stderr
+
+
+def tiny_f16_pruned_f16(src, tmp_path):
+    out = tmp_path / "p16.gguf"
+    r = run_ferry("prune", src, out, "--sparsity", "2:4", "--method", "magnitude", "-q")
+    assert r.returncode == 0, r.stderr
+    return out
