@@ -25,6 +25,8 @@ class Collector final : public model::ActivationObserver {
 
     void begin_window(int64_t offset) { offset_ = offset; }
 
+    int last_layer() const override { return opt_.only_layer; }
+
     void observe(int layer, model::LinearInput which, const Tensor& rows) override {
         if (opt_.only_layer >= 0 && layer != opt_.only_layer) return;
         const float* x = rows.data<const float>();

@@ -653,7 +653,11 @@ void LlamaModel::forward_stage(kernels::Backend& be, const kernels::Batch& batch
         be.rope_angles(batch, rope_inv_freq_swa_, 1.0f, rope_swa);
     }
 
-    for (int li = first_layer_; li < end_layer_; ++li) {
+    // A pass that only feeds an observer (no logits wanted, one process) ends at its last layer.
+    int end = end_layer_;
+    if (observer && observer->last_layer() >= 0 && batch.logit_tokens.empty() && !comm_)
+        end = std::min(end, observer->last_layer() + 1);
+    for (int li = first_layer_; li < end; ++li) {
         const LayerWeights& L = layers_[li];
         const int kl = li - first_layer_;  // the layer in this rank's KV cache
         const int window = c.window(li);
@@ -705,6 +709,7 @@ void LlamaModel::forward_stage(kernels::Backend& be, const kernels::Batch& batch
         if (!L.post_ffn_norm.empty()) be.rmsnorm(out, L.post_ffn_norm, c.rms_eps, out);
         be.add(x, out);
     }
+    if (end != end_layer_) return;
 
     if (end_layer_ != c.n_layer) {  // the next stage takes it from here
         const Tensor h = be.host_view(x);

@@ -37,6 +37,10 @@ class ActivationObserver {
   public:
     virtual ~ActivationObserver() = default;
     virtual void observe(int layer, LinearInput which, const Tensor& rows) = 0;
+    // The last layer whose inputs it wants (-1: every layer). A pass that wants no logits and
+    // runs in one process stops after that layer: sequential pruning's pass for layer L runs
+    // L + 1 layers, not the whole depth.
+    virtual int last_layer() const { return -1; }
 };
 
 struct LayerWeights {

@@ -530,5 +530,48 @@ TEST(SmoothQuant, RealLayersKeepLogitsAndCutW8A8Error) {
     EXPECT_LT(err_smooth, 0.8 * err_plain);
 }
 
+// Sequential pruning's pass for layer L: an observer that wants layers up to L stops a pass that
+// wants no logits after L, and the statistics of L are those of a pass through every layer.
+struct LayersSeen final : model::ActivationObserver {
+    explicit LayersSeen(int last) : last(last) {}
+    void observe(int layer, model::LinearInput, const Tensor&) override {
+        deepest = std::max(deepest, layer);
+    }
+    int last_layer() const override { return last; }
+    int last, deepest = -1;
+};
+
+TEST(Calibration, OneLayersPassStopsAfterItWithTheWholePassStatistics) {
+    const std::string path = ferry::testing::default_model_path();
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << "no default model";
+    const auto& lm = ferry::testing::default_model();
+    const auto& m = *lm.model;
+    auto tokens = lm.tokenizer->encode(calib_text(), true);
+    tokens.resize(64);
+    for (const int last : {-1, 0, 5}) {
+        engine::ModelRunner runner(m, ferry::testing::cpu_backend(), 1, 256);
+        LayersSeen seen(last);
+        runner.set_observer(&seen);
+        const int32_t block = 0;
+        const engine::ModelRunner::Work w{tokens, 0, {&block, 1}, 0};
+        runner.run({&w, 1});
+        EXPECT_EQ(seen.deepest, last < 0 ? m.config().n_layer - 1 : last);
+    }
+    CalibrationOptions opt;
+    opt.sq_mean = true;
+    opt.window = 32;
+    auto all = calibrate(m, ferry::testing::cpu_backend(), tokens, opt);
+    opt.only_layer = 5;
+    auto one = calibrate(m, ferry::testing::cpu_backend(), tokens, opt);
+    ASSERT_TRUE(all.ok() && one.ok());
+    for (int i = 0; i < model::kLinearInputs; ++i) {
+        const auto which = static_cast<model::LinearInput>(i);
+        EXPECT_EQ(one->at(5, which).sq_mean, all->at(5, which).sq_mean);
+        EXPECT_EQ(one->at(5, which).n_tokens, 64);
+        EXPECT_EQ(one->at(6, which).n_tokens, 0);
+        EXPECT_EQ(one->at(4, which).n_tokens, 0);
+    }
+}
+
 }  // namespace
 }  // namespace ferry::calibrate
