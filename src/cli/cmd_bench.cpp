@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/bench_plot.h"
@@ -13,6 +14,7 @@
 #include "cli/kv_options.h"
 #include "cli/model_options.h"
 #include "cli/spec_options.h"
+#include "comm/communicator.h"
 #include "core/progress.h"
 #include "engine/generator.h"
 #include "engine/lookahead_proposer.h"
@@ -127,17 +129,38 @@ void bench_decode(const DecodeBenchOptions& o) {
     bool identical = true;
     Progress bar("bench decode", (o.repeats + 1) * (speculate ? 2 : 1), !o.json);
     int done = 0;
+    // Under --tp / --pp, what rank 0 exchanged during a run's decode: from its first token
+    // (the prefill's) to its end.
+    comm::Communicator* const comm = lm.model->comm();
+    comm::CommStats comm_first, comm_decode;
+    int64_t comm_decode_tokens = 0;
     auto once = [&](const engine::SpecRun& sr, std::vector<int32_t>* out) {
         gen.reset();
         auto st = take(gen.generate(
             prompt, greedy, o.gen_tokens,
             [&](int32_t t) {
                 out->push_back(t);
+                if (comm && out->size() == 1) comm_first = comm->stats();
                 return true;
             },
             nullptr, sr));
         bar.update(++done);
         return st;
+    };
+    auto add_decode_comm = [&](const std::vector<int32_t>& out) {
+        if (!comm || out.size() < 2) return;
+        const comm::CommStats end = comm->stats();
+        auto add = [](comm::CommStats::Kind& to, const comm::CommStats::Kind& a,
+                      const comm::CommStats::Kind& b) {
+            to.calls += b.calls - a.calls;
+            to.bytes += b.bytes - a.bytes;
+            to.seconds += b.seconds - a.seconds;
+        };
+        add(comm_decode.sums, comm_first.sums, end.sums);
+        add(comm_decode.gathers, comm_first.gathers, end.gathers);
+        add(comm_decode.stages, comm_first.stages, end.stages);
+        add(comm_decode.steps, comm_first.steps, end.steps);
+        comm_decode_tokens += static_cast<int64_t>(out.size()) - 1;
     };
     for (int r = 0; r <= o.repeats; ++r) {  // run 0 warms caches and is not counted
         if (r == 1) lm.model->reset_expert_tokens();
@@ -147,6 +170,7 @@ void bench_decode(const DecodeBenchOptions& o) {
         auto st = once({proposer.get(), spec_cfg.k, spec_cfg.policy}, &spec_out);
         if (speculate && plain_out != spec_out) identical = false;
         if (r == 0) continue;
+        add_decode_comm(spec_out);
         bw_samples.push_back(lm.backend->measure_read_bandwidth_gbs());
         prefill.push_back(st.prefill_tokens_per_s());
         decode.push_back(st.decode_tokens_per_s());
@@ -250,6 +274,26 @@ void bench_decode(const DecodeBenchOptions& o) {
         }
     }
     for (const auto& ph : phases) j["bottleneck"][ph.phase] = ph.to_json();
+    if (comm && comm_decode_tokens > 0) {
+        // Per generated token of the measured runs' decode, as rank 0 saw it (its waits for a
+        // slower rank are in the seconds).
+        const double per = 1.0 / static_cast<double>(comm_decode_tokens);
+        const double ms = comm_decode.seconds() * 1e3 * per;
+        auto kind = [&](const comm::CommStats::Kind& k) {
+            return nlohmann::json{{"calls", static_cast<double>(k.calls) * per},
+                                  {"bytes", static_cast<double>(k.bytes) * per},
+                                  {"ms", k.seconds * 1e3 * per}};
+        };
+        j["parallel"] = {{"kind", lm.model->pipeline_stages() > 1 ? "pp" : "tp"},
+                         {"ranks", comm->size()},
+                         {"decode_per_token",
+                          {{"sums", kind(comm_decode.sums)},
+                           {"gathers", kind(comm_decode.gathers)},
+                           {"stages", kind(comm_decode.stages)},
+                           {"steps", kind(comm_decode.steps)},
+                           {"comm_ms", ms},
+                           {"comm_fraction", tp.median > 0 ? ms / tp.median : 0}}}};
+    }
     const model::ExpertLoad load =
         model::expert_load(lm.model->config(), lm.model->expert_tokens());
     if (load.n_expert) j["experts"] = load.to_json();
@@ -280,6 +324,20 @@ void bench_decode(const DecodeBenchOptions& o) {
             "min %lld, max %lld (busiest / mean %.2f; worst layer's %.2f)\n",
             load.n_used, load.n_expert, load.mean, static_cast<long long>(load.min),
             static_cast<long long>(load.max), load.imbalance, load.worst_layer_imbalance);
+    if (j.contains("parallel")) {
+        const auto& d = j["parallel"]["decode_per_token"];
+        std::string kinds;
+        for (const char* k : {"sums", "gathers", "stages", "steps"})
+            if (d[k]["calls"].get<double>() > 0)
+                kinds += fmt::format("{}{:.0f} {} ({:.0f} bytes, {:.3f} ms)",
+                                     kinds.empty() ? "" : ", ", d[k]["calls"].get<double>(), k,
+                                     d[k]["bytes"].get<double>(), d[k]["ms"].get<double>());
+        std::printf(
+            "parallel   --%s %d, rank 0 per decoded token: %s; %.3f ms in all = %.0f %% "
+            "of the step\n",
+            j["parallel"]["kind"].get<std::string>().c_str(), comm->size(), kinds.c_str(),
+            d["comm_ms"].get<double>(), 100 * d["comm_fraction"].get<double>());
+    }
     std::printf("kv cache   %s, %.0f bytes per token\n",
                 quant::kv_dtype_name(gen.kv_store().dtype()), kv_per_token);
     std::printf(

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -23,6 +24,25 @@ namespace ferry::comm {
 class CommError : public std::runtime_error {
   public:
     using std::runtime_error::runtime_error;
+};
+
+// What one rank has exchanged since the group began, by kind: calls, its own payload bytes (the
+// floats it contributed or sent, the step messages it broadcast or took) and the seconds spent
+// in them, waits for slower ranks included. For the benchmarks, which report a decode step's
+// time in communication and its volume.
+struct CommStats {
+    struct Kind {
+        int64_t calls = 0;
+        int64_t bytes = 0;
+        double seconds = 0;
+    };
+    Kind sums;     // all_reduce_sum
+    Kind gathers;  // gather
+    Kind stages;   // send, recv, post_send and wait_sends
+    Kind steps;    // broadcast
+    double seconds() const {
+        return sums.seconds + gathers.seconds + stages.seconds + steps.seconds;
+    }
 };
 
 class Communicator {
@@ -52,6 +72,9 @@ class Communicator {
     // receiver asks for no more), a rank mid-step no longer than the timeout. An empty message
     // from rank 0 means the group is over.
     virtual void broadcast(std::vector<std::byte>& message, bool idle_ok) = 0;
+
+    // Counted by the implementation over MPI; a test's in-process group counts nothing.
+    virtual CommStats stats() const { return {}; }
 
     // Why the group failed, once it has; every collective throws after that. Safe to ask from
     // any thread.

@@ -58,6 +58,7 @@ class MpiCommunicator final : public Communicator {
     // picks, so the ranks' copies of the residual stream never drift apart.
     void all_reduce_sum(std::span<float> data) override {
         check();
+        const Counted counted(stats_.sums, data.size_bytes());
         const auto n = static_cast<int>(data.size());
         gathered_.resize(data.size() * static_cast<size_t>(size_));
         MPI_Request req;
@@ -75,6 +76,7 @@ class MpiCommunicator final : public Communicator {
     void gather(std::span<const float> mine, std::span<float> all,
                 std::span<const int> counts) override {
         check();
+        const Counted counted(stats_.gathers, mine.size_bytes());
         displs_.resize(static_cast<size_t>(size_));
         int at = 0;
         for (int r = 0; r < size_; ++r) {
@@ -90,6 +92,7 @@ class MpiCommunicator final : public Communicator {
 
     void send(std::span<const float> data, int to) override {
         check();
+        const Counted counted(stats_.stages, data.size_bytes());
         MPI_Request req;
         MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_FLOAT, to, kStageTag,
                   MPI_COMM_WORLD, &req);
@@ -98,18 +101,21 @@ class MpiCommunicator final : public Communicator {
 
     void post_send(std::span<const float> data, int to) override {
         check();
+        const Counted counted(stats_.stages, data.size_bytes());
         pending_.emplace_back();
         MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_FLOAT, to, kStageTag,
                   MPI_COMM_WORLD, &pending_.back());
     }
 
     void wait_sends() override {
+        const Counted counted(stats_.stages, 0, 0);
         for (MPI_Request& req : pending_) wait(req, false, "rank 0 to take the logits");
         pending_.clear();
     }
 
     void recv(std::span<float> data, int from) override {
         check();
+        const Counted counted(stats_.stages, data.size_bytes());
         MPI_Request req;
         MPI_Irecv(data.data(), static_cast<int>(data.size()), MPI_FLOAT, from, kStageTag,
                   MPI_COMM_WORLD, &req);
@@ -118,15 +124,20 @@ class MpiCommunicator final : public Communicator {
 
     void broadcast(std::vector<std::byte>& message, bool idle_ok) override {
         check();
+        // A worker's wait for the next step is idle time, not communication: only rank 0's
+        // sends and the message bytes a worker takes once it has begun to arrive are counted.
         uint64_t n = rank_ == 0 ? message.size() : 0;
         MPI_Request req;
         MPI_Ibcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD, &req);
         wait(req, idle_ok && rank_ != 0, "the next step from rank 0");
         if (rank_ != 0) message.resize(n);
         if (n == 0) return;
+        const Counted counted(stats_.steps, n);
         MPI_Ibcast(message.data(), static_cast<int>(n), MPI_BYTE, 0, MPI_COMM_WORLD, &req);
         wait(req, false, "a step's message");
     }
+
+    CommStats stats() const override { return stats_; }
 
     // Read from any thread (the server asks while the engine thread runs the collectives): the
     // message is written once, before the flag.
@@ -160,6 +171,22 @@ class MpiCommunicator final : public Communicator {
 
   private:
     static constexpr int kStageTag = 7;
+
+    // Adds one call, its bytes and its time to a kind of stats_.
+    class Counted {
+      public:
+        Counted(CommStats::Kind& k, size_t bytes, int calls = 1) : k_(k), t0_(Clock::now()) {
+            k_.calls += calls;
+            k_.bytes += static_cast<int64_t>(bytes);
+        }
+        ~Counted() { k_.seconds += std::chrono::duration<double>(Clock::now() - t0_).count(); }
+        Counted(const Counted&) = delete;
+        Counted& operator=(const Counted&) = delete;
+
+      private:
+        CommStats::Kind& k_;
+        Clock::time_point t0_;
+    };
 
     void check() const {
         if (failed_) throw CommError(*failed_);
@@ -205,6 +232,7 @@ class MpiCommunicator final : public Communicator {
     std::vector<float> gathered_;
     std::vector<int> displs_;
     std::vector<MPI_Request> pending_;
+    CommStats stats_;
 };
 
 std::shared_ptr<Communicator>& world() {

@@ -113,6 +113,16 @@ Expected<MemoryPlan> plan_memory(const ModelSpec& m, const Device& d, const Plan
         p.weights_bytes_total = static_cast<uint64_t>(std::llround(p.params * p.weights.bits / 8));
     }
     p.weights_bytes = (p.weights_bytes_total + p.tp - 1) / p.tp;
+    if (p.tp > 1 && m.n_kv_heads > 0 && p.params > 0) {
+        const double attn_params = static_cast<double>(m.n_layers * m.hidden) *
+                                   static_cast<double>(2 * (m.n_heads + m.n_kv_heads) * m.head_dim);
+        const double attn_bytes = attn_params / static_cast<double>(p.params) *
+                                  static_cast<double>(p.weights_bytes_total);
+        const int64_t heads = (m.n_kv_heads + p.tp - 1) / p.tp;
+        const double extra = attn_bytes * (static_cast<double>(heads) / m.n_kv_heads - 1.0 / p.tp);
+        p.tp_uneven_bytes = static_cast<uint64_t>(std::llround(std::max(0.0, extra)));
+        p.weights_bytes += p.tp_uneven_bytes;
+    }
     p.vocab = m.vocab;
     if (!m.tied_embeddings)
         p.embed_bytes_total =
@@ -160,6 +170,13 @@ Expected<MemoryPlan> plan_memory(const ModelSpec& m, const Device& d, const Plan
     const int64_t heads_per_device = (m.n_kv_heads + p.tp - 1) / p.tp;
     p.kv_share = static_cast<double>(heads_per_device) / m.n_kv_heads;
     p.activation_bytes_per_value = d.measured ? 4 : 2;
+    if (p.tp > 1) {
+        p.tp_sums_per_token = 2 * m.n_layers;
+        p.tp_sum_bytes_per_token = static_cast<uint64_t>(p.tp_sums_per_token * m.hidden) *
+                                   static_cast<uint64_t>(p.activation_bytes_per_value);
+        p.tp_ring_bytes_per_token = 2 * p.tp_sum_bytes_per_token * (p.tp - 1) / p.tp;
+        p.tp_logits_bytes_per_token = static_cast<uint64_t>(m.vocab) * 4 * (p.tp - 1) / p.tp;
+    }
 
     const Need n = need_for(m, p, d, o, p.batch);
     p.kv_bytes_total = n.kv_total;

@@ -52,7 +52,11 @@ struct MemoryPlan {
     int64_t params_active = 0;  // per token (= params for a dense model)
 
     uint64_t weights_bytes_total = 0;  // whole model
-    uint64_t weights_bytes = 0;        // this device's shard
+    uint64_t weights_bytes = 0;        // this device's shard (the busiest rank's under tp)
+    // Under tp, what the busiest rank holds beyond an even split: attention is split by KV
+    // heads, so a rank holds ceil(kv_heads / tp) / kv_heads of it (the default model's 3 over
+    // 2 ranks: 2 / 3), not 1 / tp.
+    uint64_t tp_uneven_bytes = 0;
     // Of weights_bytes_total, the routed experts' (0 for a dense model), and their layout: a
     // decode step reads only the experts its tokens are routed to (roofline.h).
     uint64_t expert_bytes_total = 0;
@@ -81,6 +85,15 @@ struct MemoryPlan {
     double overhead_fraction = 0;
     uint64_t overhead_bytes = 0;
 
+    // What --tp's ranks exchange per token of a decode step (kTpCommRule): the sums over the
+    // ranks, two a layer of `hidden` activation values each; what a ring all-reduce of them
+    // sends from each rank; and the output head's logits, each rank's vocabulary slice
+    // gathered on one. 0 without tp.
+    int64_t tp_sums_per_token = 0;
+    uint64_t tp_sum_bytes_per_token = 0;
+    uint64_t tp_ring_bytes_per_token = 0;
+    uint64_t tp_logits_bytes_per_token = 0;
+
     uint64_t total_bytes = 0;     // need on one device
     uint64_t capacity_bytes = 0;  // device memory x utilization
     bool fits = false;
@@ -105,6 +118,10 @@ inline constexpr const char* kActivationRule =
     "T x (3*hidden + q_dim + 2*kv_dim + 2*ffn) x value_bytes + batch x vocab x 4 (f32 logits), "
     "T = min(max_batched_tokens, batch x ctx), value_bytes = 4 on cpu, 2 on GPUs, ffn = the "
     "MLP width a token runs (MoE: top-k x expert ffn + shared experts)";
+inline constexpr const char* kTpCommRule =
+    "per token: 2 sums a layer (attention output, MLP) of hidden x value_bytes each; a ring "
+    "all-reduce sends 2 (tp-1)/tp of that from every rank; logits: (tp-1)/tp x vocab x 4 "
+    "bytes gathered on one rank";
 inline constexpr const char* kOverheadRule =
     "runtime floor (1 GiB on a GPU, 16 MiB on cpu) clamped to 10-20 % of weights + KV + "
     "activations";

@@ -114,6 +114,12 @@ nlohmann::json plan_to_json(const PlanReport& r) {
                    {"fits", p.fits},
                    {"margin_bytes", p.margin_bytes},
                    {"max_sequences", p.max_sequences}};
+    if (p.tp > 1)
+        j["tensor_parallel"] = {{"sums_per_token", p.tp_sums_per_token},
+                                {"sum_bytes_per_token", p.tp_sum_bytes_per_token},
+                                {"ring_bytes_per_rank_per_token", p.tp_ring_bytes_per_token},
+                                {"logits_gather_bytes_per_token", p.tp_logits_bytes_per_token},
+                                {"rule", kTpCommRule}};
     j["performance"] = {{"compute_precision", f.compute_precision},
                         {"peak_tflops", f.peak_tflops},
                         {"bandwidth_gbs", f.bandwidth_gbs},
@@ -222,6 +228,13 @@ std::string plan_to_text(const PlanReport& r) {
         o += fmt::format("  => at most {} concurrent sequences of {} tokens\n\n", p.max_sequences,
                          p.ctx);
 
+    if (p.tp > 1)
+        o += fmt::format(
+            "tensor parallel, per decoded token: {} sums over the ranks, {} of values ({} a "
+            "ring all-reduce sends from each rank), {} of logits gathered on one rank\n\n",
+            p.tp_sums_per_token, human_bytes(static_cast<double>(p.tp_sum_bytes_per_token)),
+            human_bytes(static_cast<double>(p.tp_ring_bytes_per_token)),
+            human_bytes(static_cast<double>(p.tp_logits_bytes_per_token)));
     o += "performance (roofline)\n";
     o += fmt::format("  decode: {} read + {:.1f} GFLOP per step -> {:.2f} ms/step\n",
                      human_bytes(f.decode_bytes_per_step), f.decode_flops_per_step / 1e9,

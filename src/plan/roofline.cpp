@@ -66,7 +66,9 @@ Roofline roofline(const MemoryPlan& p, const Device& d) {
     const double kv_seq_dev = p.kv_bytes_per_sequence * p.kv_share;
     const double active_dev = static_cast<double>(p.params_active) / p.tp;
     // Bytes and FLOPs of a step of b sequences (b real, for the crossover search).
-    auto weight_bytes = [&](double b) { return decode_weight_bytes(p, b) / p.tp; };
+    auto weight_bytes = [&](double b) {
+        return decode_weight_bytes(p, b) / p.tp + static_cast<double>(p.tp_uneven_bytes);
+    };
     auto intensity = [&](double b) {
         return 2.0 * active_dev * b / (weight_bytes(b) + kv_seq_dev * b);
     };

@@ -239,3 +239,28 @@ def test_eval_split_scores_the_text_as_one_process(model_path):
         assert abs(got["perplexity"] / want - 1) < 1e-4, (split, got["perplexity"], want)
         assert got["ref_perplexity"] == want
         assert got["kl_mean"] < 1e-6 and got["top1_agreement"] == 1.0, got
+
+
+def test_plan_tp_advice_matches_a_measured_split_run(model_path):
+    # `ferry plan --tp 2` against `ferry bench decode --tp 2` on the same file: the sums over
+    # the ranks per token (count and bytes) are what rank 0 exchanged, its KV bytes per token its
+    # share of the heads (2 of the default model's 3), and its weight bytes per token within 3 %
+    # (the plan splits attention by KV heads and the rest evenly, by average bits).
+    plan = run_ferry("plan", "-m", model_path, "--tp", 2, "--device", "cpu", "--json")
+    assert plan.returncode == 0, plan.stderr
+    p = json.loads(plan.stdout)
+    bench = run_ferry("bench", "decode", "-m", model_path, "--tp", 2, "-p", 16, "-n", 8, "-r", 1,
+                      "--json")
+    assert bench.returncode == 0, bench.stderr
+    b = json.loads(bench.stdout)
+    assert b["parallel"]["kind"] == "tp" and b["parallel"]["ranks"] == 2
+    d = b["parallel"]["decode_per_token"]
+    tp = p["tensor_parallel"]
+    assert d["sums"]["calls"] == tp["sums_per_token"] == 2 * p["model"]["n_layers"]
+    assert d["sums"]["bytes"] == tp["sum_bytes_per_token"]
+    assert d["gathers"]["calls"] == 1
+    assert 0 < d["comm_fraction"] < 1 and d["comm_ms"] >= d["sums"]["ms"] > 0
+    kv_heads = p["model"]["n_kv_heads"]
+    assert b["kv_bytes_per_token"] == p["memory"]["kv_bytes_per_token"] * 2 // kv_heads
+    want = p["performance"]["decode_weight_bytes_per_step"]
+    assert abs(b["weight_bytes_per_token"] / want - 1) < 0.03, (b["weight_bytes_per_token"], want)

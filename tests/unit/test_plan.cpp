@@ -182,6 +182,29 @@ TEST(PlanMemory, CapacityUsesUtilizationAndTp) {
     EXPECT_DOUBLE_EQ(p.kv_share, 0.5);
 }
 
+TEST(PlanMemory, TensorParallelVolumesAndTheBusiestRanksShare) {
+    // Llama-3.1-8B on H100s: 2 sums a layer of 4096 bf16 values, the logits' other half.
+    PlanOptions o;
+    o.ctx = 4096;
+    o.tp = 2;
+    const ModelSpec m = preset("llama-3.1-8b");
+    const MemoryPlan two = plan(m, device("H100-SXM"), o);
+    EXPECT_EQ(two.tp_sums_per_token, 64);
+    EXPECT_EQ(two.tp_sum_bytes_per_token, 64u * 4096 * 2);
+    EXPECT_EQ(two.tp_ring_bytes_per_token, 64u * 4096 * 2);  // 2 (tp-1)/tp = 1 at tp 2
+    EXPECT_EQ(two.tp_logits_bytes_per_token, 128256u * 4 / 2);
+    EXPECT_EQ(two.tp_uneven_bytes, 0u);  // 8 KV heads split evenly
+    // 3 ranks: 3 of the 8 KV heads on the busiest, so 3/8 of attention rather than 1/3.
+    o.tp = 3;
+    const MemoryPlan three = plan(m, device("H100-SXM"), o);
+    const double attn = 32.0 * 4096 * 2 * (32 + 8) * 128 / static_cast<double>(three.params) *
+                        static_cast<double>(three.weights_bytes_total);
+    EXPECT_NEAR(static_cast<double>(three.tp_uneven_bytes), attn * (3.0 / 8 - 1.0 / 3), 1.0);
+    EXPECT_EQ(three.weights_bytes, (three.weights_bytes_total + 2) / 3 + three.tp_uneven_bytes);
+    EXPECT_EQ(three.tp_ring_bytes_per_token, 2u * 64 * 4096 * 2 * 2 / 3);
+    EXPECT_EQ(plan(m, device("H100-SXM"), PlanOptions{}).tp_sums_per_token, 0);
+}
+
 TEST(PlanMemory, MaxSequencesIsTheLargestBatchThatFits) {
     PlanOptions o;
     o.ctx = 8192;
