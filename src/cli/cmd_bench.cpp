@@ -140,7 +140,7 @@ void bench_decode(const DecodeBenchOptions& o) {
             prompt, greedy, o.gen_tokens,
             [&](int32_t t) {
                 out->push_back(t);
-                if (comm && out->size() == 1) comm_first = comm->stats();
+                if (comm && out->size() == 1) comm_first = lm.model->comm_stats();
                 return true;
             },
             nullptr, sr));
@@ -149,7 +149,7 @@ void bench_decode(const DecodeBenchOptions& o) {
     };
     auto add_decode_comm = [&](const std::vector<int32_t>& out) {
         if (!comm || out.size() < 2) return;
-        const comm::CommStats end = comm->stats();
+        const comm::CommStats end = lm.model->comm_stats();
         auto add = [](comm::CommStats::Kind& to, const comm::CommStats::Kind& a,
                       const comm::CommStats::Kind& b) {
             to.calls += b.calls - a.calls;
@@ -284,7 +284,11 @@ void bench_decode(const DecodeBenchOptions& o) {
                                   {"bytes", static_cast<double>(k.bytes) * per},
                                   {"ms", k.seconds * 1e3 * per}};
         };
-        j["parallel"] = {{"kind", lm.model->pipeline_stages() > 1 ? "pp" : "tp"},
+        const bool by_layers = lm.model->pipeline_stages() > 1;
+        const bool within = lm.model->tensor_ranks() > 1;
+        j["parallel"] = {{"kind", by_layers && within ? "tp+pp"
+                                  : by_layers         ? "pp"
+                                                      : "tp"},
                          {"ranks", comm->size()},
                          {"decode_per_token",
                           {{"sums", kind(comm_decode.sums)},
@@ -333,7 +337,7 @@ void bench_decode(const DecodeBenchOptions& o) {
                                      kinds.empty() ? "" : ", ", d[k]["calls"].get<double>(), k,
                                      d[k]["bytes"].get<double>(), d[k]["ms"].get<double>());
         std::printf(
-            "parallel   --%s %d, rank 0 per decoded token: %s; %.3f ms in all = %.0f %% "
+            "parallel   %s over %d ranks, rank 0 per decoded token: %s; %.3f ms in all = %.0f %% "
             "of the step\n",
             j["parallel"]["kind"].get<std::string>().c_str(), comm->size(), kinds.c_str(),
             d["comm_ms"].get<double>(), 100 * d["comm_fraction"].get<double>());

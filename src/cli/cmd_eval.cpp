@@ -146,7 +146,7 @@ void eval(const EvalCmdOptions& o) {
         {.threads = resolve_threads(threads), .activations = o.activations.resolved()}));
     const auto group = o.parallel.join();
     auto lm = take(engine::LoadedModel::load(take(resolve_model_path(o.model)), false, backend,
-                                             std::nullopt, group, o.parallel.pp > 1));
+                                             std::nullopt, group));
     follow_if_not_rank0(lm);  // the other ranks run rank 0's forward passes, then exit
     std::optional<engine::LoadedModel> ref;
     if (!o.ref.empty())

@@ -114,10 +114,9 @@ void serve(ServeOptions& o, bool api_key_given) {
     // A rank other than 0 of a --tp group serves nothing itself: it loads its share and runs
     // rank 0's steps.
     const auto group = o.model.parallel.join();
-    if (group && group->rank() != 0)
-        follow_if_not_rank0(
-            take(engine::LoadedModel::load(path, false, o.model.backend(), o.model.weight_type(),
-                                           group, o.model.parallel.pp > 1)));
+    if (group.world && group.world->rank() != 0)
+        follow_if_not_rank0(take(engine::LoadedModel::load(path, false, o.model.backend(),
+                                                           o.model.weight_type(), group)));
 
     server::HttpServer http(o.server);
     if (auto st = http.start(); !st) throw ExitError(st.error().message);
@@ -125,8 +124,8 @@ void serve(ServeOptions& o, bool api_key_given) {
                  o.server.host.c_str(), http.port(),
                  o.server.api_key.empty() ? "" : ", API key required");
 
-    engine::LoadedModel lm = take(engine::LoadedModel::load(
-        path, true, o.model.backend(), o.model.weight_type(), group, o.model.parallel.pp > 1));
+    engine::LoadedModel lm = take(
+        engine::LoadedModel::load(path, true, o.model.backend(), o.model.weight_type(), group));
     o.model.apply_to(lm);
     const auto draft = o.engine.spec.load_draft(true, lm.backend);
     if (http.shutting_down()) return http.wait();

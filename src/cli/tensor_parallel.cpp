@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "cli/commands.h"
 #include "comm/mpi_communicator.h"
 #include "engine/model_runner.h"
@@ -122,15 +124,26 @@ void TensorParallelOptions::add_to(CLI::App& cmd) {
         ->capture_default_str();
 }
 
-std::shared_ptr<comm::Communicator> TensorParallelOptions::join() const {
-    if (tp > 1 && pp > 1)
-        throw ExitError("--tp and --pp together are not supported yet; use one of them");
+model::ParallelGroups TensorParallelOptions::join() const {
     const int n = ranks();
-    if (n <= 1) return nullptr;
-    const std::string asked = (tp > 1 ? "--tp " : "--pp ") + std::to_string(n);
+    if (n <= 1) return {};
+    const std::string asked = tp > 1 && pp > 1 ? fmt::format("--tp {} --pp {}", tp, pp)
+                              : tp > 1         ? fmt::format("--tp {}", tp)
+                                               : fmt::format("--pp {}", pp);
     if (!comm::mpi_built_in()) take(comm::mpi_world(n, timeout_s, asked));  // says what is missing
     if (!comm::launched_by_mpi()) relaunch_under_mpirun(n);
-    return take(comm::mpi_world(n, timeout_s, asked));
+    model::ParallelGroups g;
+    g.world = take(comm::mpi_world(n, timeout_s, asked));
+    if (tp > 1 && pp > 1) {
+        // World rank = stage x tp + t: a stage's tp ranks are consecutive, and rank 0 is
+        // stage 0's tensor-parallel root.
+        const int stage = g.world->rank() / tp, t = g.world->rank() % tp;
+        g.tp = take(comm::mpi_split(*g.world, stage, t));
+        g.pp = take(comm::mpi_split(*g.world, t, stage));
+    } else {
+        (tp > 1 ? g.tp : g.pp) = g.world;
+    }
+    return g;
 }
 
 void follow_if_not_rank0(const engine::LoadedModel& lm) {

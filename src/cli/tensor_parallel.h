@@ -1,5 +1,6 @@
-// --tp N or --pp N for the commands that run a model: the group of N processes (MPI ranks) the
-// model is split over, within its layers (tensor parallelism) or by layers (a pipeline). Rank 0
+// --tp N and / or --pp M for the commands that run a model: the group of N x M processes (MPI
+// ranks) the model is split over, within its layers (tensor parallelism), by layers (a
+// pipeline), or both (M stages of N ranks each). Rank 0
 // runs the command as usual (the server, the scheduler, the sampler); the others load their share
 // of the weights and run each forward pass rank 0 sends them.
 #pragma once
@@ -19,10 +20,10 @@ struct TensorParallelOptions {
     double timeout_s = 60;
 
     void add_to(CLI::App& cmd);
-    // The group, or null for --tp 1. A command started outside an MPI job starts its group
-    // itself: it runs again as `mpirun -np N` of the same command line, in place of this
+    // The groups, or none for --tp 1 --pp 1. A command started outside an MPI job starts its
+    // group itself: it runs again as `mpirun -np N` of the same command line, in place of this
     // process (so `ferry serve --tp 2` is all it takes). Exits with a message on failure.
-    std::shared_ptr<comm::Communicator> join() const;
+    model::ParallelGroups join() const;
     int ranks() const { return tp * pp; }
 };
 

@@ -33,6 +33,10 @@ bool launched_by_mpi() {
 
 #ifndef FERRY_HAVE_MPI
 
+Expected<std::shared_ptr<Communicator>> mpi_split(Communicator&, int, int) {
+    return make_error("this ferry was built without MPI");
+}
+
 Expected<std::shared_ptr<Communicator>> mpi_world(int, double, const std::string&) {
     return make_error(
         "tensor parallelism needs MPI, and this ferry was built without it (install Debian's "
@@ -45,10 +49,28 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Why the job's group failed, shared by the world and the groups split from it: a rank that
+// dies mid-sum in a tensor-parallel group fails the world's next step message too, and the
+// server, which asks the world, sees it.
+struct Failure {
+    std::optional<std::string> message;  // written by the collectives' thread only
+    std::atomic<bool> flag{false};
+};
+
 class MpiCommunicator final : public Communicator {
   public:
-    MpiCommunicator(int rank, int size, double timeout_s)
-        : rank_(rank), size_(size), timeout_(timeout_s) {}
+    MpiCommunicator(MPI_Comm comm, int rank, int size, double timeout_s,
+                    std::shared_ptr<Failure> failure, bool world)
+        : comm_(comm),
+          rank_(rank),
+          size_(size),
+          timeout_(timeout_s),
+          fail_(std::move(failure)),
+          world_(world) {}
+
+    double timeout() const { return timeout_; }
+    MPI_Comm handle() const { return comm_; }
+    const std::shared_ptr<Failure>& failure_state() const { return fail_; }
 
     int rank() const override { return rank_; }
     int size() const override { return size_; }
@@ -62,8 +84,7 @@ class MpiCommunicator final : public Communicator {
         const auto n = static_cast<int>(data.size());
         gathered_.resize(data.size() * static_cast<size_t>(size_));
         MPI_Request req;
-        MPI_Iallgather(data.data(), n, MPI_FLOAT, gathered_.data(), n, MPI_FLOAT, MPI_COMM_WORLD,
-                       &req);
+        MPI_Iallgather(data.data(), n, MPI_FLOAT, gathered_.data(), n, MPI_FLOAT, comm_, &req);
         wait(req, false, "a sum over the ranks");
         for (size_t i = 0; i < data.size(); ++i) {
             float s = gathered_[i];
@@ -86,7 +107,7 @@ class MpiCommunicator final : public Communicator {
         MPI_Request req;
         MPI_Igatherv(mine.data(), static_cast<int>(mine.size()), MPI_FLOAT,
                      rank_ == 0 ? all.data() : nullptr, counts.data(), displs_.data(), MPI_FLOAT, 0,
-                     MPI_COMM_WORLD, &req);
+                     comm_, &req);
         wait(req, false, "gathering the logits");
     }
 
@@ -94,8 +115,8 @@ class MpiCommunicator final : public Communicator {
         check();
         const Counted counted(stats_.stages, data.size_bytes());
         MPI_Request req;
-        MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_FLOAT, to, kStageTag,
-                  MPI_COMM_WORLD, &req);
+        MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_FLOAT, to, kStageTag, comm_,
+                  &req);
         wait(req, false, "the next pipeline stage to take its input");
     }
 
@@ -103,8 +124,8 @@ class MpiCommunicator final : public Communicator {
         check();
         const Counted counted(stats_.stages, data.size_bytes());
         pending_.emplace_back();
-        MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_FLOAT, to, kStageTag,
-                  MPI_COMM_WORLD, &pending_.back());
+        MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_FLOAT, to, kStageTag, comm_,
+                  &pending_.back());
     }
 
     void wait_sends() override {
@@ -117,8 +138,8 @@ class MpiCommunicator final : public Communicator {
         check();
         const Counted counted(stats_.stages, data.size_bytes());
         MPI_Request req;
-        MPI_Irecv(data.data(), static_cast<int>(data.size()), MPI_FLOAT, from, kStageTag,
-                  MPI_COMM_WORLD, &req);
+        MPI_Irecv(data.data(), static_cast<int>(data.size()), MPI_FLOAT, from, kStageTag, comm_,
+                  &req);
         wait(req, false, "the previous pipeline stage's output");
     }
 
@@ -128,12 +149,12 @@ class MpiCommunicator final : public Communicator {
         // sends and the message bytes a worker takes once it has begun to arrive are counted.
         uint64_t n = rank_ == 0 ? message.size() : 0;
         MPI_Request req;
-        MPI_Ibcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD, &req);
+        MPI_Ibcast(&n, 1, MPI_UINT64_T, 0, comm_, &req);
         wait(req, idle_ok && rank_ != 0, "the next step from rank 0");
         if (rank_ != 0) message.resize(n);
         if (n == 0) return;
         const Counted counted(stats_.steps, n);
-        MPI_Ibcast(message.data(), static_cast<int>(n), MPI_BYTE, 0, MPI_COMM_WORLD, &req);
+        MPI_Ibcast(message.data(), static_cast<int>(n), MPI_BYTE, 0, comm_, &req);
         wait(req, false, "a step's message");
     }
 
@@ -142,13 +163,17 @@ class MpiCommunicator final : public Communicator {
     // Read from any thread (the server asks while the engine thread runs the collectives): the
     // message is written once, before the flag.
     std::optional<std::string> failure() const override {
-        if (!failed_flag_.load(std::memory_order_acquire)) return std::nullopt;
-        return failed_;
+        if (!fail_->flag.load(std::memory_order_acquire)) return std::nullopt;
+        return fail_->message;
     }
 
     void finish() override {
         if (finished_) return;
-        if (failed_) {
+        if (!world_) {  // a split group: the world finishes the job
+            finished_ = true;
+            return;
+        }
+        if (fail_->message) {
             finished_ = true;
             // A collective is still pending on a rank that will not answer: MPI_Finalize would
             // wait for it, so the job ends here (mpirun stops the other ranks).
@@ -189,7 +214,7 @@ class MpiCommunicator final : public Communicator {
     };
 
     void check() const {
-        if (failed_) throw CommError(*failed_);
+        if (fail_->message) throw CommError(*fail_->message);
         if (finished_) throw CommError("the tensor-parallel group has finished");
     }
 
@@ -201,21 +226,17 @@ class MpiCommunicator final : public Communicator {
         for (;;) {
             int done = 0;
             if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-                failed_ = fmt::format(
+                fail(fmt::format(
                     "parallel group: rank {} lost a rank during {} (it died); the group is stopped",
-                    rank_, what);
-                failed_flag_.store(true, std::memory_order_release);
-                throw CommError(*failed_);
+                    rank_, what));
             }
             if (done) return;
             const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
             if (!idle_ok && waited > timeout_) {
-                failed_ = fmt::format(
+                fail(fmt::format(
                     "parallel group: rank {} waited {:.0f} s for {} (a rank died or hangs; "
                     "--tp-timeout sets the limit); the group is stopped",
-                    rank_, waited, what);
-                failed_flag_.store(true, std::memory_order_release);
-                throw CommError(*failed_);
+                    rank_, waited, what));
             }
             if (waited > 0.05 && idle_ok)
                 std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -224,10 +245,17 @@ class MpiCommunicator final : public Communicator {
         }
     }
 
+    [[noreturn]] void fail(std::string message) {
+        fail_->message = std::move(message);
+        fail_->flag.store(true, std::memory_order_release);
+        throw CommError(*fail_->message);
+    }
+
+    MPI_Comm comm_;
     int rank_, size_;
     double timeout_;
-    std::optional<std::string> failed_;  // written by the collectives' thread only
-    std::atomic<bool> failed_flag_{false};
+    std::shared_ptr<Failure> fail_;
+    bool world_;
     bool finished_ = false;
     std::vector<float> gathered_;
     std::vector<int> displs_;
@@ -269,11 +297,26 @@ Expected<std::shared_ptr<Communicator>> mpi_world(int expected, double timeout_s
         return make_error("{} but this MPI job has {} rank{} (mpirun -np {})", asked, size,
                           size == 1 ? "" : "s", expected);
     }
-    world() = std::make_shared<MpiCommunicator>(rank, size, timeout_s);
+    world() = std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, rank, size, timeout_s,
+                                                std::make_shared<Failure>(), true);
     std::atexit([] {
         if (world()) world()->finish();
     });
     return world();
+}
+
+Expected<std::shared_ptr<Communicator>> mpi_split(Communicator& world, int color, int key) {
+    auto* w = dynamic_cast<MpiCommunicator*>(&world);
+    if (!w) return make_error("mpi_split: not an MPI communicator");
+    MPI_Comm sub;
+    if (MPI_Comm_split(w->handle(), color, key, &sub) != MPI_SUCCESS)
+        return make_error("MPI_Comm_split failed");
+    MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
+    int rank = 0, size = 0;
+    MPI_Comm_rank(sub, &rank);
+    MPI_Comm_size(sub, &size);
+    return std::shared_ptr<Communicator>(std::make_shared<MpiCommunicator>(
+        sub, rank, size, w->timeout(), w->failure_state(), false));
 }
 
 #endif

@@ -25,4 +25,9 @@ bool launched_by_mpi();
 Expected<std::shared_ptr<Communicator>> mpi_world(int expected, double timeout_s,
                                                   const std::string& asked);
 
+// The ranks of `world` (mpi_world's) of the same `color`, ordered by `key`: a tensor-parallel
+// group within a pipeline stage, or the stages' peers. It shares the world's timeout and its
+// failure (a failed split group fails the world's next call too); the world ends the job.
+Expected<std::shared_ptr<Communicator>> mpi_split(Communicator& world, int color, int key);
+
 }  // namespace ferry::comm

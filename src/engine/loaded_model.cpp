@@ -99,7 +99,7 @@ void GenerationDefaults::apply_to(SamplingParams& s) const {
 Expected<LoadedModel> LoadedModel::load(const std::string& path, bool progress,
                                         std::shared_ptr<kernels::Backend> backend,
                                         std::optional<DType> weights,
-                                        std::shared_ptr<comm::Communicator> group, bool pipeline) {
+                                        model::ParallelGroups parallel) {
     LoadedModel lm;
     lm.path = path;
     lm.loaded_as = weights;
@@ -109,7 +109,7 @@ Expected<LoadedModel> LoadedModel::load(const std::string& path, bool progress,
         backend = std::move(*be);
     }
     lm.backend = std::move(backend);
-    const model::LlamaModel::LoadOptions opt{progress, weights, std::move(group), pipeline};
+    const model::LlamaModel::LoadOptions opt{progress, weights, std::move(parallel)};
     Status s = hf::is_model_dir(path) ? load_dir(lm, opt) : load_gguf(lm, opt);
     if (!s) return s.error();
     return lm;

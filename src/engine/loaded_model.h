@@ -52,13 +52,12 @@ struct LoadedModel {
     // Opens and validates `path` (a .gguf, or a directory holding config.json), binds and makes
     // the weights resident on `backend` (nullptr: a CPU backend with the default options),
     // rounding every matrix to `weights` when given, under a progress bar with `progress`;
-    // with a `group` of several ranks, only this rank's share: within every layer (tensor
-    // parallelism), or its stage of the layers with `pipeline`.
+    // split over `parallel`'s ranks, only this rank's share: within every layer (tensor
+    // parallelism), its stage of the layers (a pipeline), or both.
     static Expected<LoadedModel> load(const std::string& path, bool progress,
                                       std::shared_ptr<kernels::Backend> backend = nullptr,
                                       std::optional<DType> weights = std::nullopt,
-                                      std::shared_ptr<comm::Communicator> group = nullptr,
-                                      bool pipeline = false);
+                                      model::ParallelGroups parallel = {});
 };
 
 }  // namespace ferry::engine

@@ -235,7 +235,7 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<gguf::Fil
     auto cfg = read_llama_config(*file);
     if (!cfg) return cfg.error();
     return load(std::make_shared<GgufWeights>(std::move(file)), *cfg, backend,
-                {progress, {}, nullptr});
+                {progress, {}, {}});
 }
 
 Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const WeightFile> file,
@@ -352,18 +352,18 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
     }
 
     m->end_layer_ = c.n_layer;
-    const bool pipeline = opt.pipeline && opt.comm && opt.comm->size() > 1;
-    if (pipeline) {
-        if (c.n_layer < opt.comm->size())
-            return make_error("--pp {}: the model has only {} layers to share", opt.comm->size(),
+    const ParallelGroups& pg = opt.parallel;
+    if (pg.world && pg.world->size() > 1) m->comm_ = pg.world;
+    if (m->comm_ && pg.pp && pg.pp->size() > 1) {
+        if (c.n_layer < pg.pp->size())
+            return make_error("--pp {}: the model has only {} layers to share", pg.pp->size(),
                               c.n_layer);
-        const Range stage = split_even(c.n_layer, opt.comm->size(), opt.comm->rank());
+        const Range stage = split_even(c.n_layer, pg.pp->size(), pg.pp->rank());
         m->first_layer_ = static_cast<int>(stage.begin);
         m->end_layer_ = static_cast<int>(stage.end);
-        m->pipeline_ = true;
-        m->comm_ = opt.comm;
+        m->pp_ = pg.pp;
     }
-    if (!pipeline && opt.comm && opt.comm->size() > 1) {
+    if (m->comm_ && pg.tp && pg.tp->size() > 1) {
         // This rank's share of every split matrix (model/tensor_split.h); the embedding, the
         // norms and the per-head q/k norms stay whole.
         // The matrices whose columns are cut besides wo: a dense MLP's down, or a mixture's
@@ -377,8 +377,8 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
         };
         const auto down_of = [&](const Bound& l) { return downs(l).front()->dtype(); };
         auto split = plan_split(c, layers.empty() ? DType::F32 : layers[0].m[3].dtype(),
-                                layers.empty() ? DType::F32 : down_of(layers[0]), opt.comm->rank(),
-                                opt.comm->size());
+                                layers.empty() ? DType::F32 : down_of(layers[0]), pg.tp->rank(),
+                                pg.tp->size());
         if (!split) return split.error();
         const TensorSplit& s = *split;
         const int64_t hd = c.head_dim, group = c.n_head / c.n_head_kv;
@@ -431,7 +431,7 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
         } else {
             m->cfg_.n_ff = static_cast<int>(nf);
         }
-        m->comm_ = opt.comm;
+        m->tp_ = pg.tp;
         m->split_ = s;
     }
 
@@ -587,14 +587,14 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
 
 void LlamaModel::collect_logits(kernels::Backend& be, const Tensor& logits) const {
     // Rank 0 of a pipeline is its first stage, never its last.
-    if (!pipeline_ || comm_->rank() != 0 || logits.empty()) return;
+    if (!pp_ || comm_->rank() != 0 || logits.empty()) return;
     const Tensor h = be.host_view(logits);
-    comm_->recv({h.data<float>(), static_cast<size_t>(h.numel())}, comm_->size() - 1);
+    pp_->recv({h.data<float>(), static_cast<size_t>(h.numel())}, pp_->size() - 1);
     if (h.raw() != logits.raw()) be.upload(h.raw(), logits);
 }
 
 void LlamaModel::end_step() const {
-    if (pipeline_) comm_->wait_sends();
+    if (pp_) pp_->wait_sends();
 }
 
 void LlamaModel::move_keys(kernels::Backend& be, const kernels::KvCacheView& kv, int32_t block,
@@ -642,7 +642,7 @@ void LlamaModel::forward_stage(kernels::Backend& be, const kernels::Batch& batch
         if (c.embed_scale != 1.0f) be.scale(x, c.embed_scale);
     } else {  // the previous stage's residual stream
         const Tensor h = be.host_view(x);
-        comm_->recv({h.data<float>(), static_cast<size_t>(h.numel())}, comm_->rank() - 1);
+        pp_->recv({h.data<float>(), static_cast<size_t>(h.numel())}, pp_->rank() - 1);
         if (h.raw() != x.raw()) be.upload(h.raw(), x);
     }
     // The rotation of every position, the same in every layer of a kind.
@@ -713,7 +713,7 @@ void LlamaModel::forward_stage(kernels::Backend& be, const kernels::Batch& batch
 
     if (end_layer_ != c.n_layer) {  // the next stage takes it from here
         const Tensor h = be.host_view(x);
-        comm_->send({h.data<const float>(), static_cast<size_t>(h.numel())}, comm_->rank() + 1);
+        pp_->send({h.data<const float>(), static_cast<size_t>(h.numel())}, pp_->rank() + 1);
         return;
     }
     // Final norm and output head only for the tokens whose logits are wanted.
@@ -722,14 +722,11 @@ void LlamaModel::forward_stage(kernels::Backend& be, const kernels::Batch& batch
     const Tensor last = be.scratch(kLast, DType::F32, {rows, c.n_embd});
     be.gather_rows(x, batch.logit_tokens, last);
     be.rmsnorm(last, output_norm_, c.rms_eps, xn.slice(0, rows));
-    if (!comm_ || pipeline_) {
+    if (!tp_) {
         const kernels::MatmulOut head[] = {{&output_, logits}};
         be.matmul(head, xn.slice(0, rows));
         if (c.final_softcap > 0) be.softcap(logits, c.final_softcap);
-        if (pipeline_ && comm_->rank() != 0) {  // rank 0 samples: the logits go there
-            const Tensor h = be.host_view(logits);
-            comm_->post_send({h.data<const float>(), static_cast<size_t>(h.numel())}, 0);
-        }
+        send_logits_to_rank0(be, logits);
         return;
     }
     // Each rank's vocabulary slice of every row, gathered rank after rank on rank 0 and laid
@@ -740,13 +737,12 @@ void LlamaModel::forward_stage(kernels::Backend& be, const kernels::Batch& batch
     be.matmul(head, xn.slice(0, rows));
     if (c.final_softcap > 0) be.softcap(part, c.final_softcap);
     const Tensor mine = be.host_view(part);
-    const bool root = comm_->rank() == 0;
+    const bool root = tp_->rank() == 0;
     if (root) logits_parts_.resize(static_cast<size_t>(rows * c.n_vocab));
     std::vector<int> counts(split_.vocab_rows.size());
     for (size_t r = 0; r < counts.size(); ++r)
         counts[r] = static_cast<int>(rows) * split_.vocab_rows[r];
-    comm_->gather({mine.data<const float>(), static_cast<size_t>(rows * nv)}, logits_parts_,
-                  counts);
+    tp_->gather({mine.data<const float>(), static_cast<size_t>(rows * nv)}, logits_parts_, counts);
     if (!root) return;
     const Tensor full = be.host_view(logits);
     float* dst = full.data<float>();
@@ -760,12 +756,40 @@ void LlamaModel::forward_stage(kernels::Backend& be, const kernels::Batch& batch
         col += v;
     }
     if (full.raw() != logits.raw()) be.upload(full.raw(), logits);
+    send_logits_to_rank0(be, logits);
+}
+
+void LlamaModel::send_logits_to_rank0(kernels::Backend& be, const Tensor& logits) const {
+    // A pipeline's last stage (never its first) posts them to stage 0, whose tensor-parallel
+    // root is world rank 0, the one that samples; it takes them in collect_logits.
+    if (!pp_ || pp_->rank() == 0 || logits.empty()) return;
+    const Tensor h = be.host_view(logits);
+    pp_->post_send({h.data<const float>(), static_cast<size_t>(h.numel())}, 0);
+}
+
+comm::CommStats LlamaModel::comm_stats() const {
+    comm::CommStats all;
+    const comm::Communicator* seen[3] = {};
+    int n = 0;
+    for (const auto& g : {comm_, tp_, pp_}) {
+        if (!g || std::find(seen, seen + n, g.get()) != seen + n) continue;
+        seen[n++] = g.get();
+        const comm::CommStats st = g->stats();
+        for (auto [to, from] :
+             {std::pair{&all.sums, &st.sums}, std::pair{&all.gathers, &st.gathers},
+              std::pair{&all.stages, &st.stages}, std::pair{&all.steps, &st.steps}}) {
+            to->calls += from->calls;
+            to->bytes += from->bytes;
+            to->seconds += from->seconds;
+        }
+    }
+    return all;
 }
 
 void LlamaModel::reduce(kernels::Backend& be, const Tensor& t) const {
-    if (!comm_ || pipeline_) return;
+    if (!tp_) return;
     const Tensor h = be.host_view(t);
-    comm_->all_reduce_sum({h.data<float>(), static_cast<size_t>(h.numel())});
+    tp_->all_reduce_sum({h.data<float>(), static_cast<size_t>(h.numel())});
     if (h.raw() != t.raw()) be.upload(h.raw(), t);
 }
 
@@ -781,7 +805,7 @@ void LlamaModel::moe_ffn(kernels::Backend& be, const LayerWeights& L, int layer,
     route(c, {be.host_view(logits).data<float>(), static_cast<size_t>(n * E)}, n, routing);
     // Split over ranks, each holds a share of every expert's columns: the shares are summed
     // across the ranks before they join the residual stream.
-    const bool split = comm_ && !pipeline_;
+    const bool split = tp_ != nullptr;
     Tensor sum = x;
     if (split) {
         sum = be.scratch(kMoeSum, DType::F32, {n, c.n_embd});

@@ -59,6 +59,15 @@ struct LayerWeights {
     kernels::Matrix sh_gate, sh_up, sh_down, sh_router;
 };
 
+// The ranks a model is split over. `world` is all of them (rank 0 sends every step's message);
+// within it `tp` is the group this rank splits its layers' matrices with (tensor parallelism,
+// model/tensor_split.h) and `pp` the stages it hands the residual stream along (a pipeline: each
+// a run of consecutive layers, the first with the embedding, the last with the output head).
+// Either may be the world itself, or null; with both, world rank = stage x tp + tp rank.
+struct ParallelGroups {
+    std::shared_ptr<comm::Communicator> world, tp, pp;
+};
+
 class LlamaModel {
   public:
     // Binds every tensor by name and checks its shape and type; fails with the tensor's name.
@@ -72,12 +81,8 @@ class LlamaModel {
         // Every matrix rounded to this type on the way in (vLLM's --quantization): a checkpoint
         // in 16 bits served at 8 or 4. Unset: the file's types.
         std::optional<DType> weights;
-        // A group of ranks to split the model over (model/tensor_split.h); null or one rank:
-        // the whole model here.
-        std::shared_ptr<comm::Communicator> comm;
-        // Split by layers instead (pipeline parallelism): each rank a stage of consecutive
-        // layers, the first with the embedding, the last with the output head.
-        bool pipeline = false;
+        // The ranks to split the model over; null (or one rank): the whole model here.
+        ParallelGroups parallel;
     };
     // From any checkpoint (GGUF or a Hugging Face directory) with its hyper-parameters.
     static Expected<std::unique_ptr<LlamaModel>> load(std::shared_ptr<const WeightFile> file,
@@ -88,8 +93,10 @@ class LlamaModel {
     // Under tensor parallelism, this rank's share: its heads, KV heads and MLP columns (what
     // its KV cache and scratch are sized by); n_vocab stays the whole vocabulary.
     const LlamaConfig& config() const { return cfg_; }
-    // The group this model is split over, or null.
+    // The whole group this model is split over (step messages, failures), or null.
     comm::Communicator* comm() const { return comm_.get(); }
+    // What this rank exchanged in all its groups (comm/communicator.h).
+    comm::CommStats comm_stats() const;
     const TensorSplit& split() const { return split_; }
     Device device() const { return device_; }
     // Bytes of weights one decode step reads on `backend` (every matrix once, in the layout the
@@ -118,7 +125,9 @@ class LlamaModel {
     void collect_logits(kernels::Backend& backend, const Tensor& logits) const;
     void end_step() const;
     // The pipeline's stages (1 without one) and this rank's layers, which its KV cache holds.
-    int pipeline_stages() const { return pipeline_ ? comm_->size() : 1; }
+    int pipeline_stages() const { return pp_ ? pp_->size() : 1; }
+    // The tensor-parallel group's size (1 without one).
+    int tensor_ranks() const { return tp_ ? tp_->size() : 1; }
     int first_layer() const { return first_layer_; }
     int kv_layers() const { return end_layer_ - first_layer_; }
 
@@ -158,6 +167,7 @@ class LlamaModel {
     void reduce(kernels::Backend& be, const Tensor& t) const;
     void moe_ffn(kernels::Backend& be, const LayerWeights& L, int layer, const Tensor& xn,
                  const Tensor& x) const;
+    void send_logits_to_rank0(kernels::Backend& be, const Tensor& logits) const;
     std::vector<std::string> load_notes_;
     std::shared_ptr<const WeightFile> file_;
     LlamaConfig cfg_;
@@ -167,9 +177,8 @@ class LlamaModel {
     bool tied_output_ = false;  // output_ is token_embd's matrix
     Tensor output_norm_;
     std::vector<LayerWeights> layers_;
-    std::shared_ptr<comm::Communicator> comm_;
+    std::shared_ptr<comm::Communicator> comm_, tp_, pp_;  // ParallelGroups' world, tp and pp
     TensorSplit split_;
-    bool pipeline_ = false;
     int first_layer_ = 0, end_layer_ = 0;      // this rank's layers
     mutable std::vector<float> logits_parts_;  // the ranks' logits slices, gathered on rank 0
     std::vector<double> rope_inv_freq_;

@@ -59,8 +59,27 @@ def test_bad_tp_is_refused_with_the_reason(model_path):
                               "--tp", "3"], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
     assert "--tp 3 but this MPI job has 2 ranks" in r.stderr, r.stderr
-    r = run_ferry("run", "-m", model_path, "-p", "x", "-n", "2", "--tp", "2", "--pp", "2")
-    assert r.returncode != 0 and "--tp and --pp together" in r.stderr, r.stderr
+
+
+def test_tensor_parallel_stages_give_one_process_text(model_path):
+    # --tp 2 --pp 2: four ranks, two stages of two; each stage's layers split within, the last
+    # stage's logits gathered and sent to rank 0. Float activations: only the sums' order
+    # differs from one process. bench reports the sums and the stages both.
+    one = run_ferry("run", "-m", model_path, "-p", PROMPT, "-n", "24", "-t", "1", *EXACT)
+    assert one.returncode == 0, one.stderr
+    r = run_ferry("run", "-m", model_path, "-p", PROMPT, "-n", "24", "--tp", 2, "--pp", 2,
+                  "-t", 1, *EXACT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == one.stdout, (r.stdout, one.stdout)
+    b = run_ferry("bench", "decode", "-m", model_path, "--tp", 2, "--pp", 2, "-t", 1, "-p", 8,
+                  "-n", 4, "-r", 1, "--json")
+    assert b.returncode == 0, b.stderr
+    par = json.loads(b.stdout)["parallel"]
+    assert par["kind"] == "tp+pp" and par["ranks"] == 4, par
+    d = par["decode_per_token"]
+    # Rank 0 is in the first stage: its half of those 15 layers' 30 sums, and its stage output
+    # sent on (the logits come back from the last stage).
+    assert d["sums"]["calls"] == 30 and d["stages"]["calls"] >= 2, d
 
 
 def test_int8_keys_split_give_one_process_text(model_path):

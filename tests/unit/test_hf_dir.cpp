@@ -382,7 +382,7 @@ TEST(HfDirectory, DefaultModelRewrittenAsTransformersLayoutGivesTheGgufLogits) {
               std::max_element(got.begin(), got.end()) - got.begin());
 
     // Quantized at load, as --weights q8_0 does: close to the f32 copy, not equal.
-    auto q8 = model::LlamaModel::load(weights, *cfg, **be, {false, DType::Q8_0, nullptr});
+    auto q8 = model::LlamaModel::load(weights, *cfg, **be, {false, DType::Q8_0, {}});
     ASSERT_TRUE(q8.ok()) << q8.error().message;
     const auto got8 = logits(**q8);
     float d8 = 0;
@@ -392,7 +392,7 @@ TEST(HfDirectory, DefaultModelRewrittenAsTransformersLayoutGivesTheGgufLogits) {
     // Rows that do not split into q4_k's 256-element blocks (576) take ferry quantize's (and
     // llama.cpp's) fallback, q5_0, computed as q8_0 value for value as a q5_0 file's are, and the
     // load says both; rows of 1536 (ffn_down) stay q4_k.
-    auto k_quant = model::LlamaModel::load(weights, *cfg, **be, {false, DType::Q4_K, nullptr});
+    auto k_quant = model::LlamaModel::load(weights, *cfg, **be, {false, DType::Q4_K, {}});
     ASSERT_TRUE(k_quant.ok()) << k_quant.error().message;
     const auto& notes = (*k_quant)->load_notes();
     ASSERT_FALSE(notes.empty());

@@ -264,8 +264,11 @@ float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
 // them apart. With integer activations each rank rounds its own shorter activation rows to
 // the grid, so the split may move a logit as far as that grid itself does (the whole model's
 // distance from its float self), no further.
+// `tp` ranks within each of `pp` stages (world rank = stage x tp + t), as ferry's --tp / --pp
+// lay them out: a world group for the step messages, a tensor-parallel group per stage and a
+// pipeline group per tensor-parallel index.
 void expect_split_equals_whole(const std::string& dir, int tp, std::optional<DType> weights,
-                               kernels::Activations act, bool pipeline = false) {
+                               kernels::Activations act, int pp = 1) {
     auto whole = engine::LoadedModel::load(dir, false, backend(act), weights);
     ASSERT_TRUE(whole.ok()) << whole.error().message;
     engine::ModelRunner ref(*whole->model, whole->backend, 4, 8);
@@ -279,24 +282,40 @@ void expect_split_equals_whole(const std::string& dir, int tp, std::optional<DTy
         grid = max_diff(three_steps(f32), want);
     }
 
-    LocalGroup group(tp);
+    const int n = tp * pp;
+    LocalGroup world(n);
+    std::vector<std::unique_ptr<LocalGroup>> tp_groups, pp_groups;
+    for (int s = 0; tp > 1 && pp > 1 && s < pp; ++s)
+        tp_groups.push_back(std::make_unique<LocalGroup>(tp));
+    for (int t = 0; tp > 1 && pp > 1 && t < tp; ++t)
+        pp_groups.push_back(std::make_unique<LocalGroup>(pp));
     std::vector<std::vector<float>> got(1);
-    std::vector<std::string> errors(static_cast<size_t>(tp));
+    std::vector<std::string> errors(static_cast<size_t>(n));
     std::vector<std::thread> ranks;
-    for (int r = 0; r < tp; ++r)
+    for (int r = 0; r < n; ++r)
         ranks.emplace_back([&, r] {
-            auto comm = std::make_shared<LocalGroup::Rank>(group, r);
-            auto lm = engine::LoadedModel::load(dir, false, backend(act), weights, comm, pipeline);
+            const int stage = r / tp, t = r % tp;
+            auto comm = std::make_shared<LocalGroup::Rank>(world, r);
+            model::ParallelGroups groups{comm, nullptr, nullptr};
+            if (tp > 1 && pp > 1) {
+                groups.tp = std::make_shared<LocalGroup::Rank>(*tp_groups[size_t(stage)], t);
+                groups.pp = std::make_shared<LocalGroup::Rank>(*pp_groups[size_t(t)], stage);
+            } else {
+                (pp > 1 ? groups.pp : groups.tp) = comm;
+            }
+            auto lm = engine::LoadedModel::load(dir, false, backend(act), weights, groups);
             if (!lm) {
                 errors[static_cast<size_t>(r)] = lm.error().message;  // every rank fails alike
                 return;
             }
-            if (pipeline)
+            if (pp > 1) {
                 EXPECT_LT(lm->model->kv_layers(), whole->model->kv_layers());
-            else if (whole->model->config().is_moe())
-                EXPECT_LT(lm->model->config().n_ff_expert, whole->model->config().n_ff_expert);
-            else
-                EXPECT_LT(lm->model->config().n_ff, whole->model->config().n_ff);
+            }
+            if (tp > 1) {
+                const auto& c = lm->model->config();
+                const auto& w = whole->model->config();
+                EXPECT_LT(c.is_moe() ? c.n_ff_expert : c.n_ff, w.is_moe() ? w.n_ff_expert : w.n_ff);
+            }
             if (r != 0) {
                 const Status s = engine::ModelRunner::follow_steps(*lm->model, lm->backend);
                 if (!s) errors[static_cast<size_t>(r)] = s.error().message;
@@ -308,18 +327,18 @@ void expect_split_equals_whole(const std::string& dir, int tp, std::optional<DTy
             }
             comm->finish();
         });
-    for (auto& t : ranks) t.join();
+    for (auto& th : ranks) th.join();
     for (const auto& e : errors) ASSERT_EQ(e, "") << dir;
     ASSERT_EQ(got[0].size(), want.size());
     float max_abs = 0;
     for (float w : want) max_abs = std::max(max_abs, std::fabs(w));
     const float d = max_diff(want, got[0]);
-    if (pipeline) {  // the same computation, layer by layer, only on other ranks: bit for bit
-        EXPECT_EQ(d, 0.0f) << dir << " pp " << tp;
+    if (tp == 1) {  // the same computation, layer by layer, only on other ranks: bit for bit
+        EXPECT_EQ(d, 0.0f) << dir << " pp " << pp;
         return;
     }
     EXPECT_LT(d, std::max(2e-5f * std::max(1.0f, max_abs), grid))
-        << dir << " tp " << tp << " (the activation grid alone: " << grid << ")";
+        << dir << " tp " << tp << " pp " << pp << " (the activation grid alone: " << grid << ")";
 }
 
 TEST(TensorParallel, SplitForwardEqualsTheWholeModel) {
@@ -354,10 +373,21 @@ TEST(PipelineParallel, StagesGiveTheWholeModelsLogitsBitForBit) {
     // Two sequences a step: two micro-batches through the stages; a prefill then a decode.
     const std::string g = testing::golden_dir() + "/hf_models/";
     for (const char* name : {"llama", "gemma3", "qwen3_moe"})
-        expect_split_equals_whole(g + name, 2, std::nullopt, kernels::Activations::Int16, true);
+        expect_split_equals_whole(g + name, 1, std::nullopt, kernels::Activations::Int16, 2);
     for (int pp : {2, 3})
-        expect_split_equals_whole(testing::default_model_path(), pp, std::nullopt,
-                                  kernels::Activations::Int16, true);
+        expect_split_equals_whole(testing::default_model_path(), 1, std::nullopt,
+                                  kernels::Activations::Int16, pp);
+}
+
+TEST(PipelineParallel, StagesOfTensorParallelGroupsGiveTheWholeModelsLogits) {
+    // 2 stages of 2 ranks: each stage's layers split Megatron's way, the residual stream handed
+    // from each stage's rank t to the next stage's rank t, the last stage's logits gathered on
+    // its rank 0 and sent to world rank 0.
+    const std::string g = testing::golden_dir() + "/hf_models/";
+    for (const char* name : {"llama", "qwen3_moe"})
+        expect_split_equals_whole(g + name, 2, std::nullopt, kernels::Activations::F32, 2);
+    expect_split_equals_whole(testing::default_model_path(), 2, std::nullopt,
+                              kernels::Activations::F32, 3);
 }
 
 }  // namespace
