@@ -96,9 +96,9 @@ fuzz: build-fuzz model gemma-model
 # The bounded slice `make test` (and so CI) runs: every harness fuzzed live for
 # FUZZ_SLICE_SECONDS, as many at once as there are cores, from the committed seeds into a
 # corpus that starts empty each time (so a run depends on nothing but the tree). The whole
-# slice (build ~2 min 15 s, fuzzing ~70 s on 2 cores) fits beside the rest of CI's 25 minutes;
+# slice (build ~2 min 15 s, fuzzing ~50 s on 2 cores) fits beside the rest of CI's 25 minutes;
 # a finding fails it, names the harness and leaves the input as $(BUILD)-fuzz/slice/crash-*.
-FUZZ_SLICE_SECONDS ?= 15
+FUZZ_SLICE_SECONDS ?= 10
 fuzz-slice: build-fuzz model gemma-model
 	@rm -rf $(BUILD)-fuzz/slice && mkdir -p $(BUILD)-fuzz/slice
 	@printf '%s\n' $(FUZZ_TARGETS) | xargs -P $(JOBS) -I{} bash -c 't={}; \

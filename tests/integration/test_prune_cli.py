@@ -70,7 +70,7 @@ def test_the_pruned_model_runs(pruned_2_4):
 
 # Round to nearest, and AWQ, which only scales the weights (and the norms before them): either
 # way the zeros stay zeros.
-@pytest.mark.parametrize("method", [[], ["--method", "awq", "--calib-tokens", "256"]])
+@pytest.mark.parametrize("method", [[], ["--method", "awq", "--calib-tokens", "96"]])
 def test_the_pruned_model_stays_pruned_through_q4_0(pruned_2_4, tmp_path, method):
     q = tmp_path / "q4_0.gguf"
     r = run_ferry("quantize", pruned_2_4, q, "--type", "q4_0", *method, "-q")

@@ -192,11 +192,14 @@ TEST(Speculation, GeneratorGreedyOutputIsIdenticalForBothProposers) {
             EXPECT_EQ(generate(gen, prompt, 24, {&ngram, k, SpecPolicy::Fixed}, &st), plain)
                 << "ngram k " << k;
             accepted += st.spec_accepted_tokens;
-            // Whatever the cost policy plans, the output is the same.
-            EXPECT_EQ(generate(gen, prompt, 24, {&ngram, k, SpecPolicy::Cost}), plain)
-                << "ngram k " << k << ", cost policy";
-            EXPECT_EQ(generate(gen, prompt, 24, {draft->get(), k, SpecPolicy::Cost}), plain)
-                << "draft k " << k << ", cost policy";
+            // Whatever the cost policy plans, the output is the same (at the larger K only:
+            // the policy picks its own K up to it).
+            if (k > 1) {
+                EXPECT_EQ(generate(gen, prompt, 24, {&ngram, k, SpecPolicy::Cost}), plain)
+                    << "ngram k " << k << ", cost policy";
+                EXPECT_EQ(generate(gen, prompt, 24, {draft->get(), k, SpecPolicy::Cost}), plain)
+                    << "draft k " << k << ", cost policy";
+            }
             EXPECT_EQ(generate(gen, prompt, 24, {draft->get(), k, SpecPolicy::Fixed}, &st), plain)
                 << "draft k " << k;
             // The draft is the target itself: every greedy proposal is right.
@@ -220,8 +223,10 @@ TEST(Speculation, GeneratorGreedyOutputIsIdenticalWithLookahead) {
         for (int k : {1, 5}) {
             EXPECT_EQ(generate(gen, prompt, 24, {&lookahead, k, SpecPolicy::Fixed}), plain)
                 << "k " << k;
-            EXPECT_EQ(generate(gen, prompt, 24, {&lookahead, k, SpecPolicy::Cost}), plain)
-                << "k " << k << ", cost policy";
+            if (k > 1) {
+                EXPECT_EQ(generate(gen, prompt, 24, {&lookahead, k, SpecPolicy::Cost}), plain)
+                    << "k " << k << ", cost policy";
+            }
         }
     }
     const auto& st = lookahead.stats();
@@ -244,19 +249,19 @@ TEST(Speculation, SeededSamplingGivesPlainDecodingsTextWithPromptLookup) {
         int drafted = 0;
         for (const auto& prompt : grounded_prompts()) {
             const auto plain = generate(gen, prompt, 32, {}, nullptr, sp);
+            // Every K for the fixed policy; one for the cost policy and lookahead, which share
+            // its verification (CI's time: this test was 49 s of the unit run with all three).
             for (int k : {1, 3, 6}) {
                 GenerationStats st;
                 EXPECT_EQ(generate(gen, prompt, 32, {&ngram, k, SpecPolicy::Fixed}, &st, sp), plain)
                     << "k " << k << ", temperature " << temperature;
                 drafted += st.spec_draft_tokens;
-                EXPECT_EQ(generate(gen, prompt, 32, {&ngram, k, SpecPolicy::Cost}, nullptr, sp),
-                          plain);
-                // Lookahead's drafts are point masses too.
-                EXPECT_EQ(
-                    generate(gen, prompt, 32, {&lookahead, k, SpecPolicy::Fixed}, nullptr, sp),
-                    plain)
-                    << "lookahead k " << k << ", temperature " << temperature;
             }
+            EXPECT_EQ(generate(gen, prompt, 32, {&ngram, 6, SpecPolicy::Cost}, nullptr, sp), plain);
+            // Lookahead's drafts are point masses too.
+            EXPECT_EQ(generate(gen, prompt, 32, {&lookahead, 3, SpecPolicy::Fixed}, nullptr, sp),
+                      plain)
+                << "lookahead, temperature " << temperature;
         }
         EXPECT_GT(drafted, 50) << "too few drafts to show anything";
     }
