@@ -36,3 +36,8 @@ def tiny_f16(tmp_path_factory):
     r = run_ferry("synth", out, "--like", "smollm2-135m", "--layers", 2, "--type", "f16", "-q")
     assert r.returncode == 0, r.stderr
     return out
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "soak: a timed soak against a real server; `make soak` runs these, CI does not")
