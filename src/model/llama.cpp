@@ -234,8 +234,7 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<gguf::Fil
                                                        kernels::Backend& backend, bool progress) {
     auto cfg = read_llama_config(*file);
     if (!cfg) return cfg.error();
-    return load(std::make_shared<GgufWeights>(std::move(file)), *cfg, backend,
-                {progress, {}, {}});
+    return load(std::make_shared<GgufWeights>(std::move(file)), *cfg, backend, {progress, {}, {}});
 }
 
 Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const WeightFile> file,
