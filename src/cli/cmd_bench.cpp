@@ -149,17 +149,7 @@ void bench_decode(const DecodeBenchOptions& o) {
     };
     auto add_decode_comm = [&](const std::vector<int32_t>& out) {
         if (!comm || out.size() < 2) return;
-        const comm::CommStats end = lm.model->comm_stats();
-        auto add = [](comm::CommStats::Kind& to, const comm::CommStats::Kind& a,
-                      const comm::CommStats::Kind& b) {
-            to.calls += b.calls - a.calls;
-            to.bytes += b.bytes - a.bytes;
-            to.seconds += b.seconds - a.seconds;
-        };
-        add(comm_decode.sums, comm_first.sums, end.sums);
-        add(comm_decode.gathers, comm_first.gathers, end.gathers);
-        add(comm_decode.stages, comm_first.stages, end.stages);
-        add(comm_decode.steps, comm_first.steps, end.steps);
+        comm_decode += lm.model->comm_stats() - comm_first;
         comm_decode_tokens += static_cast<int64_t>(out.size()) - 1;
     };
     for (int r = 0; r <= o.repeats; ++r) {  // run 0 warms caches and is not counted

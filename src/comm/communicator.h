@@ -35,6 +35,15 @@ struct CommStats {
         int64_t calls = 0;
         int64_t bytes = 0;
         double seconds = 0;
+        Kind& operator+=(const Kind& o) {
+            calls += o.calls;
+            bytes += o.bytes;
+            seconds += o.seconds;
+            return *this;
+        }
+        Kind operator-(const Kind& o) const {
+            return {calls - o.calls, bytes - o.bytes, seconds - o.seconds};
+        }
     };
     Kind sums;     // all_reduce_sum
     Kind gathers;  // gather
@@ -42,6 +51,17 @@ struct CommStats {
     Kind steps;    // broadcast
     double seconds() const {
         return sums.seconds + gathers.seconds + stages.seconds + steps.seconds;
+    }
+    // Kind by kind: the totals of two groups, or what a stretch of work added (later - earlier).
+    CommStats& operator+=(const CommStats& o) {
+        sums += o.sums;
+        gathers += o.gathers;
+        stages += o.stages;
+        steps += o.steps;
+        return *this;
+    }
+    CommStats operator-(const CommStats& o) const {
+        return {sums - o.sums, gathers - o.gathers, stages - o.stages, steps - o.steps};
     }
 };
 

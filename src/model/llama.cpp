@@ -773,14 +773,7 @@ comm::CommStats LlamaModel::comm_stats() const {
     for (const auto& g : {comm_, tp_, pp_}) {
         if (!g || std::find(seen, seen + n, g.get()) != seen + n) continue;
         seen[n++] = g.get();
-        const comm::CommStats st = g->stats();
-        for (auto [to, from] :
-             {std::pair{&all.sums, &st.sums}, std::pair{&all.gathers, &st.gathers},
-              std::pair{&all.stages, &st.stages}, std::pair{&all.steps, &st.steps}}) {
-            to->calls += from->calls;
-            to->bytes += from->bytes;
-            to->seconds += from->seconds;
-        }
+        all += g->stats();
     }
     return all;
 }

@@ -172,6 +172,30 @@ TEST(TensorSplit, ColumnSlicesAreTheRowsBlocks) {
     EXPECT_FALSE(model::slice_columns(m, 32, 160).ok());  // past the end
 }
 
+TEST(CommStats, AddsGroupsAndSubtractsEarlierCountsKindByKind) {
+    comm::CommStats a, b;
+    a.sums = {3, 300, 0.5};
+    a.stages = {1, 10, 0.25};
+    b.sums = {2, 200, 0.25};
+    b.gathers = {1, 4096, 1.0};
+    b.steps = {5, 50, 0.125};
+    comm::CommStats t = a;
+    t += b;
+    EXPECT_EQ(t.sums.calls, 5);
+    EXPECT_EQ(t.sums.bytes, 500);
+    EXPECT_DOUBLE_EQ(t.sums.seconds, 0.75);
+    EXPECT_EQ(t.gathers.bytes, 4096);
+    EXPECT_EQ(t.stages.calls, 1);
+    EXPECT_EQ(t.steps.calls, 5);
+    EXPECT_DOUBLE_EQ(t.seconds(), 0.75 + 1.0 + 0.25 + 0.125);
+    const comm::CommStats d = t - a;  // what b added
+    EXPECT_EQ(d.sums.calls, 2);
+    EXPECT_EQ(d.sums.bytes, 200);
+    EXPECT_EQ(d.stages.calls, 0);
+    EXPECT_EQ(d.gathers.calls, 1);
+    EXPECT_DOUBLE_EQ(d.seconds(), b.seconds());
+}
+
 TEST(StepMessage, RoundTripsAndRefusesTruncation) {
     engine::StepMessage m;
     m.copies = {{3, 7}, {1, 2}};
