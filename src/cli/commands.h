@@ -17,6 +17,7 @@ void add_info_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_quantize_command(CLI::App& app);
 void add_prune_command(CLI::App& app);
+void add_train_medusa_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_bench_command(CLI::App& app);

@@ -21,6 +21,7 @@ int run(int argc, char** argv) {
     ferry::cli::add_bench_command(app);
     ferry::cli::add_quantize_command(app);
     ferry::cli::add_prune_command(app);
+    ferry::cli::add_train_medusa_command(app);
     ferry::cli::add_synth_command(app);
     ferry::cli::add_eval_command(app);
     try {

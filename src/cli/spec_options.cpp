@@ -9,12 +9,13 @@ void SpecOptions::add_to(CLI::App& cmd, bool serving) {
     auto& c = config;
     cmd.add_option("--spec", method,
                    serving ? "speculative decoding for requests that do not choose: off, ngram "
-                             "(prompt lookup), lookahead (Jacobi guesses and an n-gram pool) or "
-                             "draft (--draft-model)"
+                             "(prompt lookup), lookahead (Jacobi guesses and an n-gram pool), "
+                             "draft (--draft-model) or medusa (--medusa-heads)"
                            : "speculative decoding: off, ngram (prompt lookup), lookahead (Jacobi "
-                             "guesses and an n-gram pool) or draft (--draft-model)")
+                             "guesses and an n-gram pool), draft (--draft-model) or medusa "
+                             "(--medusa-heads)")
         ->capture_default_str()
-        ->check(CLI::IsMember({"off", "ngram", "lookahead", "draft"}));
+        ->check(CLI::IsMember({"off", "ngram", "lookahead", "draft", "medusa"}));
     cmd.add_option("--spec-k", c.k, "draft tokens per step (the most, under --spec-policy cost)")
         ->capture_default_str()
         ->check(CLI::Range(1, 32));
@@ -41,6 +42,9 @@ void SpecOptions::add_to(CLI::App& cmd, bool serving) {
             ->check(CLI::Range(0, 1 << 16));
     cmd.add_option("--draft-model", draft_model,
                    "smaller GGUF model with the same vocabulary, for --spec draft");
+    cmd.add_option("--medusa-heads", config.medusa_heads,
+                   "Medusa heads for --spec medusa, as ferry train-medusa writes them (default: "
+                   "MODEL.medusa.gguf beside the model)");
 }
 
 engine::SpecConfig SpecOptions::resolved() const {

@@ -14,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "engine/kv_calibration.h"
 #include "engine/lookahead_proposer.h"
+#include "engine/medusa_proposer.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
 
@@ -124,6 +125,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const LoadedModel& model, Engin
         !s)
         return s.error();
     if (auto s = e->attach_draft(); !s) return s.error();
+    if (auto s = e->attach_medusa(); !s) return s.error();
     return e;
 }
 
@@ -159,6 +161,18 @@ Status Engine::attach_draft() {
                            config_.kv_dtype);
     if (!p) return p.error();
     draft_ = std::move(*p);
+    return Status::Ok();
+}
+
+Status Engine::attach_medusa() {
+    if (config_.spec.medusa_heads.empty() && config_.spec.method != SpecMethod::Medusa)
+        return Status::Ok();
+    SpecConfig mc = config_.spec;
+    mc.method = SpecMethod::Medusa;
+    auto p = make_proposer(mc, model_, nullptr, 0);
+    if (!p) return p.error();
+    medusa_ = std::move(*p);
+    runner_->set_keep_hidden(true);
     return Status::Ok();
 }
 
@@ -221,6 +235,8 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt, RequestPara
     if (params.top_logprobs > 20) return make_error("top_logprobs must be at most 20");
     if (params.spec == SpecMethod::Draft && !draft_)
         return make_error("speculation 'draft' needs a server started with --draft-model");
+    if (params.spec == SpecMethod::Medusa && !medusa_)
+        return make_error("speculation 'medusa' needs a server started with --medusa-heads");
     if (queued_.load() >= config_.max_waiting)
         return make_error(ErrorCode::Unavailable, "queue full: {} requests are waiting",
                           queued_.load());
@@ -360,6 +376,12 @@ bool Engine::step() {
     }
 
     const int n_vocab = runner_->n_vocab();
+    // Medusa's heads read the hidden state of the row that gives a sequence its next token.
+    const std::span<const float> hidden = medusa_ ? runner_->hidden() : std::span<const float>{};
+    const auto n_embd = static_cast<size_t>(model_.model->config().n_embd);
+    auto hidden_row = [&](size_t r) -> const float* {
+        return (r + 1) * n_embd <= hidden.size() ? hidden.data() + r * n_embd : nullptr;
+    };
     size_t row = 0;
     std::vector<Sequence*> targets;
     struct Pick {
@@ -375,6 +397,7 @@ bool Engine::step() {
         const int rows = s.num_logits();
         if (rows == 0) continue;
         const float* base = logits.data() + row * n_vocab;
+        const size_t first_row = row + static_cast<size_t>(rows - 1 - s.num_draft);
         row += static_cast<size_t>(rows);
         Request& r = *seq->request;
         if (r.aborted || seq->status == SeqStatus::Finished) continue;
@@ -383,11 +406,14 @@ bool Engine::step() {
             if (s.all_logits) record_prompt_logprobs(r, s, base);
             if (!s.wants_logits) continue;
             if (s.num_draft > 0) {
-                verify_and_emit(*seq, l);
+                verify_and_emit(*seq, l, hidden_row(first_row));
                 continue;
             }
             targets.assign(1, seq);
             if (!r.forked && r.params.n > 1) fork(r, *seq, targets);
+            if (const float* h = hidden_row(first_row))
+                for (Sequence* t : targets)
+                    if (t->spec == SpecMethod::Medusa) medusa_->observe_hidden(t->id, {h, n_embd});
         } catch (const std::exception& e) {
             fail(r, e.what());
             continue;
@@ -553,13 +579,16 @@ void Engine::propose_drafts() {
     for (Sequence* s : scheduler_->running()) {
         if (s->spec == SpecMethod::Off || s->num_uncomputed() != 1 || s->request->aborted) continue;
         if (s->spec == SpecMethod::Draft && !draft_) continue;
+        if (s->spec == SpecMethod::Medusa && !medusa_) continue;
         // A lazy constraint could start in the middle of a draft, past tokens it forbids.
         if (s->awaiting_trigger) continue;
         const RequestParams& p = s->request->params;
         // Never draft past what may still be emitted or past the context.
         const int64_t room = std::min<int64_t>(p.max_tokens - s->output_len() - 1,
                                                max_model_len_ - context_len(*s) - 1);
-        const int k = static_cast<int>(std::min<int64_t>(sc.k, room));
+        int k = static_cast<int>(std::min<int64_t>(sc.k, room));
+        if (s->spec == SpecMethod::Medusa)  // a head per draft token
+            k = std::min(k, static_cast<MedusaProposer&>(*medusa_).n_heads());
         if (k > 0) want.push_back({s, k});
     }
     if (want.empty()) return;
@@ -613,17 +642,21 @@ void Engine::propose_drafts() {
         std::lock_guard lock(metrics_mu_);
         metrics_.spec_declined_steps = planner_.declined_steps();
     }
-    jobs.clear();
-    for (const Want& w : want)
-        if (w.seq->spec == SpecMethod::Draft && w.k > 0) jobs.push_back(job(w.seq, w.k));
-    if (jobs.empty()) return;
-    const auto t0 = Clock::now();
-    draft_->propose(jobs);
-    int64_t drafted = 0;
-    for (const ProposalJob& j : jobs) drafted += static_cast<int64_t>(j.out->tokens.size());
-    planner_.record_draft_time(drafted, std::chrono::duration<double>(Clock::now() - t0).count());
-    for (const Want& w : want)
-        if (w.seq->spec == SpecMethod::Draft) trim_to_grammar(*w.seq);
+    // The draft model and Medusa are told how many tokens pay, and their time is the plan's.
+    for (SpecMethod m : {SpecMethod::Draft, SpecMethod::Medusa}) {
+        jobs.clear();
+        for (const Want& w : want)
+            if (w.seq->spec == m && w.k > 0) jobs.push_back(job(w.seq, w.k));
+        if (jobs.empty()) continue;
+        const auto t0 = Clock::now();
+        (m == SpecMethod::Draft ? draft_ : medusa_)->propose(jobs);
+        int64_t drafted = 0;
+        for (const ProposalJob& j : jobs) drafted += static_cast<int64_t>(j.out->tokens.size());
+        planner_.record_draft_time(drafted,
+                                   std::chrono::duration<double>(Clock::now() - t0).count());
+        for (const Want& w : want)
+            if (w.seq->spec == m) trim_to_grammar(*w.seq);
+    }
 }
 
 // A constrained sequence verifies only the part of its draft its grammar allows: a token the
@@ -636,7 +669,7 @@ void Engine::trim_to_grammar(Sequence& s) {
     s.draft.cut(keep);
 }
 
-void Engine::verify_and_emit(Sequence& seq, const float* logits) {
+void Engine::verify_and_emit(Sequence& seq, const float* logits, const float* hidden) {
     const int n_vocab = runner_->n_vocab();
     const int proposed = static_cast<int>(seq.draft.tokens.size());
     std::vector<int32_t> history = seq.tokens;
@@ -662,6 +695,10 @@ void Engine::verify_and_emit(Sequence& seq, const float* logits) {
         std::vector<int32_t> fed{seq.tokens.back()};
         fed.insert(fed.end(), seq.draft.tokens.begin(), seq.draft.tokens.end());
         lookahead_->observe(seq.id, fed, rows, n_vocab);
+    }
+    if (hidden && seq.spec == SpecMethod::Medusa) {  // the row that gave the last token kept
+        const auto d = static_cast<size_t>(model_.model->config().n_embd);
+        medusa_->observe_hidden(seq.id, {hidden + static_cast<size_t>(accepted) * d, d});
     }
     seq.draft.clear();
     {
@@ -785,6 +822,7 @@ void Engine::finish(Sequence& seq, FinishReason reason, TokenEvent* last) {
     const bool was_waiting_unstarted = !r.started;
     scheduler_->remove(&seq);
     if (draft_) draft_->release(seq.id);
+    if (medusa_) medusa_->release(seq.id);
     lookahead_->release(seq.id);
     deliver(r, ev);
     if (--r.unfinished > 0) return;

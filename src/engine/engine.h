@@ -94,14 +94,16 @@ class Engine {
     // What counts against the context: every token, or under streaming eviction (which runs
     // past it) the positions its cache holds.
     int64_t context_len(const Sequence& s) const;
-    Status attach_draft();  // the draft model's proposer, sized to this engine's pool
+    Status attach_draft();   // the draft model's proposer, sized to this engine's pool
+    Status attach_medusa();  // the Medusa heads' proposer, when --medusa-heads names a file
     struct Live;
     void loop();
     void drain_inbox();
     void fork(Request& req, Sequence& parent, std::vector<Sequence*>& out);
     void propose_drafts();
     void trim_to_grammar(Sequence& seq);
-    void verify_and_emit(Sequence& seq, const float* logits);
+    // hidden: the final hidden state of the draft's first position (Medusa's), or null.
+    void verify_and_emit(Sequence& seq, const float* logits, const float* hidden = nullptr);
     void record_prompt_logprobs(Request& r, const ScheduledSeq& s, const float* rows);
     void emit(Sequence& seq, int32_t tok, const float* logits);
     void start_grammar_at_trigger(Sequence& seq, int32_t tok);
@@ -128,7 +130,7 @@ class Engine {
     int64_t n_window_blocks_ = 0;  // the sliding layers' own pool (EngineConfig::kv_window_pool)
     std::unique_ptr<Scheduler> scheduler_;
     std::unique_ptr<ModelRunner> runner_;
-    std::unique_ptr<Proposer> ngram_, lookahead_, draft_;
+    std::unique_ptr<Proposer> ngram_, lookahead_, draft_, medusa_;
     SpecPlanner planner_;  // step costs and acceptance, for the cost policy
 
     // Owned by the engine thread (or whoever calls step()).

@@ -120,6 +120,17 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
     st.prompt_tokens = static_cast<int>(prompt.size());
     Sampler sampler(params);
     const int k_max = spec.proposer ? std::max(1, spec.k) : 0;
+    // Medusa drafts from the hidden state of the position that gave the last token.
+    const bool hidden = spec.proposer && spec.proposer->wants_hidden();
+    runner_.set_keep_hidden(hidden);
+    const int64_t n_embd = runner_.model().config().n_embd;
+    auto show_hidden = [&](int64_t row) {
+        if (!hidden) return;
+        const std::span<const float> h = runner_.hidden();
+        if (static_cast<int64_t>(h.size()) >= (row + 1) * n_embd)
+            spec.proposer->observe_hidden(
+                0, h.subspan(static_cast<size_t>(row * n_embd), static_cast<size_t>(n_embd)));
+    };
     auto t0 = std::chrono::steady_clock::now();
     std::span<const float> logits;
     if (eviction_.on()) {  // in chunks, the last one's last logits kept, each a step
@@ -134,6 +145,7 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
         planner_.record_step(static_cast<int64_t>(prompt.size()), ms_since(t0) * 1e-3);
     }
     st.prefill_ms = ms_since(t0);
+    show_hidden(0);
     if (spec.proposer) spec.proposer->prefill(0, history_);
 
     st.finish_reason = "length";
@@ -210,6 +222,7 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
         logits = feed(run, static_cast<int>(run.size()));
         if (draft.tokens.empty()) {
             pending.assign(1, sampler.sample({logits.data(), size_t(n_vocab)}, history_));
+            show_hidden(0);
             planner_.record_step(1, ms_since(t_step) * 1e-3);
             if (spec.proposer) {
                 st.spec_step_drafted.push_back(0);
@@ -224,6 +237,7 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
         spec.proposer->observe(0, run, logits.data(), static_cast<int>(n_vocab));
         planner_.record_step(static_cast<int64_t>(run.size()), ms_since(t_step) * 1e-3);
         const int accepted = static_cast<int>(pending.size()) - 1;
+        show_hidden(accepted);
         history_.insert(history_.end(), draft.tokens.begin(), draft.tokens.begin() + accepted);
         ++st.spec_steps;
         st.spec_draft_tokens += static_cast<int>(draft.tokens.size());
@@ -234,6 +248,7 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
     }
     st.decode_ms = ms_since(t_decode);
     if (spec.proposer) spec.proposer->release(0);
+    runner_.set_keep_hidden(false);
     return st;
 }
 

@@ -47,9 +47,17 @@ std::span<const float> ModelRunner::run(std::span<const Work> work) {
     return step({}, {}, {}, work);
 }
 
+void ModelRunner::Tap::observe_head(const Tensor& rows) {
+    if (r->observer_) r->observer_->observe_head(rows);
+    if (r->keep_hidden_)
+        r->hidden_.insert(r->hidden_.end(), rows.data<const float>(),
+                          rows.data<const float>() + rows.numel());
+}
+
 std::span<const float> ModelRunner::step(Copies copies, Copies window_copies,
                                          std::span<const std::pair<int32_t, int64_t>> moves,
                                          std::span<const Work> work) {
+    hidden_.clear();
     if (leads_group() &&
         (!copies.empty() || !window_copies.empty() || !moves.empty() || !work.empty())) {
         StepMessage m;
@@ -125,7 +133,8 @@ std::span<const float> ModelRunner::step(Copies copies, Copies window_copies,
     for (const Group& gr : groups_) {
         pack(work.subspan(gr.begin, gr.end - gr.begin), gr.begin);
         const kernels::Batch batch{tokens_, positions_, token_seq_, seqs_, logit_tokens_};
-        model_.forward_stage(*backend_, batch, store_.view(), group_logits(gr), observer_);
+        model_.forward_stage(*backend_, batch, store_.view(), group_logits(gr),
+                             observer_ || keep_hidden_ ? &tap_ : nullptr);
     }
     for (const Group& gr : groups_) model_.collect_logits(*backend_, group_logits(gr));
     model_.end_step();

@@ -67,6 +67,11 @@ class ModelRunner {
 
     // Every later run shows `o` (not owned; null to stop) the inputs of the linear maps.
     void set_observer(model::ActivationObserver* o) { observer_ = o; }
+    // Every later run keeps the output head's input (the final hidden state) of each logits
+    // row: Medusa drafts from it.
+    void set_keep_hidden(bool on) { keep_hidden_ = on; }
+    // After a run with keep_hidden: n_embd floats per logits row, in the logits' order.
+    std::span<const float> hidden() const { return hidden_; }
 
     const model::LlamaModel& model() const { return model_; }
     int n_vocab() const { return model_.config().n_vocab; }
@@ -91,6 +96,19 @@ class ModelRunner {
     int calibration_tokens_;  // sent in the Setup message (kv::KvFormat::calibration_tokens)
     kv::KvStore store_;
     model::ActivationObserver* observer_ = nullptr;
+    // What a pass shows: observer_'s calls, and with keep_hidden_ the head's input into hidden_.
+    struct Tap final : model::ActivationObserver {
+        ModelRunner* r;
+        explicit Tap(ModelRunner* runner) : r(runner) {}
+        void observe(int layer, model::LinearInput which, const Tensor& rows) override {
+            if (r->observer_) r->observer_->observe(layer, which, rows);
+        }
+        int last_layer() const override { return r->observer_ ? r->observer_->last_layer() : -1; }
+        void observe_head(const Tensor& rows) override;
+    };
+    Tap tap_{this};
+    bool keep_hidden_ = false;
+    std::vector<float> hidden_;
     // The packed batch, kept between runs so a step allocates nothing.
     std::vector<int32_t> tokens_, token_seq_, logit_tokens_;
     std::vector<int64_t> positions_;

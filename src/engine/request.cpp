@@ -27,6 +27,8 @@ const char* spec_method_name(SpecMethod m) {
             return "draft";
         case SpecMethod::Lookahead:
             return "lookahead";
+        case SpecMethod::Medusa:
+            return "medusa";
         default:
             return "off";
     }
@@ -37,8 +39,9 @@ Expected<SpecMethod> parse_spec_method(const std::string& s) {
     if (s == "ngram") return SpecMethod::Ngram;
     if (s == "draft") return SpecMethod::Draft;
     if (s == "lookahead") return SpecMethod::Lookahead;
-    return make_error("unknown speculation method '{}' (expected off, ngram, draft or lookahead)",
-                      s);
+    if (s == "medusa") return SpecMethod::Medusa;
+    return make_error(
+        "unknown speculation method '{}' (expected off, ngram, draft, lookahead or medusa)", s);
 }
 
 }  // namespace ferry::engine

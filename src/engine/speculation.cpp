@@ -1,10 +1,12 @@
 #include "engine/speculation.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "engine/draft_proposer.h"
 #include "engine/loaded_model.h"
 #include "engine/lookahead_proposer.h"
+#include "engine/medusa_proposer.h"
 
 namespace ferry::engine {
 
@@ -126,6 +128,23 @@ Expected<std::unique_ptr<Proposer>> make_proposer(const SpecConfig& cfg, const L
         case SpecMethod::Lookahead:
             return std::unique_ptr<Proposer>(
                 std::make_unique<LookaheadProposer>(cfg.ngram_min, cfg.ngram_max, cfg.lookahead_n));
+        case SpecMethod::Medusa: {
+            // Unnamed: the file `ferry train-medusa` writes beside the model.
+            std::string path = cfg.medusa_heads;
+            if (path.empty()) {
+                path = model::default_medusa_path(target.path);
+                if (!std::filesystem::exists(path))
+                    return make_error(
+                        "--spec medusa needs Medusa heads: --medusa-heads FILE, or {} (ferry "
+                        "train-medusa -m {} writes it)",
+                        path, target.path);
+            }
+            auto heads = model::MedusaHeads::load(path);
+            if (!heads) return heads.error();
+            auto p = MedusaProposer::create(target, std::move(*heads));
+            if (!p) return p.error();
+            return std::unique_ptr<Proposer>(std::move(*p));
+        }
         case SpecMethod::Draft: {
             if (!draft) return make_error("--spec draft needs a draft model (--draft-model)");
             auto p = DraftProposer::create(target, *draft, max_tokens, draft_kv);

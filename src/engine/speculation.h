@@ -23,8 +23,8 @@ namespace ferry::engine {
 
 struct LoadedModel;
 
-enum class SpecMethod { Off, Ngram, Draft, Lookahead };
-const char* spec_method_name(SpecMethod m);  // "off", "ngram", "draft", "lookahead"
+enum class SpecMethod { Off, Ngram, Draft, Lookahead, Medusa };
+const char* spec_method_name(SpecMethod m);  // "off", "ngram", "draft", "lookahead", "medusa"
 Expected<SpecMethod> parse_spec_method(const std::string& s);
 
 // How many draft tokens a step verifies: Cost chooses 0..K per sequence and step from the
@@ -35,10 +35,11 @@ Expected<SpecPolicy> parse_spec_policy(const std::string& s);
 
 struct SpecConfig {
     SpecMethod method = SpecMethod::Off;
-    int k = 4;            // tokens proposed per step (the most, under the cost policy)
-    int ngram_min = 2;    // prompt lookup: shortest suffix that may match
-    int ngram_max = 4;    // longest suffix tried first
-    int lookahead_n = 4;  // lookahead: the length of the n-grams its pool keeps
+    int k = 4;                 // tokens proposed per step (the most, under the cost policy)
+    int ngram_min = 2;         // prompt lookup: shortest suffix that may match
+    int ngram_max = 4;         // longest suffix tried first
+    int lookahead_n = 4;       // lookahead: the length of the n-grams its pool keeps
+    std::string medusa_heads;  // medusa: the heads file (model/medusa_heads.h)
     SpecPolicy policy = SpecPolicy::Cost;
     // Speculation is switched off for a step when more sequences than this decode together
     // (0: never forced off). The cost policy already declines where a batch keeps the cores
@@ -92,6 +93,11 @@ class Proposer {
     // Lookahead takes its next guesses from them. Optional.
     virtual void observe(uint64_t /*seq*/, std::span<const int32_t> /*fed*/,
                          const float* /*logits*/, int /*n_vocab*/) {}
+    // Whether it drafts from the target's final hidden state (Medusa). Then, after every step
+    // that gave a sequence tokens, observe_hidden gets the hidden state (the output head's input)
+    // at the position whose logits gave its last token.
+    virtual bool wants_hidden() const { return false; }
+    virtual void observe_hidden(uint64_t /*seq*/, std::span<const float> /*h*/) {}
 };
 
 // Prompt lookup: the longest suffix of the context (ngram_max down to ngram_min tokens) that

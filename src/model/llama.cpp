@@ -721,6 +721,7 @@ void LlamaModel::forward_stage(kernels::Backend& be, const kernels::Batch& batch
     const Tensor last = be.scratch(kLast, DType::F32, {rows, c.n_embd});
     be.gather_rows(x, batch.logit_tokens, last);
     be.rmsnorm(last, output_norm_, c.rms_eps, xn.slice(0, rows));
+    if (observer) observer->observe_head(be.host_view(xn.slice(0, rows)));
     if (!tp_) {
         const kernels::MatmulOut head[] = {{&output_, logits}};
         be.matmul(head, xn.slice(0, rows));

@@ -37,6 +37,10 @@ class ActivationObserver {
   public:
     virtual ~ActivationObserver() = default;
     virtual void observe(int layer, LinearInput which, const Tensor& rows) = 0;
+    // The output head's input: the final-normed hidden state of each token whose logits are
+    // wanted, in the batch's logit order (Medusa heads read it). Not called on a rank without
+    // the head (a pipeline's earlier stages).
+    virtual void observe_head(const Tensor& /*rows*/) {}
     // The last layer whose inputs it wants (-1: every layer). A pass that wants no logits and
     // runs in one process stops after that layer: sequential pruning's pass for layer L runs
     // L + 1 layers, not the whole depth.
@@ -98,6 +102,9 @@ class LlamaModel {
     // What this rank exchanged in all its groups (comm/communicator.h).
     comm::CommStats comm_stats() const;
     const TensorSplit& split() const { return split_; }
+    // The output head ({n_vocab, n_embd}; this rank's vocabulary slice under tensor
+    // parallelism), resident on the model's backend: Medusa heads project through it.
+    const kernels::Matrix& output_head() const { return output_; }
     Device device() const { return device_; }
     // Bytes of weights one decode step reads on `backend` (every matrix once, in the layout the
     // backend reads, and one embedding row).

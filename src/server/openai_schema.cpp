@@ -393,8 +393,8 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
         if (!bo->is_number_integer() || bo->get<int64_t>() != want)
             f.fail("'best_of' other than n is not supported by this server", "best_of");
     }
-    // ferry's extension: speculative decoding per request ("off", "ngram", "lookahead" or
-    // "draft").
+    // ferry's extension: speculative decoding per request ("off", "ngram", "lookahead", "draft"
+    // or "medusa").
     if (const json* sp = f.get("speculation")) {
         if (!sp->is_string()) {
             f.type_error("speculation", "a string", *sp);

@@ -50,8 +50,29 @@ def test_lookahead_leaves_the_output_unchanged(model_path):
         assert f"speculation (lookahead, {policy})" in err
 
 
+def test_train_medusa_heads_then_run_speculates_with_the_same_text(model_path, tmp_path):
+    heads = tmp_path / "h.medusa.gguf"
+    r = run_ferry("train-medusa", "-m", model_path, "--heads", "2", "--tokens", "256",
+                  "--prompt-len", "16", "--continuation", "48", "--epochs", "1", "-t", "2",
+                  "--json", "-o", str(heads))
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["out"] == str(heads) and heads.exists()
+    assert [h["predicts"] for h in rep["heads"]] == ["t+2", "t+3"]
+    assert rep["train_positions"] > 0 and rep["held_out_positions"] > 0
+    for h in rep["heads"]:
+        assert 0 <= h["held_out_top1_before"] <= 1 and 0 <= h["held_out_top1_after"] <= 1
+        assert h["loss_last_epoch"] > 0
+    plain, _ = run_text(model_path)
+    out, err = run_text(model_path, "--spec", "medusa", "--medusa-heads", str(heads),
+                        "--spec-policy", "fixed")
+    assert out == plain
+    assert "speculation (medusa, fixed)" in err
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--spec", "draft"], "--draft-model"),
+    (["--spec", "medusa", "--medusa-heads", "/nonexistent/h.gguf"], "/nonexistent/h.gguf"),
     (["--spec", "magic"], "--spec"),
     (["--spec", "ngram", "--spec-ngram-min", "5", "--spec-ngram-max", "2"], "--spec-ngram-min"),
     (["--spec", "ngram", "--spec-policy", "adaptive"], "--spec-policy"),
@@ -134,7 +155,8 @@ def test_server_lookahead_per_request_gives_the_same_text(spec_server):
     assert on.json()["choices"][0]["text"] == off.json()["choices"][0]["text"]
 
 
-@pytest.mark.parametrize("value, needle", [("draft", "--draft-model"), ("fast", "speculation"),
+@pytest.mark.parametrize("value, needle", [("draft", "--draft-model"), ("medusa", "--medusa-heads"),
+                                           ("fast", "speculation"),
                                            (3, "speculation")])
 def test_server_refuses_bad_speculation_choice(spec_server, value, needle):
     r = complete(spec_server, speculation=value)

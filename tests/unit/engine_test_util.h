@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/generator.h"
 #include "test_util.h"
 
 namespace ferry::testing {
@@ -53,6 +54,25 @@ inline std::vector<Collected> run_all(Engine& engine,
         EXPECT_TRUE(id.ok()) << id.error().message;
     }
     while (engine.has_work()) engine.step();
+    return out;
+}
+
+// One single-stream generation of n tokens from a reset generator (speculating with `spec`),
+// its tokens; its stats into *stats.
+inline std::vector<int32_t> generate(Generator& g, const std::vector<int32_t>& prompt, int n,
+                                     const SpecRun& spec, GenerationStats* stats = nullptr,
+                                     SamplingParams sp = greedy(1).sampling) {
+    std::vector<int32_t> out;
+    g.reset();
+    auto st = g.generate(
+        prompt, sp, n,
+        [&](int32_t t) {
+            out.push_back(t);
+            return true;
+        },
+        nullptr, spec);
+    EXPECT_TRUE(st.ok());
+    if (stats && st.ok()) *stats = *st;
     return out;
 }
 

@@ -160,23 +160,6 @@ std::vector<std::vector<int32_t>> grounded_prompts() {
     return out;
 }
 
-std::vector<int32_t> generate(Generator& g, const std::vector<int32_t>& prompt, int n,
-                              const SpecRun& spec, GenerationStats* stats = nullptr,
-                              SamplingParams sp = greedy(1).sampling) {
-    std::vector<int32_t> out;
-    g.reset();
-    auto st = g.generate(
-        prompt, sp, n,
-        [&](int32_t t) {
-            out.push_back(t);
-            return true;
-        },
-        nullptr, spec);
-    EXPECT_TRUE(st.ok());
-    if (stats && st.ok()) *stats = *st;
-    return out;
-}
-
 }  // namespace
 
 TEST(Speculation, GeneratorGreedyOutputIsIdenticalForBothProposers) {

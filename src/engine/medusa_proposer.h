@@ -1,0 +1,54 @@
+// Medusa drafting (model/medusa_heads.h): the target's final hidden state at the position that
+// gave a sequence's last token goes through each trained head and the target's own output head,
+// and each head's top token is a draft token, head k's at depth k + 1. One step's heads for every
+// sequence run as two products on the target's backend (the heads', then the output head's). The
+// drafts are point masses, so verification keeps the output exactly the target's (greedy and
+// seeded sampling alike), as with prompt lookup.
+//
+// It needs the target's hidden state, which only the rank holding the output head sees: under a
+// pipeline (--pp) that is not rank 0, and under tensor parallelism the head is split, so it
+// refuses both.
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/speculation.h"
+#include "kernels/backend.h"
+#include "model/medusa_heads.h"
+
+namespace ferry::model {
+class LlamaModel;
+}
+
+namespace ferry::engine {
+
+class MedusaProposer final : public Proposer {
+  public:
+    // Refuses heads made for another shape of model and a model split over ranks.
+    static Expected<std::unique_ptr<MedusaProposer>> create(const LoadedModel& target,
+                                                            model::MedusaHeads heads);
+
+    bool wants_hidden() const override { return true; }
+    void observe_hidden(uint64_t seq, std::span<const float> h) override;
+    void propose(std::span<ProposalJob> jobs) override;
+    void release(uint64_t seq) override { hidden_.erase(seq); }
+
+    int n_heads() const { return heads_.n_heads(); }
+
+  private:
+    MedusaProposer(const model::LlamaModel& model, std::shared_ptr<kernels::Backend> backend,
+                   model::MedusaHeads heads);
+    // A device buffer of at least rows x cols floats, kept between steps.
+    Tensor buffer(int slot, int64_t rows, int64_t cols);
+
+    const model::LlamaModel& model_;
+    std::shared_ptr<kernels::Backend> backend_;
+    model::MedusaHeads heads_;
+    std::vector<kernels::Matrix> w_;  // W_k, resident
+    std::unordered_map<uint64_t, std::vector<float>> hidden_;
+    Tensor bufs_[4];
+};
+
+}  // namespace ferry::engine
