@@ -21,7 +21,7 @@ namespace ferry::cli {
 namespace {
 
 struct TrainMedusaOptions {
-    std::string model = "default", text, out, style = "chat";
+    std::string model = "default", text, out, style = "auto";
     calibrate::MedusaTrainOptions train;
     int threads = 0;
     bool json = false, quiet = false;
@@ -41,9 +41,11 @@ void train_medusa(const TrainMedusaOptions& o) {
     const std::vector<int32_t> text = calibration_tokens(lm, o.text, want, &text_path);
     const std::string out = o.out.empty() ? model::default_medusa_path(path) : o.out;
     calibrate::MedusaTrainOptions train = o.train;
-    train.chat = o.style == "chat";
-    if (train.chat && !lm.chat_template)
+    // auto: a chat model learns from its answers, a base model (no template) from its text.
+    train.chat = o.style == "chat" || (o.style == "auto" && lm.chat_template);
+    if (o.style == "chat" && !lm.chat_template)
         throw ExitError(fmt::format("--style chat: {} (use --style text)", lm.chat_template_error));
+    const std::string style = train.chat ? "chat" : "text";
     const bool show = !o.quiet && !o.json;
     if (show)
         std::fprintf(stderr,
@@ -78,7 +80,7 @@ void train_medusa(const TrainMedusaOptions& o) {
                                {"loss_first_epoch", rep.loss_first[k]},
                                {"loss_last_epoch", rep.loss_last[k]}});
         const nlohmann::json j = {{"model", path},
-                                  {"style", o.style},
+                                  {"style", style},
                                   {"out", out},
                                   {"text", text_path},
                                   {"train_positions", rep.train_positions},
@@ -128,9 +130,10 @@ void add_train_medusa_command(CLI::App& app) {
     cmd->add_option("--style", o->style,
                     "chat: each piece inside the model's chat template as a request (continue, "
                     "summarise, explain, ...) and the heads learn the model's answers, what "
-                    "serving drafts; text: the model continues the plain text")
+                    "serving drafts; text: the model continues the plain text; auto: chat where "
+                    "the model has a chat template")
         ->capture_default_str()
-        ->check(CLI::IsMember({"chat", "text"}));
+        ->check(CLI::IsMember({"auto", "chat", "text"}));
     cmd->add_option("--continuation", t.continuation, "greedy tokens per continuation")
         ->capture_default_str()
         ->check(CLI::Range(4, 4096));

@@ -58,6 +58,7 @@ def test_train_medusa_heads_then_run_speculates_with_the_same_text(model_path, t
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     assert rep["out"] == str(heads) and heads.exists()
+    assert rep["style"] == "chat"  # auto: the model has a chat template
     assert [h["predicts"] for h in rep["heads"]] == ["t+2", "t+3"]
     assert rep["train_positions"] > 0 and rep["held_out_positions"] > 0
     for h in rep["heads"]:
