@@ -329,10 +329,15 @@ Expected<model::MedusaHeads> train_medusa(const engine::LoadedModel& lm,
     };
 
     // Held-out top-1 of head k (positions with a target for it).
-    auto evaluate = [&](int k) {
+    // The positions of `set` that have a target for head k (not past their answer's end).
+    auto for_head = [&](const std::vector<Pos>& set, int k) {
         std::vector<Pos> ps;
-        for (const Pos& p : held)
+        for (const Pos& p : set)
             if (target(p, k) >= 0) ps.push_back(p);
+        return ps;
+    };
+    auto evaluate = [&](int k) {
+        const std::vector<Pos> ps = for_head(held, k);
         int64_t hits = 0;
         for (size_t s = 0; s < ps.size(); s += static_cast<size_t>(bmax)) {
             const size_t e = std::min(ps.size(), s + static_cast<size_t>(bmax));
@@ -347,9 +352,7 @@ Expected<model::MedusaHeads> train_medusa(const engine::LoadedModel& lm,
     int64_t done = 0;
     for (int k = 0; k < opt.heads; ++k) {
         rep.top1_before.push_back(evaluate(k));
-        std::vector<Pos> ps;
-        for (const Pos& p : train)
-            if (target(p, k) >= 0) ps.push_back(p);
+        std::vector<Pos> ps = for_head(train, k);
         Adam aw(heads.w[static_cast<size_t>(k)].size()), ab(heads.b[static_cast<size_t>(k)].size());
         std::vector<float> gw(heads.w[static_cast<size_t>(k)].size()),
             gb(heads.b[static_cast<size_t>(k)].size());

@@ -14,7 +14,6 @@
 #include "core/thread_pool.h"
 #include "engine/kv_calibration.h"
 #include "engine/lookahead_proposer.h"
-#include "engine/medusa_proposer.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
 
@@ -376,12 +375,6 @@ bool Engine::step() {
     }
 
     const int n_vocab = runner_->n_vocab();
-    // Medusa's heads read the hidden state of the row that gives a sequence its next token.
-    const std::span<const float> hidden = medusa_ ? runner_->hidden() : std::span<const float>{};
-    const auto n_embd = static_cast<size_t>(model_.model->config().n_embd);
-    auto hidden_row = [&](size_t r) -> const float* {
-        return (r + 1) * n_embd <= hidden.size() ? hidden.data() + r * n_embd : nullptr;
-    };
     size_t row = 0;
     std::vector<Sequence*> targets;
     struct Pick {
@@ -406,14 +399,15 @@ bool Engine::step() {
             if (s.all_logits) record_prompt_logprobs(r, s, base);
             if (!s.wants_logits) continue;
             if (s.num_draft > 0) {
-                verify_and_emit(*seq, l, hidden_row(first_row));
+                verify_and_emit(*seq, l, first_row);
                 continue;
             }
             targets.assign(1, seq);
             if (!r.forked && r.params.n > 1) fork(r, *seq, targets);
-            if (const float* h = hidden_row(first_row))
+            // Medusa's heads read the hidden state of the row that gave the next token.
+            if (const auto h = runner_->hidden_row(first_row); medusa_ && !h.empty())
                 for (Sequence* t : targets)
-                    if (t->spec == SpecMethod::Medusa) medusa_->observe_hidden(t->id, {h, n_embd});
+                    if (t->spec == SpecMethod::Medusa) medusa_->observe_hidden(t->id, h);
         } catch (const std::exception& e) {
             fail(r, e.what());
             continue;
@@ -587,8 +581,7 @@ void Engine::propose_drafts() {
         const int64_t room = std::min<int64_t>(p.max_tokens - s->output_len() - 1,
                                                max_model_len_ - context_len(*s) - 1);
         int k = static_cast<int>(std::min<int64_t>(sc.k, room));
-        if (s->spec == SpecMethod::Medusa)  // a head per draft token
-            k = std::min(k, static_cast<MedusaProposer&>(*medusa_).n_heads());
+        if (s->spec == SpecMethod::Medusa) k = std::min(k, medusa_->max_draft());
         if (k > 0) want.push_back({s, k});
     }
     if (want.empty()) return;
@@ -669,7 +662,7 @@ void Engine::trim_to_grammar(Sequence& s) {
     s.draft.cut(keep);
 }
 
-void Engine::verify_and_emit(Sequence& seq, const float* logits, const float* hidden) {
+void Engine::verify_and_emit(Sequence& seq, const float* logits, size_t first_row) {
     const int n_vocab = runner_->n_vocab();
     const int proposed = static_cast<int>(seq.draft.tokens.size());
     std::vector<int32_t> history = seq.tokens;
@@ -696,10 +689,10 @@ void Engine::verify_and_emit(Sequence& seq, const float* logits, const float* hi
         fed.insert(fed.end(), seq.draft.tokens.begin(), seq.draft.tokens.end());
         lookahead_->observe(seq.id, fed, rows, n_vocab);
     }
-    if (hidden && seq.spec == SpecMethod::Medusa) {  // the row that gave the last token kept
-        const auto d = static_cast<size_t>(model_.model->config().n_embd);
-        medusa_->observe_hidden(seq.id, {hidden + static_cast<size_t>(accepted) * d, d});
-    }
+    if (seq.spec == SpecMethod::Medusa)  // the row that gave the last token kept
+        if (const auto h = runner_->hidden_row(first_row + static_cast<size_t>(accepted));
+            !h.empty())
+            medusa_->observe_hidden(seq.id, h);
     seq.draft.clear();
     {
         std::lock_guard lock(metrics_mu_);

@@ -102,8 +102,9 @@ class Engine {
     void fork(Request& req, Sequence& parent, std::vector<Sequence*>& out);
     void propose_drafts();
     void trim_to_grammar(Sequence& seq);
-    // hidden: the final hidden state of the draft's first position (Medusa's), or null.
-    void verify_and_emit(Sequence& seq, const float* logits, const float* hidden = nullptr);
+    // first_row: the step's logits row of the draft's first position (Medusa reads the hidden
+    // state of the row that gave the last token kept).
+    void verify_and_emit(Sequence& seq, const float* logits, size_t first_row);
     void record_prompt_logprobs(Request& r, const ScheduledSeq& s, const float* rows);
     void emit(Sequence& seq, int32_t tok, const float* logits);
     void start_grammar_at_trigger(Sequence& seq, int32_t tok);

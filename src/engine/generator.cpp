@@ -119,17 +119,12 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
     GenerationStats st;
     st.prompt_tokens = static_cast<int>(prompt.size());
     Sampler sampler(params);
-    const int k_max = spec.proposer ? std::max(1, spec.k) : 0;
+    const int k_max = spec.proposer ? std::max(1, std::min(spec.k, spec.proposer->max_draft())) : 0;
     // Medusa drafts from the hidden state of the position that gave the last token.
-    const bool hidden = spec.proposer && spec.proposer->wants_hidden();
-    runner_.set_keep_hidden(hidden);
-    const int64_t n_embd = runner_.model().config().n_embd;
-    auto show_hidden = [&](int64_t row) {
-        if (!hidden) return;
-        const std::span<const float> h = runner_.hidden();
-        if (static_cast<int64_t>(h.size()) >= (row + 1) * n_embd)
-            spec.proposer->observe_hidden(
-                0, h.subspan(static_cast<size_t>(row * n_embd), static_cast<size_t>(n_embd)));
+    runner_.set_keep_hidden(spec.proposer && spec.proposer->wants_hidden());
+    auto show_hidden = [&](int row) {  // rows are kept only for such a proposer
+        if (const auto h = runner_.hidden_row(static_cast<size_t>(row)); !h.empty())
+            spec.proposer->observe_hidden(0, h);
     };
     auto t0 = std::chrono::steady_clock::now();
     std::span<const float> logits;

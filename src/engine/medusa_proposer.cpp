@@ -90,18 +90,14 @@ void MedusaProposer::propose(std::span<ProposalJob> jobs) {
     const Tensor logits = buffer(3, nz, nv);
     const kernels::MatmulOut head[] = {{&model_.output_head(), logits}};
     be.matmul(head, z);
-    const Tensor lh = be.host_view(logits);
+    std::vector<int32_t> top(static_cast<size_t>(nz));
+    be.argmax(logits, top);  // token ids cross to the host, not logits
 
-    // Row order above: head-major, so head k of sequence r is the k-th of r's rows counted
-    // over the heads before it.
+    // Rows are head-major, in the order they were laid out above.
     at = 0;
     for (int k = 0; k < n_max; ++k)
-        for (int64_t r = 0; r < nr; ++r) {
-            if (k >= rows[r].n) continue;
-            const float* row = lh.data<float>() + (at++) * nv;
-            rows[r].job->out->tokens.push_back(
-                static_cast<int32_t>(std::max_element(row, row + nv) - row));
-        }
+        for (int64_t r = 0; r < nr; ++r)
+            if (k < rows[r].n) rows[r].job->out->tokens.push_back(top[static_cast<size_t>(at++)]);
 }
 
 }  // namespace ferry::engine

@@ -34,8 +34,7 @@ class MedusaProposer final : public Proposer {
     void observe_hidden(uint64_t seq, std::span<const float> h) override;
     void propose(std::span<ProposalJob> jobs) override;
     void release(uint64_t seq) override { hidden_.erase(seq); }
-
-    int n_heads() const { return heads_.n_heads(); }
+    int max_draft() const override { return heads_.n_heads(); }
 
   private:
     MedusaProposer(const model::LlamaModel& model, std::shared_ptr<kernels::Backend> backend,

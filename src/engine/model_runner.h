@@ -72,6 +72,12 @@ class ModelRunner {
     void set_keep_hidden(bool on) { keep_hidden_ = on; }
     // After a run with keep_hidden: n_embd floats per logits row, in the logits' order.
     std::span<const float> hidden() const { return hidden_; }
+    // Logits row `row`'s hidden state; empty when the run kept none for it.
+    std::span<const float> hidden_row(size_t row) const {
+        const auto d = static_cast<size_t>(model_.config().n_embd);
+        return (row + 1) * d <= hidden_.size() ? std::span<const float>(hidden_).subspan(row * d, d)
+                                               : std::span<const float>{};
+    }
 
     const model::LlamaModel& model() const { return model_; }
     int n_vocab() const { return model_.config().n_vocab; }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -97,6 +98,8 @@ class Proposer {
     // that gave a sequence tokens, observe_hidden gets the hidden state (the output head's input)
     // at the position whose logits gave its last token.
     virtual bool wants_hidden() const { return false; }
+    // The most tokens it can draft for a sequence in one step (Medusa: one per head).
+    virtual int max_draft() const { return std::numeric_limits<int>::max(); }
     virtual void observe_hidden(uint64_t /*seq*/, std::span<const float> /*h*/) {}
 };
 
