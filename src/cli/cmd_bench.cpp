@@ -237,6 +237,8 @@ void bench_decode(const DecodeBenchOptions& o) {
     j["spec_method"] = engine::spec_method_name(spec_cfg.method);
     if (speculate) {
         j["spec_k"] = spec_cfg.k;
+        if (spec_cfg.method == engine::SpecMethod::Medusa)
+            j["spec_medusa_tree"] = spec_cfg.medusa_tree;
         j["spec_policy"] = engine::spec_policy_name(spec_cfg.policy);
         j["spec_steps"] = spec_steps;
         j["spec_declined_steps"] = spec_declined;
@@ -347,9 +349,12 @@ void bench_decode(const DecodeBenchOptions& o) {
                     ph.achieved_gbs, ph.achieved_gflops);
     if (speculate)
         std::printf(
-            "speculate  %s, k %d (%s): %.2fx plain decoding (%.1f tok/s), %.0f %% of drafts "
+            "speculate  %s, %s (%s): %.2fx plain decoding (%.1f tok/s), %.0f %% of drafts "
             "accepted, %.2f per step, %lld steps declined; output %s\n",
-            engine::spec_method_name(spec_cfg.method), spec_cfg.k,
+            engine::spec_method_name(spec_cfg.method),
+            (proposer->drafts_trees() ? fmt::format("trees of {}", proposer->max_draft())
+                                      : fmt::format("k {}", spec_cfg.k))
+                .c_str(),
             engine::spec_policy_name(spec_cfg.policy), j["spec_speedup"].get<double>(),
             j["baseline_decode_tokens_per_s"].get<double>(),
             100 * j["spec_acceptance_rate"].get<double>(), j["spec_mean_accepted"].get<double>(),

@@ -45,6 +45,12 @@ void SpecOptions::add_to(CLI::App& cmd, bool serving) {
     cmd.add_option("--medusa-heads", config.medusa_heads,
                    "Medusa heads for --spec medusa, as ferry train-medusa writes them (default: "
                    "MODEL.medusa.gguf beside the model)");
+    cmd.add_option("--medusa-tree", config.medusa_tree,
+                   "--spec medusa drafts a tree of up to N tokens (each head's likeliest few, the "
+                   "likeliest branches), verified in one pass with tree attention, instead of one "
+                   "token per head; N replaces --spec-k for Medusa (0: a chain)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 32));
 }
 
 engine::SpecConfig SpecOptions::resolved() const {

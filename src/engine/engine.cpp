@@ -581,7 +581,9 @@ void Engine::propose_drafts() {
         const int64_t room = std::min<int64_t>(p.max_tokens - s->output_len() - 1,
                                                max_model_len_ - context_len(*s) - 1);
         int k = static_cast<int>(std::min<int64_t>(sc.k, room));
-        if (s->spec == SpecMethod::Medusa) k = std::min(k, medusa_->max_draft());
+        if (s->spec == SpecMethod::Medusa)  // a tree's budget is its own
+            k = static_cast<int>(
+                std::min<int64_t>(medusa_->drafts_trees() ? room : k, medusa_->max_draft()));
         if (k > 0) want.push_back({s, k});
     }
     if (want.empty()) return;
@@ -656,6 +658,7 @@ void Engine::propose_drafts() {
 // grammar forbids could never be accepted, and neither could anything after it.
 void Engine::trim_to_grammar(Sequence& s) {
     if (!s.matcher || s.draft.tokens.empty()) return;
+    s.draft.keep_chain();  // a tree's branches would each need the grammar's state
     grammar::Matcher m = *s.matcher;
     size_t keep = 0;
     while (keep < s.draft.tokens.size() && m.accept(s.draft.tokens[keep])) ++keep;
@@ -682,17 +685,34 @@ void Engine::verify_and_emit(Sequence& seq, const float* logits, size_t first_ro
         }
         rows = masked.data();
     }
-    const std::vector<int32_t> toks = verify_draft(*seq.sampler, rows, n_vocab, seq.draft, history);
-    const int accepted = static_cast<int>(toks.size()) - 1;
+    TreeVerdict v;
+    if (seq.draft.is_tree()) {  // never constrained (trim_to_grammar keeps a chain)
+        v = verify_tree(*seq.sampler, rows, n_vocab, seq.draft, history);
+        // The accepted branch's keys and values move down to their positions' slots, from
+        // the chunk verified at the last token's slot.
+        const auto moves = tree_slot_moves(v, seq.cache_len() - 1);
+        runner_->move_slots(seq.kv.blocks, seq.kv_window.blocks, moves);
+        if (!moves.empty()) {
+            std::lock_guard lock(metrics_mu_);
+            ++metrics_.spec_tree_moved_steps;
+        }
+    } else {
+        v.tokens = verify_draft(*seq.sampler, rows, n_vocab, seq.draft, history);
+        for (size_t i = 0; i < v.tokens.size(); ++i) v.rows.push_back(static_cast<int32_t>(i));
+    }
+    const std::vector<int32_t>& toks = v.tokens;
+    const int accepted = v.accepted();
     if (seq.spec == SpecMethod::Lookahead) {
         std::vector<int32_t> fed{seq.tokens.back()};
         fed.insert(fed.end(), seq.draft.tokens.begin(), seq.draft.tokens.end());
         lookahead_->observe(seq.id, fed, rows, n_vocab);
     }
     if (seq.spec == SpecMethod::Medusa)  // the row that gave the last token kept
-        if (const auto h = runner_->hidden_row(first_row + static_cast<size_t>(accepted));
+        if (const auto h = runner_->hidden_row(first_row + static_cast<size_t>(v.rows.back()));
             !h.empty())
             medusa_->observe_hidden(seq.id, h);
+    // A tree's acceptance is counted by depth, as a chain's: how far its branch got.
+    const int judged = seq.draft.depth();
     seq.draft.clear();
     {
         std::lock_guard lock(metrics_mu_);
@@ -700,9 +720,9 @@ void Engine::verify_and_emit(Sequence& seq, const float* logits, size_t first_ro
         metrics_.spec_draft_tokens += proposed;
         metrics_.spec_accepted_tokens += accepted;
     }
-    planner_.record_verification(seq.spec_acceptance, proposed, accepted);
+    planner_.record_verification(seq.spec_acceptance, judged, accepted);
     for (size_t i = 0; i < toks.size(); ++i) {
-        emit(seq, toks[i], logits + i * n_vocab);
+        emit(seq, toks[i], logits + static_cast<size_t>(v.rows[i]) * n_vocab);
         if (seq.status == SeqStatus::Finished) return;  // a stop: the rest is discarded
     }
     // The accepted draft tokens' keys and values are valid; the rejected ones' blocks go back.

@@ -72,10 +72,12 @@ void Generator::truncate(int64_t n) {
     if (blocks_mgr_) blocks_mgr_->trim(table_, cache_len());
 }
 
-std::span<const float> Generator::feed(std::span<const int32_t> tokens, int n_logits) {
+std::span<const float> Generator::feed(std::span<const int32_t> tokens, int n_logits,
+                                       std::span<const uint64_t> tree) {
     std::span<const float> logits;
     if (!blocks_mgr_) {
-        const ModelRunner::Work w{tokens, position(), blocks_, n_logits};
+        ModelRunner::Work w{tokens, position(), blocks_, n_logits};
+        w.tree = tree;
         logits = runner_.run({&w, 1});
     } else {
         // As the engine's scheduler does: evict what is over the budget, then place the tokens.
@@ -93,6 +95,7 @@ std::span<const float> Generator::feed(std::span<const int32_t> tokens, int n_lo
         s.num_draft = std::max(0, n_logits - 1);
         s.wants_logits = n_logits > 0;
         s.attn_mass = eviction_.kind == KvEvictionKind::H2O;
+        s.tree.assign(tree.begin(), tree.end());
         out.seqs.push_back(std::move(s));
         logits = runner_.execute(out);
         if (eviction_.kind == KvEvictionKind::H2O)  // the attention each block drew
@@ -119,7 +122,11 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
     GenerationStats st;
     st.prompt_tokens = static_cast<int>(prompt.size());
     Sampler sampler(params);
-    const int k_max = spec.proposer ? std::max(1, std::min(spec.k, spec.proposer->max_draft())) : 0;
+    const int k_max =
+        spec.proposer
+            ? std::max(1, std::min(spec.proposer->drafts_trees() ? kMaxDraftTokens : spec.k,
+                                   spec.proposer->max_draft()))
+            : 0;
     // Medusa drafts from the hidden state of the position that gave the last token.
     runner_.set_keep_hidden(spec.proposer && spec.proposer->wants_hidden());
     auto show_hidden = [&](int row) {  // rows are kept only for such a proposer
@@ -211,10 +218,11 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
             st.spec_declined_steps = static_cast<int>(planner_.declined_steps() - declined_before);
         }
         const auto t_step = std::chrono::steady_clock::now();
-        const int64_t before = position();
+        const int64_t before = position(), root_slot = cache_len();
         std::vector<int32_t> run{last};
         run.insert(run.end(), draft.tokens.begin(), draft.tokens.end());
-        logits = feed(run, static_cast<int>(run.size()));
+        logits = feed(run, static_cast<int>(run.size()),
+                      draft.is_tree() ? tree_masks(draft) : std::vector<uint64_t>{});
         if (draft.tokens.empty()) {
             pending.assign(1, sampler.sample({logits.data(), size_t(n_vocab)}, history_));
             show_hidden(0);
@@ -228,18 +236,32 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
         // Roll back to the verified prefix: rejected positions are simply overwritten later.
         history_.resize(static_cast<size_t>(before + 1));
         std::vector<int32_t> hist = history_;
-        pending = verify_draft(sampler, logits.data(), static_cast<int>(n_vocab), draft, hist);
-        spec.proposer->observe(0, run, logits.data(), static_cast<int>(n_vocab));
+        TreeVerdict v;
+        if (draft.is_tree()) {
+            v = verify_tree(sampler, logits.data(), static_cast<int>(n_vocab), draft, hist);
+            const auto moves = tree_slot_moves(v, root_slot);
+            runner_.move_slots(blocks_mgr_ ? std::span<const int32_t>(table_.blocks)
+                                           : std::span<const int32_t>(blocks_),
+                               {}, moves);
+            st.spec_tree_moved_steps += moves.empty() ? 0 : 1;
+        } else {
+            v.tokens = verify_draft(sampler, logits.data(), static_cast<int>(n_vocab), draft, hist);
+            for (size_t i = 0; i < v.tokens.size(); ++i) v.rows.push_back(static_cast<int32_t>(i));
+            spec.proposer->observe(0, run, logits.data(), static_cast<int>(n_vocab));
+        }
+        pending = v.tokens;
         planner_.record_step(static_cast<int64_t>(run.size()), ms_since(t_step) * 1e-3);
-        const int accepted = static_cast<int>(pending.size()) - 1;
-        show_hidden(accepted);
-        history_.insert(history_.end(), draft.tokens.begin(), draft.tokens.begin() + accepted);
+        const int accepted = v.accepted();
+        show_hidden(v.rows.back());
+        for (int j = 1; j <= accepted; ++j)
+            history_.push_back(
+                draft.tokens[static_cast<size_t>(v.rows[static_cast<size_t>(j)] - 1)]);
         ++st.spec_steps;
         st.spec_draft_tokens += static_cast<int>(draft.tokens.size());
         st.spec_accepted_tokens += accepted;
         st.spec_step_drafted.push_back(static_cast<int>(draft.tokens.size()));
         st.spec_step_accepted.push_back(accepted);
-        planner_.record_verification(acceptance, static_cast<int>(draft.tokens.size()), accepted);
+        planner_.record_verification(acceptance, draft.depth(), accepted);
     }
     st.decode_ms = ms_since(t_decode);
     if (spec.proposer) spec.proposer->release(0);

@@ -29,7 +29,8 @@ struct GenerationStats {
     int spec_steps = 0;         // verification passes that carried a draft
     int spec_draft_tokens = 0;  // tokens proposed and verified
     int spec_accepted_tokens = 0;
-    int spec_declined_steps = 0;  // steps the cost policy ran without the draft it could have had
+    int spec_tree_moved_steps = 0;  // a tree's branch other than its leading chain was accepted
+    int spec_declined_steps = 0;    // steps the cost policy ran without the draft it could have had
     // With a proposer, every decode step's draft length and how many of it were accepted (0, 0
     // for a step run without a draft), in order: acceptance along the generation.
     std::vector<int> spec_step_drafted, spec_step_accepted;
@@ -91,7 +92,9 @@ class Generator {
 
   private:
     // Runs tokens at the end of the sequence and returns the logits of the last n_logits.
-    std::span<const float> feed(std::span<const int32_t> tokens, int n_logits);
+    // tree: a draft tree's masks (kernels::BatchSeq::tree), or empty.
+    std::span<const float> feed(std::span<const int32_t> tokens, int n_logits,
+                                std::span<const uint64_t> tree = {});
     // Positions the cache holds: the history, but what eviction took out.
     int64_t cache_len() const { return position() - table_.evicted; }
     // What counts against n_ctx: the history, or under streaming eviction (which runs past it)

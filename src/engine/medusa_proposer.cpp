@@ -1,26 +1,112 @@
 #include "engine/medusa_proposer.h"
 
 #include <algorithm>
+#include <queue>
 
 #include "engine/loaded_model.h"
+#include "engine/spec_planner.h"
 #include "model/llama.h"
 
 namespace ferry::engine {
 
+namespace {
+
+// Candidates per head in a tree: more rarely pay on a CPU, where every token verified costs.
+constexpr int kTreeWidth = 4;
+
+// The `width` likeliest entries of a probability row, likeliest first (the lower id on ties).
+std::vector<Sampler::Candidate> likeliest(const float* p, int64_t n, int width) {
+    std::vector<Sampler::Candidate> top;
+    for (int64_t i = 0; i < n; ++i) {
+        if (static_cast<int>(top.size()) == width && p[i] <= top.back().p) continue;
+        Sampler::Candidate c{static_cast<int32_t>(i), 0.0f, p[i]};
+        auto at = std::upper_bound(top.begin(), top.end(), c,
+                                   [](const auto& a, const auto& b) { return a.p > b.p; });
+        top.insert(at, c);
+        if (static_cast<int>(top.size()) > width) top.pop_back();
+    }
+    return top;
+}
+
+}  // namespace
+
+void MedusaProposer::build_tree(const std::vector<std::vector<Sampler::Candidate>>& cand,
+                                int budget, Draft& out) {
+    out.clear();
+    budget = std::min(budget, kMaxTreeDraft);
+    if (budget <= 0 || cand.empty()) return;
+    // Best first: a branch is never likelier than its parent, so taking the likeliest open
+    // branch each time yields the likeliest tree, parents before children.
+    struct Open {
+        double p;
+        int32_t parent;  // index in the selection; -1: the sequence's last token
+        int depth;       // 0-based: the head that proposes it
+        int rank;        // among that head's candidates
+        bool operator<(const Open& o) const { return p < o.p; }
+    };
+    std::priority_queue<Open> open;
+    auto open_children = [&](int32_t parent, double p, int depth) {
+        if (depth >= static_cast<int>(cand.size())) return;
+        for (int r = 0; r < static_cast<int>(cand[static_cast<size_t>(depth)].size()); ++r)
+            open.push(
+                {p * cand[static_cast<size_t>(depth)][static_cast<size_t>(r)].p, parent, depth, r});
+    };
+    open_children(-1, 1.0, 0);
+    std::vector<Open> sel;
+    std::vector<int32_t> token;
+    while (!open.empty() && static_cast<int>(sel.size()) < budget) {
+        const Open o = open.top();
+        open.pop();
+        sel.push_back(o);
+        token.push_back(cand[static_cast<size_t>(o.depth)][static_cast<size_t>(o.rank)].id);
+        open_children(static_cast<int32_t>(sel.size()) - 1, o.p, o.depth + 1);
+    }
+    // The leading chain (every head's first choice) first, then the rest in selection order:
+    // parents still come before their children.
+    std::vector<int32_t> order, chain_pos(sel.size(), -1);
+    int32_t at = -1;
+    for (;;) {
+        int32_t next = -1;
+        for (size_t i = 0; i < sel.size(); ++i)
+            if (sel[i].parent == at && sel[i].rank == 0) next = static_cast<int32_t>(i);
+        if (next < 0) break;
+        chain_pos[static_cast<size_t>(next)] = 1;
+        order.push_back(next);
+        at = next;
+    }
+    for (size_t i = 0; i < sel.size(); ++i)
+        if (chain_pos[i] < 0) order.push_back(static_cast<int32_t>(i));
+    std::vector<int32_t> new_index(sel.size());
+    for (size_t i = 0; i < order.size(); ++i)
+        new_index[static_cast<size_t>(order[i])] = static_cast<int32_t>(i);
+    for (const int32_t i : order) {
+        const Open& o = sel[static_cast<size_t>(i)];
+        out.tokens.push_back(token[static_cast<size_t>(i)]);
+        out.parent.push_back(o.parent < 0 ? -1 : new_index[static_cast<size_t>(o.parent)]);
+    }
+}
+
 Expected<std::unique_ptr<MedusaProposer>> MedusaProposer::create(const LoadedModel& target,
-                                                                 model::MedusaHeads heads) {
+                                                                 model::MedusaHeads heads,
+                                                                 int tree_tokens) {
     const model::LlamaModel& m = *target.model;
     if (m.comm())
         return make_error(
             "--spec medusa runs in one process: the heads read the final hidden state and the "
             "whole output head, which --tp splits and --pp keeps on the last stage");
     if (Status s = heads.check_fits(m.config()); !s) return s.error();
-    return std::unique_ptr<MedusaProposer>(new MedusaProposer(m, target.backend, std::move(heads)));
+    const int most = std::min(kMaxTreeDraft, kMaxDraftTokens);
+    if (tree_tokens < 0 || tree_tokens > most)
+        return make_error("--medusa-tree {}: a tree holds 1..{} tokens (0: a chain)", tree_tokens,
+                          most);
+    return std::unique_ptr<MedusaProposer>(
+        new MedusaProposer(m, target.backend, std::move(heads), tree_tokens));
 }
 
 MedusaProposer::MedusaProposer(const model::LlamaModel& model,
-                               std::shared_ptr<kernels::Backend> backend, model::MedusaHeads heads)
-    : model_(model), backend_(std::move(backend)), heads_(std::move(heads)) {
+                               std::shared_ptr<kernels::Backend> backend, model::MedusaHeads heads,
+                               int tree_tokens)
+    : model_(model), backend_(std::move(backend)), heads_(std::move(heads)), tree_(tree_tokens) {
     std::vector<kernels::MatrixSource> src;
     for (auto& w : heads_.w)
         src.push_back({Tensor(w.data(), DType::F32, {heads_.n_embd, heads_.n_embd}),
@@ -53,7 +139,9 @@ void MedusaProposer::propose(std::span<ProposalJob> jobs) {
     for (ProposalJob& j : jobs) {
         j.out->clear();
         const auto it = hidden_.find(j.seq);
-        const int n = std::min(j.k, heads_.n_heads());
+        // A tree spends its budget over every depth; a chain drafts one token per head.
+        const int n =
+            tree_ > 0 ? (j.k > 0 ? heads_.n_heads() : 0) : std::min(j.k, heads_.n_heads());
         if (it == hidden_.end() || n <= 0) continue;
         rows.push_back({&j, &it->second, n});
         n_max = std::max(n_max, n);
@@ -90,6 +178,22 @@ void MedusaProposer::propose(std::span<ProposalJob> jobs) {
     const Tensor logits = buffer(3, nz, nv);
     const kernels::MatmulOut head[] = {{&model_.output_head(), logits}};
     be.matmul(head, z);
+    if (tree_ > 0) {
+        // Each head's likeliest few tokens and their probabilities: the softmax on the
+        // backend, the picking on the host.
+        be.softmax(logits);
+        const Tensor ph = be.host_view(logits);
+        const int width = std::min(kTreeWidth, tree_);
+        std::vector<std::vector<std::vector<Sampler::Candidate>>> cand(rows.size());
+        at = 0;
+        for (int k = 0; k < n_max; ++k)
+            for (int64_t r = 0; r < nr; ++r)
+                if (k < rows[r].n)
+                    cand[r].push_back(likeliest(ph.data<float>() + (at++) * nv, nv, width));
+        for (size_t r = 0; r < rows.size(); ++r)
+            build_tree(cand[r], std::min(rows[r].job->k, tree_), *rows[r].job->out);
+        return;
+    }
     std::vector<int32_t> top(static_cast<size_t>(nz));
     be.argmax(logits, top);  // token ids cross to the host, not logits
 

@@ -5,6 +5,11 @@
 // drafts are point masses, so verification keeps the output exactly the target's (greedy and
 // seeded sampling alike), as with prompt lookup.
 //
+// With a tree budget of N tokens it drafts a tree instead (Medusa's tree attention): each head's
+// few likeliest tokens are candidates at its depth, a branch is as likely as the product of its
+// heads' probabilities, and the N likeliest branches' tokens are verified in one pass (the
+// likeliest chain first, so that its acceptance moves nothing in the cache).
+//
 // It needs the target's hidden state, which only the rank holding the output head sees: under a
 // pipeline (--pp) that is not rank 0, and under tensor parallelism the head is split, so it
 // refuses both.
@@ -27,18 +32,27 @@ namespace ferry::engine {
 class MedusaProposer final : public Proposer {
   public:
     // Refuses heads made for another shape of model and a model split over ranks.
+    // tree_tokens: 0 drafts a chain (one token per head), N > 0 trees of up to N tokens.
     static Expected<std::unique_ptr<MedusaProposer>> create(const LoadedModel& target,
-                                                            model::MedusaHeads heads);
+                                                            model::MedusaHeads heads,
+                                                            int tree_tokens = 0);
 
     bool wants_hidden() const override { return true; }
     void observe_hidden(uint64_t seq, std::span<const float> h) override;
     void propose(std::span<ProposalJob> jobs) override;
     void release(uint64_t seq) override { hidden_.erase(seq); }
-    int max_draft() const override { return heads_.n_heads(); }
+    int max_draft() const override { return tree_ > 0 ? tree_ : heads_.n_heads(); }
+    bool drafts_trees() const override { return tree_ > 0; }
+
+    // The likeliest tree of at most `budget` tokens over per-depth candidates (cand[d]: the
+    // tokens proposed at depth d + 1 with their probabilities, likeliest first), its leading
+    // chain first (Draft::parent). Exposed for tests.
+    static void build_tree(const std::vector<std::vector<Sampler::Candidate>>& cand, int budget,
+                           Draft& out);
 
   private:
     MedusaProposer(const model::LlamaModel& model, std::shared_ptr<kernels::Backend> backend,
-                   model::MedusaHeads heads);
+                   model::MedusaHeads heads, int tree_tokens);
     // A device buffer of at least rows x cols floats, kept between steps.
     Tensor buffer(int slot, int64_t rows, int64_t cols);
 
@@ -48,6 +62,7 @@ class MedusaProposer final : public Proposer {
     std::vector<kernels::Matrix> w_;  // W_k, resident
     std::unordered_map<uint64_t, std::vector<float>> hidden_;
     Tensor bufs_[4];
+    int tree_ = 0;
 };
 
 }  // namespace ferry::engine

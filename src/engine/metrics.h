@@ -48,6 +48,7 @@ struct EngineMetrics {
     uint64_t spec_steps = 0;                   // sequence steps that verified a draft
     uint64_t spec_draft_tokens = 0;            // draft tokens verified
     uint64_t spec_accepted_tokens = 0;         // of which the target accepted
+    uint64_t spec_tree_moved_steps = 0;        // a tree's branch past its leading chain won
     uint64_t spec_declined_steps =
         0;  // steps the cost policy ran without drafts that could have had some
     Histogram ttft = Histogram::latency_seconds();

@@ -75,6 +75,9 @@ std::span<const float> ModelRunner::step(Copies copies, Copies window_copies,
         model_.comm()->broadcast(message_, false);
         last_sent_ = std::chrono::steady_clock::now();
     }
+    for (const Work& w : work)
+        if (!w.tree.empty() && model_.comm())
+            throw std::logic_error("ModelRunner: a draft tree under a parallel group");
     if (!copies.empty()) store_.copy_blocks(copies);
     if (!window_copies.empty()) store_.copy_blocks(window_copies, true);
     if (!moves.empty()) {
@@ -183,9 +186,11 @@ void ModelRunner::pack(std::span<const Work> work, size_t first_item) {
         }
         for (int32_t i = n - w.n_logits; i < n; ++i) logit_tokens_.push_back(first + i);
         const size_t item = first_item + seqs_.size();
+        if (!w.tree.empty() && w.tree.size() != w.tokens.size())
+            throw std::logic_error("ModelRunner: a tree needs one mask per token");
         seqs_.push_back({w.start_pos, n, first, w.blocks, w.rope_offset,
                          mass_at_[item] == kNoMass ? nullptr : mass_.data() + mass_at_[item],
-                         w.window_blocks});
+                         w.window_blocks, w.tree});
     }
 }
 
@@ -199,8 +204,19 @@ std::span<const float> ModelRunner::execute(const SchedulerOutput& out) {
     work_.clear();
     for (const ScheduledSeq& s : out.seqs)
         work_.push_back({s.tokens, s.start_pos, s.blocks, s.num_logits(), s.rope_offset,
-                         s.attn_mass ? s.num_tokens() - s.num_draft : 0, s.window_blocks});
+                         s.attn_mass ? s.num_tokens() - s.num_draft : 0, s.window_blocks, s.tree});
     return step(copies_, window_copies_, moves_, work_);
+}
+
+void ModelRunner::move_slots(std::span<const int32_t> blocks,
+                             std::span<const int32_t> window_blocks,
+                             std::span<const std::pair<int64_t, int64_t>> moves) {
+    if (moves.empty()) return;
+    if (model_.comm()) throw std::logic_error("ModelRunner: moving slots under a parallel group");
+    kernels::BatchSeq s;
+    s.blocks = blocks;
+    s.window_blocks = window_blocks;
+    backend_->kv_move_slots(store_.view(), s, moves);
 }
 
 Status ModelRunner::follow_steps(const model::LlamaModel& model,

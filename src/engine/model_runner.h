@@ -42,6 +42,9 @@ class ModelRunner {
         // (attention_mass); 0: none.
         int attn_mass = 0;
         std::span<const int32_t> window_blocks = {};  // a hybrid cache's sliding layers' table
+        // A draft tree verified in one pass (kernels::BatchSeq::tree), one mask per token;
+        // empty: a chain. Not under a parallel group (Medusa, its only proposer, refuses one).
+        std::span<const uint64_t> tree = {};
     };
     // Runs the work as one forward pass and returns the logits rows (n_vocab each), work item
     // by work item; valid until the next call.
@@ -49,6 +52,11 @@ class ModelRunner {
     // An engine step: the block copies first, then the keys moved, then the scheduled
     // sequences, with 1 + num_draft logits rows for each that wants them.
     std::span<const float> execute(const SchedulerOutput& out);
+    // Copies the keys and values of slot `from` to slot `to` of a sequence's table (and its
+    // window table), every layer, pair by pair: a verified tree's accepted branch moving down
+    // to the slots its positions own (kernels::Backend::kv_move_slots).
+    void move_slots(std::span<const int32_t> blocks, std::span<const int32_t> window_blocks,
+                    std::span<const std::pair<int64_t, int64_t>> moves);
 
     // After a run: work item i's attention mass per block (its table's blocks, in order): the
     // softmax weights its tokens gave each block, summed over them, this rank's query heads and

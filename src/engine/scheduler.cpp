@@ -143,6 +143,8 @@ void Scheduler::emit(Sequence* seq, int num_tokens, int num_draft, SchedulerOutp
     s.blocks = seq->kv.blocks;
     s.window_blocks = seq->kv_window.blocks;
     s.num_draft = num_draft;
+    // A tree is verified from the sequence's last token, its one uncomputed token.
+    if (num_draft > 0 && seq->draft.is_tree() && real == 1) s.tree = tree_masks(seq->draft);
     s.wants_logits =
         seq->num_computed + static_cast<int64_t>(real) == static_cast<int64_t>(seq->tokens.size());
     s.all_logits = num_draft == 0 && wants_prompt_rows(seq);

@@ -26,6 +26,9 @@ struct ScheduledSeq {
     // A hybrid cache's: the sliding layers' table (kv::KvWindowPool), in the same order.
     std::vector<int32_t> window_blocks;
     int num_draft = 0;
+    // Empty, or the draft is a tree (engine/speculation.h): per token of `tokens`, the mask of
+    // the tokens it sees among them (kernels::BatchSeq::tree).
+    std::vector<uint64_t> tree;
     // The chunk reaches the end of the sequence's known tokens: logits come for the last
     // 1 + num_draft positions.
     bool wants_logits = false;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <stdexcept>
 
 #include "engine/draft_proposer.h"
 #include "engine/loaded_model.h"
@@ -106,6 +107,69 @@ std::vector<int32_t> verify_draft(Sampler& sampler, const float* logits, int n_v
     return out;
 }
 
+int Draft::depth() const {
+    if (parent.empty()) return static_cast<int>(tokens.size());
+    std::vector<int> d(tokens.size());
+    int deepest = 0;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        d[i] = parent[i] < 0 ? 1 : d[static_cast<size_t>(parent[i])] + 1;
+        deepest = std::max(deepest, d[i]);
+    }
+    return deepest;
+}
+
+void Draft::keep_chain() {
+    if (parent.empty()) return;
+    size_t n = 0;
+    while (n < parent.size() && parent[n] == static_cast<int32_t>(n) - 1) ++n;
+    cut(n);
+    parent.clear();
+}
+
+std::vector<uint64_t> tree_masks(const Draft& d) {
+    std::vector<uint64_t> m(d.tokens.size() + 1);
+    m[0] = 1;
+    for (size_t i = 0; i < d.tokens.size(); ++i) {
+        const int32_t p = d.parent_of(i);
+        if (p >= static_cast<int32_t>(i) || i + 1 >= 64)
+            throw std::logic_error("tree_masks: a parent after its child, or too many tokens");
+        m[i + 1] = m[static_cast<size_t>(p + 1)] | (uint64_t{1} << (i + 1));
+    }
+    return m;
+}
+
+TreeVerdict verify_tree(Sampler& sampler, const float* logits, int n_vocab, const Draft& draft,
+                        std::vector<int32_t>& history) {
+    TreeVerdict v;
+    int32_t node = -1;  // the draft token stood on; -1: the sequence's last
+    for (;;) {
+        const int32_t row = node + 1;
+        const int32_t t = sampler.sample(
+            std::span<const float>(logits + static_cast<size_t>(row) * n_vocab, n_vocab), history);
+        v.tokens.push_back(t);
+        v.rows.push_back(row);
+        history.push_back(t);
+        int32_t next = -1;
+        for (size_t c = static_cast<size_t>(node + 1); c < draft.tokens.size(); ++c)
+            if (draft.parent_of(c) == node && draft.tokens[c] == t) {
+                next = static_cast<int32_t>(c);
+                break;
+            }
+        if (next < 0) return v;
+        node = next;
+    }
+}
+
+std::vector<std::pair<int64_t, int64_t>> tree_slot_moves(const TreeVerdict& v, int64_t start_pos) {
+    std::vector<std::pair<int64_t, int64_t>> moves;
+    // Depth j's token sits in the chunk at rows[j] >= j; in depth order no move overwrites what
+    // a later one reads (move j' > j reads rows[j'] >= j' > j).
+    for (size_t j = 1; j < v.rows.size(); ++j)
+        if (v.rows[j] != static_cast<int32_t>(j))
+            moves.emplace_back(start_pos + v.rows[j], start_pos + static_cast<int64_t>(j));
+    return moves;
+}
+
 const char* spec_policy_name(SpecPolicy p) {
     return p == SpecPolicy::Fixed ? "fixed" : "cost";
 }
@@ -141,7 +205,7 @@ Expected<std::unique_ptr<Proposer>> make_proposer(const SpecConfig& cfg, const L
             }
             auto heads = model::MedusaHeads::load(path);
             if (!heads) return heads.error();
-            auto p = MedusaProposer::create(target, std::move(*heads));
+            auto p = MedusaProposer::create(target, std::move(*heads), cfg.medusa_tree);
             if (!p) return p.error();
             return std::unique_ptr<Proposer>(std::move(*p));
         }

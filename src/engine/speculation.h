@@ -14,10 +14,12 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
 #include "engine/sampler.h"
+#include "kernels/backend.h"
 #include "quant/kv_format.h"
 
 namespace ferry::engine {
@@ -41,6 +43,7 @@ struct SpecConfig {
     int ngram_max = 4;         // longest suffix tried first
     int lookahead_n = 4;       // lookahead: the length of the n-grams its pool keeps
     std::string medusa_heads;  // medusa: the heads file (model/medusa_heads.h)
+    int medusa_tree = 0;       // medusa: 0 drafts chains, N > 0 trees of up to N tokens
     SpecPolicy policy = SpecPolicy::Cost;
     // Speculation is switched off for a step when more sequences than this decode together
     // (0: never forced off). The cost policy already declines where a batch keeps the cores
@@ -57,17 +60,34 @@ struct Draft {
     // was, where it knows better than the sequence's record (lookahead mixes sources that are
     // right at very different rates); empty: the planner uses the record.
     std::vector<double> accept;
+    // Empty: a chain, token i following token i - 1. Otherwise a tree verified in one pass
+    // (tree attention): token i follows token parent[i] (-1: the sequence's last token), every
+    // parent before its children, point masses only (q empty), at most kMaxTreeDraft tokens.
+    // The first tokens of a tree should be its likeliest chain: an accepted branch that is not
+    // its prefix moves its keys and values down to their own positions.
+    std::vector<int32_t> parent;
+    bool is_tree() const { return !parent.empty(); }
+    int32_t parent_of(size_t i) const {
+        return parent.empty() ? static_cast<int32_t>(i) - 1 : parent[i];
+    }
+    int depth() const;  // the longest branch, in tokens
     void clear() {
         tokens.clear();
         q.clear();
         accept.clear();
+        parent.clear();
     }
-    void cut(size_t n) {  // keeps the first n tokens
+    void cut(size_t n) {  // keeps the first n tokens (a tree's first n stay a tree)
         if (tokens.size() > n) tokens.resize(n);
         if (q.size() > n) q.resize(n);
         if (accept.size() > n) accept.resize(n);
+        if (parent.size() > n) parent.resize(n);
     }
+    // Keeps only the leading chain of a tree (the part that needs no tree attention).
+    void keep_chain();
 };
+// The most draft tokens of a tree: with the sequence's last token, one mask bit each.
+inline constexpr int kMaxTreeDraft = kernels::kMaxTreeTokens - 1;
 
 struct ProposalJob {
     uint64_t seq = 0;                 // stable id, so a stateful proposer keeps its cache
@@ -98,8 +118,11 @@ class Proposer {
     // that gave a sequence tokens, observe_hidden gets the hidden state (the output head's input)
     // at the position whose logits gave its last token.
     virtual bool wants_hidden() const { return false; }
-    // The most tokens it can draft for a sequence in one step (Medusa: one per head).
+    // The most tokens it can draft for a sequence in one step (Medusa: one per head, or its
+    // tree budget).
     virtual int max_draft() const { return std::numeric_limits<int>::max(); }
+    // Whether it drafts trees (Draft::parent): then max_draft, not --spec-k, bounds a draft.
+    virtual bool drafts_trees() const { return false; }
     virtual void observe_hidden(uint64_t /*seq*/, std::span<const float> /*h*/) {}
 };
 
@@ -125,6 +148,26 @@ class NgramProposer final : public Proposer {
 // history: the sequence so far (for penalties); the accepted tokens are appended to it.
 std::vector<int32_t> verify_draft(Sampler& sampler, const float* logits, int n_vocab,
                                   const Draft& draft, std::vector<int32_t>& history);
+
+// A tree's attention masks (kernels::BatchSeq::tree) for the chunk it is verified in: the
+// sequence's last token (bit 0), then each draft token (bit i + 1), each seeing its ancestors.
+std::vector<uint64_t> tree_masks(const Draft& d);
+
+// verify_draft for point-mass drafts, chains and trees alike: from the sequence's last token,
+// the target draws each next token as plain decoding would (so the output, seeded sampling
+// included, is plain decoding's), and the walk goes on while the token drawn is a child of
+// the node it stands on. rows[i]: the logits row tokens[i] was drawn from (0: the last token's,
+// j + 1: draft token j's); the accepted branch is draft tokens rows[1] - 1, rows[2] - 1, ...
+struct TreeVerdict {
+    std::vector<int32_t> tokens;
+    std::vector<int32_t> rows;
+    int accepted() const { return static_cast<int>(tokens.size()) - 1; }
+};
+TreeVerdict verify_tree(Sampler& sampler, const float* logits, int n_vocab, const Draft& draft,
+                        std::vector<int32_t>& history);
+// The slot moves (from, to) that bring an accepted branch verified from start_pos (the last
+// token's slot) to the slots of its positions; none when it was the tree's leading chain.
+std::vector<std::pair<int64_t, int64_t>> tree_slot_moves(const TreeVerdict& v, int64_t start_pos);
 
 // Makes the proposer a configuration asks for (nullptr for Off). The draft model must share
 // the target's vocabulary; it gets its own paged cache of `max_tokens` token slots, holding

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -89,7 +90,14 @@ struct BatchSeq {
     // A hybrid cache's (KvCacheView::window_layer) sliding-window layers' own table, in the
     // same position order; empty otherwise.
     std::span<const int32_t> window_blocks = {};
+    // Empty, or a tree of draft tokens verified in one pass (engine/speculation.h): per token,
+    // the mask of the chunk's tokens it sees (bit i: the chunk's token i; its ancestors and
+    // itself, token 0 the root). The chunk's tokens still take slots start_pos, start_pos + 1,
+    // ... in the cache, but each rotates by start_pos + its depth (rope_position), and sees
+    // the cache before start_pos and, of the chunk, only its own branch.
+    std::span<const uint64_t> tree = {};
 };
+inline constexpr int kMaxTreeTokens = 64;  // BatchSeq::tree's masks: one bit a token
 
 // A ragged batch as one forward pass runs it; host arrays that the model runner packed.
 struct Batch {
@@ -99,6 +107,14 @@ struct Batch {
     std::span<const BatchSeq> seqs;
     std::span<const int32_t> logit_tokens;  // tokens whose logits are wanted, in output order
     int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
+    // The position token t's rotation (and a sliding window) counts from: its slot plus its
+    // sequence's rope_offset, or in a tree, its sequence's start_pos plus the token's depth.
+    int64_t rope_position(int64_t t) const {
+        const BatchSeq& s = seqs[static_cast<size_t>(token_seq[t])];
+        if (s.tree.empty()) return positions[t] + s.rope_offset;
+        const int depth = std::popcount(s.tree[static_cast<size_t>(t - s.first_token)]) - 1;
+        return s.start_pos + depth + s.rope_offset;
+    }
 };
 
 // Where a KV cache is and how its blocks are laid out (kv::KvStore::view()): for keys and for
@@ -221,8 +237,14 @@ class Backend {
     // as the cache's element type.
     virtual void kv_write(const KvCacheView& kv, int layer, const Batch& b, const Tensor& k,
                           const Tensor& v) = 0;
+    // Copies the keys and values (and their per-token scales) of slot `from` to slot `to` of
+    // the sequence's table, every layer, for each pair in order: a verified draft tree's
+    // accepted branch moving down to the slots its positions own.
+    virtual void kv_move_slots(const KvCacheView& kv, const BatchSeq& s,
+                               std::span<const std::pair<int64_t, int64_t>> moves) = 0;
     // Causal attention: token t attends to positions [0, positions[t]] of its sequence with
-    // each of its query heads; every token's keys and values must be in the cache already.
+    // each of its query heads (a tree's token to its branch among those, BatchSeq::tree);
+    // every token's keys and values must be in the cache already.
     virtual void attention(const KvCacheView& kv, int layer, const Batch& b,
                            const AttentionShape& shape, const Tensor& q, const Tensor& out) = 0;
     virtual void gather_rows(const Tensor& x, std::span<const int32_t> rows, const Tensor& out) = 0;

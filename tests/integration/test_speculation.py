@@ -69,6 +69,16 @@ def test_train_medusa_heads_then_run_speculates_with_the_same_text(model_path, t
                         "--spec-policy", "fixed")
     assert out == plain
     assert "speculation (medusa, fixed)" in err
+    out, err = run_text(model_path, "--spec", "medusa", "--medusa-heads", str(heads),
+                        "--medusa-tree", "6", "--spec-policy", "fixed")
+    assert out == plain  # trees of 6 verified with tree attention
+    assert "speculation (medusa, fixed)" in err
+    r = run_ferry("bench", "decode", "-m", model_path, "-p", "16", "-n", "24", "-r", "1", "-t",
+                  "2", "--spec", "medusa", "--medusa-heads", str(heads), "--medusa-tree", "6",
+                  "--spec-policy", "fixed", "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["spec_medusa_tree"] == 6 and rep["spec_output_identical"] is True
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -77,6 +87,7 @@ def test_train_medusa_heads_then_run_speculates_with_the_same_text(model_path, t
     (["--spec", "magic"], "--spec"),
     (["--spec", "ngram", "--spec-ngram-min", "5", "--spec-ngram-max", "2"], "--spec-ngram-min"),
     (["--spec", "ngram", "--spec-policy", "adaptive"], "--spec-policy"),
+    (["--spec", "medusa", "--medusa-tree", "33"], "--medusa-tree"),
 ])
 def test_bad_switches_give_one_clear_error(model_path, args, needle):
     r = run_ferry("run", "-m", model_path, "-p", "Hello", "-n", "4", *args)

@@ -1,18 +1,23 @@
 // Medusa heads: the file round-trips and refuses what does not fit; training on the model's own
 // continuations learns (loss down, held-out agreement up); and drafting from them changes speed,
 // never output: greedy and seeded-sampled text identical to plain decoding, alone and in an
-// engine batch, with every KV block back in the pool.
+// engine batch, with every KV block back in the pool, for chains and for trees (whose one pass
+// gives each branch the logits its own chain would have).
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 
 #include "calibrate/medusa_training.h"
 #include "engine/generator.h"
 #include "engine/medusa_proposer.h"
+#include "engine/model_runner.h"
 #include "engine/speculation.h"
 #include "engine_test_util.h"
 #include "gguf/gguf_writer.h"
+#include "kernel_levels.h"
+#include "kernels/cpu/dispatch.h"
 #include "model/medusa_heads.h"
 
 using namespace ferry::engine;
@@ -66,6 +71,41 @@ std::vector<std::vector<int32_t>> prompts() {
                           "1, 2, 3, 4, 5, 6, 7, 8,", "Once upon a time, in a land far away,"})
         out.push_back(tok.encode(t, true, false));
     return out;
+}
+
+SamplingParams seeded(uint64_t seed) {
+    SamplingParams sp = greedy(1).sampling;
+    sp.temperature = 0.8f;
+    sp.top_k = 0;
+    sp.top_p = 1;
+    sp.min_p = 0;
+    sp.seed = seed;
+    sp.has_seed = true;
+    return sp;
+}
+
+// The prompts and a few mixed ones through an engine drafting with the trained heads as `spec`
+// says, in 4-token blocks (rollbacks and moves across block boundaries): every output plain
+// decoding's, every block back in the pool. Returns the engine's metrics.
+EngineMetrics engine_matches_plain_decoding(const std::function<void(SpecConfig&)>& spec,
+                                            uint32_t seed) {
+    auto ps = prompts();
+    for (auto& q : mixed_prompts(6, seed)) ps.push_back(q);
+    std::vector<RequestParams> params;
+    for (size_t i = 0; i < ps.size(); ++i) params.push_back(greedy(10 + int(i % 4) * 7));
+    auto plain = make_engine(small_config());
+    const auto expected = run_all(*plain, ps, params);
+    auto cfg = small_config();
+    cfg.block_size = 4;
+    cfg.spec.method = SpecMethod::Medusa;
+    cfg.spec.medusa_heads = trained().path;
+    spec(cfg.spec);
+    auto engine = make_engine(cfg);
+    const auto got = run_all(*engine, ps, params);
+    for (size_t i = 0; i < ps.size(); ++i)
+        EXPECT_EQ(got[i].tokens.at(0), expected[i].tokens.at(0)) << "request " << i;
+    expect_all_free(*engine);
+    return engine->metrics();
 }
 
 }  // namespace
@@ -138,13 +178,7 @@ TEST(Medusa, GeneratorOutputIsPlainDecodingsGreedyAndSeeded) {
             EXPECT_LE(st.spec_draft_tokens, 2 * st.spec_steps);
         }
         EXPECT_EQ(generate(gen, prompt, 32, {p->get(), 2, SpecPolicy::Cost}), plain) << "cost";
-        SamplingParams sp = greedy(1).sampling;
-        sp.temperature = 0.8f;
-        sp.top_k = 0;
-        sp.top_p = 1;
-        sp.min_p = 0;
-        sp.seed = 11;
-        sp.has_seed = true;
+        const SamplingParams sp = seeded(11);
         EXPECT_EQ(generate(gen, prompt, 32, {p->get(), 2, SpecPolicy::Fixed}, nullptr, sp),
                   generate(gen, prompt, 32, {}, nullptr, sp))
             << "seeded sampling";
@@ -154,27 +188,15 @@ TEST(Medusa, GeneratorOutputIsPlainDecodingsGreedyAndSeeded) {
 }
 
 TEST(Medusa, EngineBatchIsPlainDecodingsAndGivesBackEveryBlock) {
-    auto ps = prompts();
-    for (auto& q : mixed_prompts(6, 7)) ps.push_back(q);
-    std::vector<RequestParams> params;
-    for (size_t i = 0; i < ps.size(); ++i) params.push_back(greedy(10 + int(i % 4) * 7));
-    auto plain = make_engine(small_config());
-    const auto expected = run_all(*plain, ps, params);
-    auto cfg = small_config();
-    cfg.block_size = 4;  // rollbacks across block boundaries
-    cfg.spec.method = SpecMethod::Medusa;
-    cfg.spec.medusa_heads = trained().path;
-    cfg.spec.k = 2;
-    cfg.spec.policy = SpecPolicy::Fixed;
-    auto spec = make_engine(cfg);
-    const auto got = run_all(*spec, ps, params);
-    for (size_t i = 0; i < ps.size(); ++i)
-        EXPECT_EQ(got[i].tokens.at(0), expected[i].tokens.at(0)) << "request " << i;
-    const auto m = spec->metrics();
+    const auto m = engine_matches_plain_decoding(
+        [](SpecConfig& c) {
+            c.k = 2;
+            c.policy = SpecPolicy::Fixed;
+        },
+        7);
     EXPECT_GT(m.spec_draft_tokens, 0u);
     EXPECT_GT(m.spec_accepted_tokens, 0u);
     EXPECT_GT(m.spec_draft_tokens, m.spec_accepted_tokens);  // rejections happened too
-    expect_all_free(*spec);
 }
 
 TEST(Medusa, NeedsHeadsThatFitTheModel) {
@@ -196,4 +218,121 @@ TEST(Medusa, NeedsHeadsThatFitTheModel) {
     auto r = off->add_request({1, 2, 3}, p, nullptr);
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.error().message.find("medusa"), std::string::npos);
+}
+
+// The likeliest tree within the budget, its leading chain first, parents before children.
+TEST(MedusaTree, BuildsTheLikeliestTreeLeadingChainFirst) {
+    using C = Sampler::Candidate;
+    const std::vector<std::vector<C>> cand = {{{10, 0, 0.6f}, {11, 0, 0.3f}, {12, 0, 0.1f}},
+                                              {{20, 0, 0.5f}, {21, 0, 0.4f}, {22, 0, 0.1f}}};
+    Draft d;
+    // Likeliest: 10 (.6), 11 and 10-20 (.3 each), 10-21 (.24); then 11-20 (.15).
+    MedusaProposer::build_tree(cand, 4, d);
+    EXPECT_EQ(d.tokens, (std::vector<int32_t>{10, 20, 11, 21}));
+    EXPECT_EQ(d.parent, (std::vector<int32_t>{-1, 0, -1, 0}));
+    MedusaProposer::build_tree(cand, 5, d);
+    EXPECT_EQ(d.tokens, (std::vector<int32_t>{10, 20, 11, 21, 20}));
+    EXPECT_EQ(d.parent, (std::vector<int32_t>{-1, 0, -1, 0, 2}));
+    MedusaProposer::build_tree(cand, 1, d);
+    EXPECT_EQ(d.tokens, (std::vector<int32_t>{10}));
+    MedusaProposer::build_tree(cand, 100, d);  // every candidate: 3 + 9
+    EXPECT_EQ(d.tokens.size(), 12u);
+    for (size_t i = 0; i < d.parent.size(); ++i) EXPECT_LT(d.parent[i], static_cast<int32_t>(i));
+}
+
+// Tree attention: in one pass each draft token gets the logits its branch, run as a chain, gets
+// (its own rotation position, only its ancestors seen), bit for bit at every level; and an
+// accepted branch moved down to its slots continues exactly as if it had run as a chain.
+TEST(MedusaTree, EachBranchGetsItsChainsLogitsAndMovesDown) {
+    ferry::testing::LevelGuard guard;
+    for (const auto level : ferry::testing::simd_levels(true)) {
+        ferry::kernels::cpu::set_cpu_level(level);
+        SCOPED_TRACE(ferry::kernels::cpu::cpu_level_name(level));
+        const auto& m = *model().model;
+        const int64_t nv = m.config().n_vocab;
+        const auto prefix = model().tokenizer->encode("The lighthouse keeper climbed", true, false);
+        const auto p0 = static_cast<int64_t>(prefix.size());
+        std::vector<int32_t> blocks(8);
+        for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<int32_t>(i);
+        // The last token 17, then a tree over 5 draft tokens crossing a block boundary (block 16).
+        Draft d;
+        d.tokens = {260, 1000, 42, 7, 300};
+        d.parent = {-1, 0, -1, 2, 3};
+        std::vector<int32_t> chunk{17};
+        chunk.insert(chunk.end(), d.tokens.begin(), d.tokens.end());
+        const auto masks = tree_masks(d);
+        auto chain_logits = [&](const std::vector<int32_t>& path) {  // prefix + path, last row
+            ModelRunner r(m, cpu_backend(2), 8, 4);
+            std::vector<int32_t> all = prefix;
+            all.insert(all.end(), path.begin(), path.end());
+            const ModelRunner::Work w{all, 0, blocks, 1};
+            const auto l = r.run({&w, 1});
+            return std::vector<float>(l.begin(), l.end());
+        };
+        ModelRunner r(m, cpu_backend(2), 8, 4);
+        const ModelRunner::Work pre{prefix, 0, blocks, 0};
+        r.run({&pre, 1});
+        ModelRunner::Work w{chunk, p0, blocks, static_cast<int>(chunk.size())};
+        w.tree = masks;
+        const auto l = r.run({&w, 1});
+        const std::vector<float> tree(l.begin(), l.end());
+        for (size_t i = 0; i < chunk.size(); ++i) {
+            std::vector<int32_t> path;  // the token's branch, root first
+            for (int32_t n = static_cast<int32_t>(i) - 1; n >= 0;
+                 n = d.parent_of(static_cast<size_t>(n)))
+                path.insert(path.begin(), d.tokens[static_cast<size_t>(n)]);
+            path.insert(path.begin(), 17);
+            const auto want = chain_logits(path);
+            float worst = 0;
+            for (int64_t v = 0; v < nv; ++v)
+                worst = std::max(worst, std::abs(tree[i * nv + v] - want[static_cast<size_t>(v)]));
+            EXPECT_EQ(worst, 0.0f) << "token " << i;
+        }
+        // Accept the branch 42 -> 7 (draft tokens 2, 3): they move to slots p0 + 1, p0 + 2 and the
+        // next token sees the chain 17 42 7.
+        TreeVerdict v;
+        v.tokens = {42, 7, 300};
+        v.rows = {0, 3, 4};
+        r.move_slots(blocks, {}, tree_slot_moves(v, p0));
+        const int32_t next[] = {300};
+        const ModelRunner::Work after{next, p0 + 3, blocks, 1};
+        const auto la = r.run({&after, 1});
+        const auto want = chain_logits({17, 42, 7, 300});
+        float worst = 0;
+        for (int64_t t = 0; t < nv; ++t) worst = std::max(worst, std::abs(la[t] - want[t]));
+        EXPECT_EQ(worst, 0.0f);
+    }
+}
+
+TEST(MedusaTree, GeneratorAndEngineOutputIsPlainDecodingsGreedyAndSeeded) {
+    auto p = MedusaProposer::create(model(), trained().heads, 6);
+    ASSERT_TRUE(p.ok()) << p.error().message;
+    EXPECT_TRUE((*p)->drafts_trees());
+    EXPECT_EQ((*p)->max_draft(), 6);
+    Generator gen(*model().model, cpu_backend(2), 512);
+    int accepted = 0, moved = 0;
+    for (const auto& prompt : prompts()) {
+        const auto plain = generate(gen, prompt, 32, {});
+        GenerationStats st;
+        EXPECT_EQ(generate(gen, prompt, 32, {p->get(), 4, SpecPolicy::Fixed}, &st), plain);
+        accepted += st.spec_accepted_tokens;
+        moved += st.spec_tree_moved_steps;
+        EXPECT_LE(st.spec_draft_tokens, 6 * st.spec_steps);  // the tree's budget, not --spec-k
+        EXPECT_GT(st.spec_draft_tokens, 4 * st.spec_steps);
+        const SamplingParams sp = seeded(3);
+        EXPECT_EQ(generate(gen, prompt, 32, {p->get(), 4, SpecPolicy::Fixed}, nullptr, sp),
+                  generate(gen, prompt, 32, {}, nullptr, sp))
+            << "seeded sampling";
+    }
+    EXPECT_GT(accepted, 0);
+    EXPECT_GT(moved, 0);  // branches other than the leading chain were accepted too
+
+    const auto mt = engine_matches_plain_decoding(
+        [](SpecConfig& c) {
+            c.medusa_tree = 6;
+            c.policy = SpecPolicy::Fixed;
+        },
+        9);
+    EXPECT_GT(mt.spec_accepted_tokens, 0u);
+    EXPECT_GT(mt.spec_tree_moved_steps, 0u);
 }

@@ -237,6 +237,73 @@ TEST(PagedAttention, SlidingWindowAttendsOnlyInsideIt) {
     }
 }
 
+// A draft tree's row sees the positions before the tree and, of the tree's, only those its mask
+// names: the same result as attending over exactly those positions, at every level and type,
+// each row of a tile with its own mask, and bit for bit the result of those positions laid out
+// one after another (the branch run as a chain).
+TEST(PagedAttention, TreeMaskSeesOnlyTheRowsBranch) {
+    LevelGuard guard;
+    std::mt19937 rng(9);
+    const int hd = 40;
+    const int64_t n_kv = 45, tree_start = 30;  // 15 tree positions across a block boundary
+    const size_t stride = hd;
+    const auto k = random_vec(n_kv * stride, rng, -2.0f, 2.0f);
+    const auto v = random_vec(n_kv * stride, rng);
+    const float scale = 0.25f;
+    const uint64_t masks[] = {0x1, 0x5, 0x4005, 0x7fff, 0x2a81};
+    std::vector<std::vector<float>> qs;
+    for (size_t r = 0; r < std::size(masks); ++r) qs.push_back(random_vec(hd, rng, -2.0f, 2.0f));
+    for (KvDType t : kAllTypes) {
+        const Paged p = make_paged(k, v, n_kv, stride, 16, t, hd);
+        std::vector<Paged> seen;
+        std::vector<int64_t> seen_n;
+        for (size_t r = 0; r < std::size(masks); ++r) {
+            // The positions the row sees, gathered into a plain cache of their own.
+            std::vector<float> ks, vs;
+            for (int64_t pos = 0; pos < n_kv; ++pos)
+                if (pos < tree_start || ((masks[r] >> (pos - tree_start)) & 1)) {
+                    ks.insert(ks.end(), k.begin() + pos * stride, k.begin() + (pos + 1) * stride);
+                    vs.insert(vs.end(), v.begin() + pos * stride, v.begin() + (pos + 1) * stride);
+                }
+            const int64_t n_seen = static_cast<int64_t>(ks.size() / stride);
+            seen.push_back(make_paged(ks, vs, n_seen, stride, 16, t, hd));
+            seen_n.push_back(n_seen);
+            std::vector<float> want(hd), ref(hd);
+            kernels::cpu::attend_paged_reference(qs[r].data(), seen.back().view(0), n_seen, hd,
+                                                 scale, want.data());
+            kernels::cpu::attend_paged_reference(qs[r].data(), p.view(0), n_kv, hd, scale,
+                                                 ref.data(), 0, nullptr, tree_start, masks[r]);
+            // int8 keys' per-channel scales come from all the data: the gathered copy differs.
+            if (t != KvDType::Int8)
+                expect_near_all(ref, want, 1e-5f, "reference, mask " + std::to_string(r));
+        }
+        for (CpuLevel l : simd_levels(true)) {
+            kernels::cpu::set_cpu_level(l);
+            std::vector<std::vector<float>> got(std::size(masks), std::vector<float>(hd, 7.0f));
+            std::vector<kernels::cpu::AttnRow> rows;
+            for (size_t r = 0; r < std::size(masks); ++r)
+                rows.push_back(
+                    {qs[r].data(), got[r].data(), n_kv, 0, nullptr, tree_start, masks[r]});
+            kernels::cpu::attend_paged_rows(rows, p.view(0), hd, scale);
+            for (size_t r = 0; r < std::size(masks); ++r) {
+                const std::string what = std::string(kernels::cpu::cpu_level_name(l)) + " " +
+                                         quant::kv_dtype_name(t) + " mask " + std::to_string(r);
+                std::vector<float> ref(hd);
+                kernels::cpu::attend_paged_reference(qs[r].data(), p.view(0), n_kv, hd, scale,
+                                                     ref.data(), 0, nullptr, tree_start, masks[r]);
+                expect_near_all(got[r], ref, 2e-5f, what);
+                // Bit for bit the branch's own chain: the positions it sees, one after another.
+                if (t == KvDType::Int8) continue;
+                const Paged& chain = seen[r];
+                std::vector<float> alone(hd);
+                const kernels::cpu::AttnRow row{qs[r].data(), alone.data(), seen_n[r]};
+                kernels::cpu::attend_paged_rows({&row, 1}, chain.view(0), hd, scale);
+                EXPECT_EQ(got[r], alone) << what;
+            }
+        }
+    }
+}
+
 TEST(PagedAttention, ResultsDoNotDependOnBlockSize) {
     LevelGuard guard;
     std::mt19937 rng(11);

@@ -93,6 +93,67 @@ TEST(Speculation, GreedyVerificationStopsAtTheFirstMismatch) {
     EXPECT_EQ(verify_draft(s, toy.rows.data(), Toy::V, d, history), (std::vector<int32_t>{6}));
 }
 
+// A tree: the walk follows the branch whose tokens the target draws, whichever it is, and the
+// accepted branch's slots move down to its positions.
+TEST(Speculation, TreeVerificationWalksTheBranchTheTargetDraws) {
+    constexpr int V = 8;
+    // Row 0: the last token's; row i + 1: draft token i's. Argmaxes 1, -, -, 5, 7.
+    std::vector<float> rows(5 * V, 0.0f);
+    rows[0 * V + 1] = rows[3 * V + 5] = rows[4 * V + 7] = 3.0f;
+    rows[1 * V + 2] = rows[2 * V + 4] = 3.0f;  // the leading chain's rows, never reached
+    Draft d;
+    d.tokens = {6, 2, 1, 5};  // the chain 6 -> 2, then the branch 1 -> 5
+    d.parent = {-1, 0, -1, 2};
+    EXPECT_EQ(d.depth(), 2);
+    EXPECT_EQ(tree_masks(d), (std::vector<uint64_t>{0b1, 0b11, 0b111, 0b1001, 0b11001}));
+    Sampler s(sampled(0));
+    std::vector<int32_t> history = {3};
+    const TreeVerdict v = verify_tree(s, rows.data(), V, d, history);
+    EXPECT_EQ(v.tokens, (std::vector<int32_t>{1, 5, 7}));
+    EXPECT_EQ(v.rows, (std::vector<int32_t>{0, 3, 4}));
+    EXPECT_EQ(history, (std::vector<int32_t>{3, 1, 5, 7}));
+    using Moves = std::vector<std::pair<int64_t, int64_t>>;
+    EXPECT_EQ(tree_slot_moves(v, 10), (Moves{{13, 11}, {14, 12}}));
+    // The leading chain accepted moves nothing.
+    rows[0 * V + 1] = 0.0f;
+    rows[0 * V + 6] = 3.0f;
+    history = {3};
+    const TreeVerdict c = verify_tree(s, rows.data(), V, d, history);
+    EXPECT_EQ(c.tokens, (std::vector<int32_t>{6, 2, 4}));
+    EXPECT_TRUE(tree_slot_moves(c, 10).empty());
+    // A chain is what is left for a grammar.
+    d.keep_chain();
+    EXPECT_EQ(d.tokens, (std::vector<int32_t>{6, 2}));
+    EXPECT_FALSE(d.is_tree());
+}
+
+// Sampled, a tree's walk draws each token from the target's distribution, whatever the tree.
+TEST(Speculation, SampledTreeTokensFollowTheTargetDistribution) {
+    Toy toy;
+    // Rows: the last token's (toy row 0), then each of the root's three children's (toy row 1).
+    std::vector<float> rows(toy.rows.begin(), toy.rows.end());
+    for (int i = 0; i < 2; ++i) rows.insert(rows.end(), toy.rows.begin() + Toy::V, toy.rows.end());
+    for (float temp : {1.0f, 0.7f}) {
+        Sampler target(sampled(temp));
+        const auto p0 = dense(target.candidates({toy.rows.data(), Toy::V}, {}), Toy::V);
+        const auto p1 = dense(target.candidates({toy.rows.data() + Toy::V, Toy::V}, {}), Toy::V);
+        std::mt19937_64 rng(5);
+        std::vector<int> first(Toy::V, 0), second(Toy::V, 0);
+        for (int i = 0; i < 40000; ++i) {
+            Draft d;  // three different children of the root
+            const int32_t a = static_cast<int32_t>(rng() % Toy::V);
+            d.tokens = {a, (a + 1) % Toy::V, (a + 3) % Toy::V};
+            d.parent = {-1, -1, -1};
+            std::vector<int32_t> h;
+            const TreeVerdict v = verify_tree(target, rows.data(), Toy::V, d, h);
+            ++first[v.tokens[0]];
+            if (v.tokens.size() == 2) ++second[v.tokens[1]];
+        }
+        EXPECT_LT(chi_square(first, p0), kChi2Crit7) << "temperature " << temp;
+        EXPECT_LT(chi_square(second, p1), kChi2Crit7) << "temperature " << temp;
+    }
+}
+
 TEST(Speculation, SampledTokensFollowTheTargetDistribution) {
     Toy toy;
     for (float temp : {1.0f, 0.7f}) {

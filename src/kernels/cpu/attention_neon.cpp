@@ -154,6 +154,22 @@ struct Prefetcher {
 constexpr int kValueChunk = 32;
 static_assert(kValueChunk <= 32, "attend_rows_scratch_floats stages 32 value rows");
 
+// A draft tree row's softmax sum, added as its branch run as a chain adds it (see
+// attention_x86.inc's branch_sum): bit-identical, so a tree verifies as plain decoding decodes.
+inline float branch_sum(const float* e, int64_t p_vec, const AttnRow& row) {
+    const int64_t t_vec = row.tree_start / VL * VL;
+    const int64_t base = t_vec > p_vec ? t_vec : p_vec;
+    vf sum = vdupq_n_f32(0.0f);
+    for (int64_t p = p_vec; p < base; p += VL) sum = vaddq_f32(sum, vld1q_f32(e + p));
+    float tail[2 * VL + 64] = {};
+    int m = 0;
+    for (int64_t p = base; p < row.tree_start; ++p) tail[m++] = e[p];
+    for (int64_t p = row.tree_start; p < row.n_kv; ++p)
+        if ((row.tree_mask >> (p - row.tree_start)) & 1) tail[m++] = e[p];
+    for (int i = 0; i < m; i += VL) sum = vaddq_f32(sum, vld1q_f32(tail + i));
+    return vaddvq_f32(sum);
+}
+
 void attend_rows(const AttnRow* rows, int nr, const PagedKvView& kv, int hd, float scale,
                  float* scratch) {
     const KvDType t = kv.dtype;
@@ -227,6 +243,10 @@ void attend_rows(const AttnRow* rows, int nr, const PagedKvView& kv, int hd, flo
         const int64_t p_vec = p_begin / VL * VL;  // the call's first vector of scores
         for (int64_t p = n; p < nvec; ++p) s[p] = -__builtin_inff();
         for (int64_t p = p_vec; p < rows[r].kv_start; ++p) s[p] = -__builtin_inff();  // window
+        if (rows[r].tree_start >= 0)  // a draft tree: other branches' tokens weigh nothing
+            for (int64_t p = rows[r].tree_start; p < n; ++p)
+                if (((rows[r].tree_mask >> (p - rows[r].tree_start)) & 1) == 0)
+                    s[p] = -__builtin_inff();
         vf mv = vdupq_n_f32(-__builtin_inff());
         for (int64_t p = p_vec; p < nvec; p += VL) mv = vmaxq_f32(mv, vld1q_f32(s + p));
         const vf m = vdupq_n_f32(vmaxvq_f32(mv));
@@ -236,7 +256,7 @@ void attend_rows(const AttnRow* rows, int nr, const PagedKvView& kv, int hd, flo
             vst1q_f32(s + p, e);
             sum = vaddq_f32(sum, e);
         }
-        const float l = vaddvq_f32(sum);
+        const float l = rows[r].tree_start >= 0 ? branch_sum(s, p_vec, rows[r]) : vaddvq_f32(sum);
         inv_sum[r] = l > 0 ? 1.0f / l : 0.0f;
         if (float* mass = rows[r].mass)  // H2O's block scores: the weights, block by block
             for (int64_t p = rows[r].kv_start; p < n; ++p)

@@ -1,5 +1,6 @@
 #include "kernels/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -224,8 +225,7 @@ void CpuBackend::rope_angles(const Batch& b, std::span<const double> inv_freq, f
     float* cs = cos_sin.data<float>();
     const int64_t rope_dim = 2 * static_cast<int64_t>(inv_freq.size());
     for (int64_t t = 0; t < b.n_tokens(); ++t)
-        cpu::rope_angles(b.positions[t] + b.seqs[b.token_seq[t]].rope_offset, inv_freq, scale,
-                         cs + t * rope_dim);
+        cpu::rope_angles(b.rope_position(t), inv_freq, scale, cs + t * rope_dim);
 }
 
 void CpuBackend::kv_rotate_keys(const KvCacheView& kv, int layer, int32_t block, int rope_dim,
@@ -296,6 +296,38 @@ void CpuBackend::kv_write(const KvCacheView& kv, int layer, const Batch& b, cons
     });
 }
 
+void CpuBackend::kv_move_slots(const KvCacheView& kv, const BatchSeq& s,
+                               std::span<const std::pair<int64_t, int64_t>> moves) {
+    const size_t eb = quant::kv_elem_bytes(kv.dtype);
+    const int n_heads = kv.kv_dim / kv.head_dim;
+    const size_t row_bytes = static_cast<size_t>(kv.head_dim) * eb;
+    for (int layer = 0; layer < kv.n_layer; ++layer) {
+        const std::span<const int32_t> table = kv.table(s, layer);
+        for (const auto& [from, to] : moves) {
+            const int32_t bf = table[static_cast<size_t>(from / kv.block_size)];
+            const int32_t bt = table[static_cast<size_t>(to / kv.block_size)];
+            const auto sf = static_cast<size_t>(from % kv.block_size);
+            const auto st = static_cast<size_t>(to % kv.block_size);
+            for (int key = 0; key < 2; ++key) {
+                const std::byte* src = key ? kv.k_block(layer, bf) : kv.v_block(layer, bf);
+                std::byte* dst = key ? kv.k_block(layer, bt) : kv.v_block(layer, bt);
+                for (int h = 0; h < n_heads; ++h) {
+                    const size_t hs = static_cast<size_t>(h) * kv.layout.head_stride;
+                    std::memcpy(dst + (hs + st * kv.layout.pos_stride) * eb,
+                                src + (hs + sf * kv.layout.pos_stride) * eb, row_bytes);
+                }
+                // Per-token scales travel with their rows (copied whether the type has them:
+                // the bytes are the block's either way).
+                if (quant::kv_token_scales(kv.dtype, key != 0)) {
+                    const auto* fs = reinterpret_cast<const float*>(src + kv.layout.scale_offset);
+                    auto* ts = reinterpret_cast<float*>(dst + kv.layout.scale_offset);
+                    std::memcpy(ts + st * n_heads, fs + sf * n_heads, n_heads * sizeof(float));
+                }
+            }
+        }
+    }
+}
+
 void CpuBackend::attention(const KvCacheView& kv, int layer, const Batch& b,
                            const AttentionShape& shape, const Tensor& q, const Tensor& out) {
     size_t total = 0;
@@ -305,22 +337,49 @@ void CpuBackend::attention(const KvCacheView& kv, int layer, const Batch& b,
     std::vector<SeqBlocks> seqs(b.seqs.size());
     for (size_t s = 0, at = 0; s < b.seqs.size(); ++s) {
         const std::span<const int32_t> table = kv.table(b.seqs[s], layer);
-        seqs[s] = {block_k_.data() + at, block_v_.data() + at, b.seqs[s].attn_mass,
+        const BatchSeq& bs = b.seqs[s];
+        seqs[s] = {block_k_.data() + at, block_v_.data() + at, bs.attn_mass,
                    static_cast<int64_t>(table.size())};
+        if (!bs.tree.empty()) {
+            seqs[s].tree = bs.tree.data();
+            seqs[s].first_token = bs.first_token;
+            seqs[s].tree_start = bs.start_pos;
+        }
         for (int32_t blk : table) {
             block_k_[at] = kv.k_block(layer, blk);
             block_v_[at] = kv.v_block(layer, blk);
             ++at;
         }
     }
+    // A tree token's window ends at its position, which is below its slot.
+    std::vector<int64_t> window_pos;
+    if (shape.window > 0 && std::any_of(b.seqs.begin(), b.seqs.end(),
+                                        [](const BatchSeq& s) { return !s.tree.empty(); })) {
+        window_pos.resize(static_cast<size_t>(b.n_tokens()));
+        for (int64_t t = 0; t < b.n_tokens(); ++t)
+            window_pos[static_cast<size_t>(t)] =
+                b.rope_position(t) - b.seqs[static_cast<size_t>(b.token_seq[t])].rope_offset;
+    }
     // Token t sees positions [0, pos] (or its window's): causal masking is the scan's length.
-    attend_batch({q.data<float>(), out.data<float>(), b.n_tokens(), shape.n_head, shape.n_head_kv,
-                  shape.head_dim, shape.scale, b.token_seq.data(), b.positions.data(), seqs,
-                  kv.block_size, kv.layout, kv.dtype,
-                  kv.k_channel_scales ? kv.k_channel_scales + static_cast<size_t>(layer) * kv.kv_dim
-                                      : nullptr,
-                  shape.window},
-                 pool_);
+    AttentionBatch ab{q.data<float>(),
+                      out.data<float>(),
+                      b.n_tokens(),
+                      shape.n_head,
+                      shape.n_head_kv,
+                      shape.head_dim,
+                      shape.scale,
+                      b.token_seq.data(),
+                      b.positions.data(),
+                      seqs,
+                      kv.block_size,
+                      kv.layout,
+                      kv.dtype,
+                      kv.k_channel_scales
+                          ? kv.k_channel_scales + static_cast<size_t>(layer) * kv.kv_dim
+                          : nullptr,
+                      shape.window};
+    ab.window_pos = window_pos.empty() ? nullptr : window_pos.data();
+    attend_batch(ab, pool_);
 }
 
 void CpuBackend::gather_rows(const Tensor& x, std::span<const int32_t> rows, const Tensor& out) {

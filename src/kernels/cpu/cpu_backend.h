@@ -50,6 +50,8 @@ class CpuBackend final : public Backend {
                         std::span<const float> cos_sin, RopeStyle style) override;
     void kv_write(const KvCacheView& kv, int layer, const Batch& b, const Tensor& k,
                   const Tensor& v) override;
+    void kv_move_slots(const KvCacheView& kv, const BatchSeq& s,
+                       std::span<const std::pair<int64_t, int64_t>> moves) override;
     void attention(const KvCacheView& kv, int layer, const Batch& b, const AttentionShape& shape,
                    const Tensor& q, const Tensor& out) override;
     void gather_rows(const Tensor& x, std::span<const int32_t> rows, const Tensor& out) override;

@@ -10,7 +10,8 @@
 namespace ferry::kernels::cpu {
 
 void attend_paged_reference(const float* q, const PagedKvView& kv, int64_t n_kv, int head_dim,
-                            float scale, float* out, int64_t kv_start, float* mass) {
+                            float scale, float* out, int64_t kv_start, float* mass,
+                            int64_t tree_start, uint64_t tree_mask) {
     const size_t eb = quant::kv_elem_bytes(kv.dtype);
     const size_t scale_off = kv.scale_offset;
     const bool k_scaled = quant::kv_token_scales(kv.dtype, true);
@@ -27,6 +28,9 @@ void attend_paged_reference(const float* q, const PagedKvView& kv, int64_t n_kv,
         const auto* vb = static_cast<const std::byte*>(kv.v_blocks[b]);
         for (int64_t p = 0; p < len; ++p) {
             if (start + p < kv_start) continue;
+            if (tree_start >= 0 && start + p >= tree_start &&
+                ((tree_mask >> (start + p - tree_start)) & 1) == 0)
+                continue;
             const size_t at = (p * kv.stride + kv.head_offset) * eb;
             const size_t si = static_cast<size_t>(p) * kv.scales_per_pos + kv.scale_index;
             const float ks = k_scaled ? reinterpret_cast<const float*>(kb + scale_off)[si] : 0;
@@ -76,7 +80,8 @@ void attend_paged_rows(std::span<const AttnRow> rows, const PagedKvView& kv, int
     const AttendRowsFn fn = dispatch().attend_rows;
     if (!fn) {
         for (const AttnRow& r : rows)
-            attend_paged_reference(r.q, kv, r.n_kv, head_dim, scale, r.out, r.kv_start, r.mass);
+            attend_paged_reference(r.q, kv, r.n_kv, head_dim, scale, r.out, r.kv_start, r.mass,
+                                   r.tree_start, r.tree_mask);
         return;
     }
     for (size_t i = 0; i < rows.size(); i += kMaxAttendRows) {
@@ -180,8 +185,13 @@ void attend_batch(const AttentionBatch& b, ThreadPool& pool) {
                                      static_cast<size_t>(it.h)) *
                                         static_cast<size_t>(sb.n_blocks)
                         : nullptr;
+            const int64_t wpos = b.window_pos ? b.window_pos[it.t] : pos;
             tile[n++] = {b.q + off, b.out + off, pos + 1,
-                         b.window > 0 ? std::max<int64_t>(0, pos + 1 - b.window) : 0, mass};
+                         b.window > 0 ? std::max<int64_t>(0, wpos + 1 - b.window) : 0, mass};
+            if (sb.tree) {
+                tile[n - 1].tree_start = sb.tree_start;
+                tile[n - 1].tree_mask = sb.tree[it.t - sb.first_token];
+            }
         }
         flush();
     };

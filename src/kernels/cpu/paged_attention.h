@@ -34,9 +34,11 @@ struct PagedKvView {
 
 // The scalar reference: out = softmax(q·K[kv_start..n_kv) * scale) · V[kv_start..n_kv), with
 // a streaming softmax over positions, each key and value row dequantized to floats first; q,
-// out: head_dim floats; mass (may be null) as AttnRow's. What the SIMD paths are tested against.
+// out: head_dim floats; mass (may be null), tree_start and tree_mask as AttnRow's. What the SIMD
+// paths are tested against.
 void attend_paged_reference(const float* q, const PagedKvView& kv, int64_t n_kv, int head_dim,
-                            float scale, float* out, int64_t kv_start = 0, float* mass = nullptr);
+                            float scale, float* out, int64_t kv_start = 0, float* mass = nullptr,
+                            int64_t tree_start = -1, uint64_t tree_mask = 0);
 
 // One query row: it attends to positions [kv_start, n_kv) of the view it is computed with
 // (kv_start > 0: a sliding window). No path reads a position before the smallest kv_start of
@@ -50,6 +52,11 @@ struct AttnRow {
     // blocks, in order), the attention mass H2O eviction ranks blocks by. Every path adds the
     // same weights; only their summation order differs.
     float* mass = nullptr;
+    // A tree of draft tokens verified in one pass (engine/speculation.h): of the positions
+    // [tree_start, n_kv), the row sees only those whose bit p - tree_start of tree_mask is set
+    // (its own token and its ancestors). tree_start < 0: it sees every position in range.
+    int64_t tree_start = -1;
+    uint64_t tree_mask = 0;
 };
 
 // Several query rows over the same KV head, at the dispatched CPU level: each key and value
@@ -71,11 +78,17 @@ struct SeqBlocks {
     // row, so threads never share an entry.
     float* mass = nullptr;
     int64_t n_blocks = 0;
+    // Where set: the sequence verifies a tree of drafts (kernels::BatchSeq::tree), one mask per
+    // token of the batch from first_token on, over positions from tree_start.
+    const uint64_t* tree = nullptr;
+    int64_t first_token = 0;
+    int64_t tree_start = 0;
 };
 
 // Causal attention for a whole ragged batch: token t (of sequence tok_seq[t], at position
 // tok_pos[t]) attends to positions [0, tok_pos[t]] of its sequence with each of its n_head
-// query heads. Keys and values of every token of the batch must already be in the blocks.
+// query heads (a tree sequence's tokens to their ancestors among those). Keys and values of
+// every token of the batch must already be in the blocks.
 struct AttentionBatch {
     const float* q;  // n_tokens x n_head x head_dim
     float* out;      // n_tokens x n_head x head_dim
@@ -92,6 +105,9 @@ struct AttentionBatch {
     quant::KvDType dtype = quant::KvDType::F32;
     const float* k_channel_scales = nullptr;  // int8 keys: n_head_kv * head_dim, this layer's
     int window = 0;  // > 0: the token at pos sees (pos - window, pos] only (a sliding window)
+    // With a window: per token, the position the window ends at (a tree token's slot is past
+    // its position); null: tok_pos.
+    const int64_t* window_pos = nullptr;
 };
 void attend_batch(const AttentionBatch& b, ThreadPool& pool);
 
