@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "calibrate/medusa_training.h"
 #include "convert/hf_to_gguf.h"
 #include "convert_util.h"
 #include "engine/engine.h"
@@ -25,7 +26,9 @@
 #include "gguf/gguf_writer.h"
 #include "hf/model_dir.h"
 #include "model/llama_config.h"
+#include "model/medusa_heads.h"
 #include "test_util.h"
+#include "tree_test_util.h"
 
 namespace fs = std::filesystem;
 using ferry::engine::Generator;
@@ -450,4 +453,16 @@ TEST(HfModelsWindow, HybridModelKeepsItsSlidingLayersWindowsInTheirOwnPool) {
     }
     // Per block of context: 1 layer's keys and values instead of 4, less the window pool.
     EXPECT_GT(context_with, 3 * context_without) << context_with << " vs " << context_without;
+}
+
+// Tree attention on a hybrid cache: a tree's tokens sit in slots past their positions, so the
+// sliding layers' windows (8 positions here, the prefix longer) count from each token's
+// position, not its slot, and an accepted branch moves in both pools.
+TEST(HfModelsWindow, TreeAttentionOnAHybridCacheIsEachBranchsChain) {
+    auto lm = LoadedModel::load(model_dir("gemma3"), false, f32_backend());
+    ASSERT_TRUE(lm.ok()) << lm.error().message;
+    ASSERT_GT(lm->model->config().sliding_window, 0);
+    auto prompt = every_case_text(*lm, "gemma3");
+    prompt.resize(21);
+    ferry::testing::expect_tree_is_its_chains(*lm->model, lm->backend, prompt, 1);
 }

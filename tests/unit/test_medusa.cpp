@@ -12,13 +12,13 @@
 #include "calibrate/medusa_training.h"
 #include "engine/generator.h"
 #include "engine/medusa_proposer.h"
-#include "engine/model_runner.h"
 #include "engine/speculation.h"
 #include "engine_test_util.h"
 #include "gguf/gguf_writer.h"
 #include "kernel_levels.h"
 #include "kernels/cpu/dispatch.h"
 #include "model/medusa_heads.h"
+#include "tree_test_util.h"
 
 using namespace ferry::engine;
 namespace gguf = ferry::gguf;
@@ -248,59 +248,9 @@ TEST(MedusaTree, EachBranchGetsItsChainsLogitsAndMovesDown) {
     for (const auto level : ferry::testing::simd_levels(true)) {
         ferry::kernels::cpu::set_cpu_level(level);
         SCOPED_TRACE(ferry::kernels::cpu::cpu_level_name(level));
-        const auto& m = *model().model;
-        const int64_t nv = m.config().n_vocab;
-        const auto prefix = model().tokenizer->encode("The lighthouse keeper climbed", true, false);
-        const auto p0 = static_cast<int64_t>(prefix.size());
-        std::vector<int32_t> blocks(8);
-        for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<int32_t>(i);
-        // The last token 17, then a tree over 5 draft tokens crossing a block boundary (block 16).
-        Draft d;
-        d.tokens = {260, 1000, 42, 7, 300};
-        d.parent = {-1, 0, -1, 2, 3};
-        std::vector<int32_t> chunk{17};
-        chunk.insert(chunk.end(), d.tokens.begin(), d.tokens.end());
-        const auto masks = tree_masks(d);
-        auto chain_logits = [&](const std::vector<int32_t>& path) {  // prefix + path, last row
-            ModelRunner r(m, cpu_backend(2), 8, 4);
-            std::vector<int32_t> all = prefix;
-            all.insert(all.end(), path.begin(), path.end());
-            const ModelRunner::Work w{all, 0, blocks, 1};
-            const auto l = r.run({&w, 1});
-            return std::vector<float>(l.begin(), l.end());
-        };
-        ModelRunner r(m, cpu_backend(2), 8, 4);
-        const ModelRunner::Work pre{prefix, 0, blocks, 0};
-        r.run({&pre, 1});
-        ModelRunner::Work w{chunk, p0, blocks, static_cast<int>(chunk.size())};
-        w.tree = masks;
-        const auto l = r.run({&w, 1});
-        const std::vector<float> tree(l.begin(), l.end());
-        for (size_t i = 0; i < chunk.size(); ++i) {
-            std::vector<int32_t> path;  // the token's branch, root first
-            for (int32_t n = static_cast<int32_t>(i) - 1; n >= 0;
-                 n = d.parent_of(static_cast<size_t>(n)))
-                path.insert(path.begin(), d.tokens[static_cast<size_t>(n)]);
-            path.insert(path.begin(), 17);
-            const auto want = chain_logits(path);
-            float worst = 0;
-            for (int64_t v = 0; v < nv; ++v)
-                worst = std::max(worst, std::abs(tree[i * nv + v] - want[static_cast<size_t>(v)]));
-            EXPECT_EQ(worst, 0.0f) << "token " << i;
-        }
-        // Accept the branch 42 -> 7 (draft tokens 2, 3): they move to slots p0 + 1, p0 + 2 and the
-        // next token sees the chain 17 42 7.
-        TreeVerdict v;
-        v.tokens = {42, 7, 300};
-        v.rows = {0, 3, 4};
-        r.move_slots(blocks, {}, tree_slot_moves(v, p0));
-        const int32_t next[] = {300};
-        const ModelRunner::Work after{next, p0 + 3, blocks, 1};
-        const auto la = r.run({&after, 1});
-        const auto want = chain_logits({17, 42, 7, 300});
-        float worst = 0;
-        for (int64_t t = 0; t < nv; ++t) worst = std::max(worst, std::abs(la[t] - want[t]));
-        EXPECT_EQ(worst, 0.0f);
+        expect_tree_is_its_chains(
+            *model().model, cpu_backend(2),
+            model().tokenizer->encode("The lighthouse keeper climbed", true, false));
     }
 }
 
