@@ -239,6 +239,7 @@ void bench_decode(const DecodeBenchOptions& o) {
         j["spec_k"] = spec_cfg.k;
         if (spec_cfg.method == engine::SpecMethod::Medusa)
             j["spec_medusa_tree"] = spec_cfg.medusa_tree;
+        j["spec_tree"] = proposer->drafts_trees();
         j["spec_policy"] = engine::spec_policy_name(spec_cfg.policy);
         j["spec_steps"] = spec_steps;
         j["spec_declined_steps"] = spec_declined;
@@ -352,8 +353,9 @@ void bench_decode(const DecodeBenchOptions& o) {
             "speculate  %s, %s (%s): %.2fx plain decoding (%.1f tok/s), %.0f %% of drafts "
             "accepted, %.2f per step, %lld steps declined; output %s\n",
             engine::spec_method_name(spec_cfg.method),
-            (proposer->drafts_trees() ? fmt::format("trees of {}", proposer->max_draft())
-                                      : fmt::format("k {}", spec_cfg.k))
+            (proposer->own_budget()     ? fmt::format("trees of {}", proposer->max_draft())
+             : proposer->drafts_trees() ? fmt::format("trees of k {}", spec_cfg.k)
+                                        : fmt::format("k {}", spec_cfg.k))
                 .c_str(),
             engine::spec_policy_name(spec_cfg.policy), j["spec_speedup"].get<double>(),
             j["baseline_decode_tokens_per_s"].get<double>(),

@@ -25,6 +25,9 @@ void SpecOptions::add_to(CLI::App& cmd, bool serving) {
     cmd.add_option("--spec-ngram-max", c.ngram_max, "prompt lookup: longest suffix matched")
         ->capture_default_str()
         ->check(CLI::Range(1, 64));
+    cmd.add_flag("--spec-tree", c.ngram_tree,
+                 "prompt lookup: verify the continuations of up to 8 earlier occurrences of the "
+                 "matched suffix as one tree (tree attention) instead of the latest one's alone");
     cmd.add_option("--spec-lookahead-n", c.lookahead_n,
                    "lookahead: the length of the n-grams its pool collects")
         ->capture_default_str()

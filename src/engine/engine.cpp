@@ -101,7 +101,8 @@ Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), c
     runner_ =
         std::make_unique<ModelRunner>(*model.model, model.backend, n_blocks_, config_.block_size,
                                       kv_format_for(model, config_.kv_dtype), n_window_blocks_);
-    ngram_ = std::make_unique<NgramProposer>(config_.spec.ngram_min, config_.spec.ngram_max);
+    ngram_ = std::make_unique<NgramProposer>(config_.spec.ngram_min, config_.spec.ngram_max,
+                                             config_.spec.ngram_tree);
     lookahead_ = std::make_unique<LookaheadProposer>(config_.spec.ngram_min, config_.spec.ngram_max,
                                                      config_.spec.lookahead_n);
     planner_ = SpecPlanner(config_.max_num_batched_tokens + 1);
@@ -583,7 +584,7 @@ void Engine::propose_drafts() {
         int k = static_cast<int>(std::min<int64_t>(sc.k, room));
         if (s->spec == SpecMethod::Medusa)  // a tree's budget is its own
             k = static_cast<int>(
-                std::min<int64_t>(medusa_->drafts_trees() ? room : k, medusa_->max_draft()));
+                std::min<int64_t>(medusa_->own_budget() ? room : k, medusa_->max_draft()));
         if (k > 0) want.push_back({s, k});
     }
     if (want.empty()) return;

@@ -123,10 +123,9 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
     st.prompt_tokens = static_cast<int>(prompt.size());
     Sampler sampler(params);
     const int k_max =
-        spec.proposer
-            ? std::max(1, std::min(spec.proposer->drafts_trees() ? kMaxDraftTokens : spec.k,
-                                   spec.proposer->max_draft()))
-            : 0;
+        spec.proposer ? std::max(1, std::min(spec.proposer->own_budget() ? kMaxDraftTokens : spec.k,
+                                             spec.proposer->max_draft()))
+                      : 0;
     // Medusa drafts from the hidden state of the position that gave the last token.
     runner_.set_keep_hidden(spec.proposer && spec.proposer->wants_hidden());
     auto show_hidden = [&](int row) {  // rows are kept only for such a proposer

@@ -43,6 +43,7 @@ class MedusaProposer final : public Proposer {
     void release(uint64_t seq) override { hidden_.erase(seq); }
     int max_draft() const override { return tree_ > 0 ? tree_ : heads_.n_heads(); }
     bool drafts_trees() const override { return tree_ > 0; }
+    bool own_budget() const override { return tree_ > 0; }
 
     // The likeliest tree of at most `budget` tokens over per-depth candidates (cand[d]: the
     // tokens proposed at depth d + 1 with their probabilities, likeliest first), its leading

@@ -1,6 +1,7 @@
 #include "engine/speculation.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <stdexcept>
 
@@ -11,8 +12,10 @@
 
 namespace ferry::engine {
 
-NgramProposer::NgramProposer(int ngram_min, int ngram_max)
-    : min_(std::max(1, ngram_min)), max_(std::max(std::max(1, ngram_min), ngram_max)) {}
+NgramProposer::NgramProposer(int ngram_min, int ngram_max, bool tree)
+    : min_(std::max(1, ngram_min)),
+      max_(std::max(std::max(1, ngram_min), ngram_max)),
+      tree_(tree) {}
 
 std::vector<int32_t> NgramProposer::lookup(std::span<const int32_t> tokens, int k, int ngram_min,
                                            int ngram_max) {
@@ -31,10 +34,81 @@ std::vector<int32_t> NgramProposer::lookup(std::span<const int32_t> tokens, int 
     return {};
 }
 
+void NgramProposer::lookup_tree(std::span<const int32_t> tokens, int k, int ngram_min,
+                                int ngram_max, Draft& out) {
+    out.clear();
+    k = std::min(k, kMaxTreeDraft);
+    if (k <= 0) return;
+    struct Node {
+        int32_t token, parent;
+        int count = 0;  // occurrences through it
+        int latest;     // the most recent occurrence through it (0: the latest of all)
+        int depth;
+    };
+    std::vector<Node> nodes;
+    const int64_t len = static_cast<int64_t>(tokens.size());
+    int occurrences = 0;
+    // The longest suffix that occurred earlier, and every occurrence of it, latest first.
+    for (int n = ngram_max; n >= ngram_min && occurrences == 0; --n) {
+        if (len <= n) continue;
+        const auto suffix = tokens.subspan(static_cast<size_t>(len - n));
+        for (int64_t start = len - n - 1; start >= 0 && occurrences < kTreeOccurrences; --start) {
+            if (!std::equal(suffix.begin(), suffix.end(), tokens.begin() + start)) continue;
+            const int64_t from = start + n, take = std::min<int64_t>(k, len - from);
+            int32_t at = -1;
+            for (int64_t i = 0; i < take; ++i) {
+                const int32_t t = tokens[static_cast<size_t>(from + i)];
+                int32_t next = -1;
+                for (size_t c = 0; c < nodes.size() && next < 0; ++c)
+                    if (nodes[c].parent == at && nodes[c].token == t)
+                        next = static_cast<int32_t>(c);
+                if (next < 0) {
+                    const int depth = at < 0 ? 0 : nodes[static_cast<size_t>(at)].depth + 1;
+                    nodes.push_back({t, at, 0, occurrences, depth});
+                    next = static_cast<int32_t>(nodes.size()) - 1;
+                }
+                ++nodes[static_cast<size_t>(next)].count;
+                at = next;
+            }
+            ++occurrences;
+        }
+    }
+    std::vector<int32_t> order(nodes.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+    auto score = [&](int32_t i) {
+        const Node& n = nodes[static_cast<size_t>(i)];
+        return n.count * std::pow(kTreeDepthDecay, n.depth);
+    };
+    // A child scores below its parent (no more occurrences, one more level), and on a tie in
+    // score the shallower comes first: parents precede children.
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        const double sa = score(a), sb = score(b);
+        if (sa != sb) return sa > sb;
+        const Node &na = nodes[static_cast<size_t>(a)], &nb = nodes[static_cast<size_t>(b)];
+        return na.latest != nb.latest ? na.latest < nb.latest : na.depth < nb.depth;
+    });
+    if (order.size() > static_cast<size_t>(k)) order.resize(static_cast<size_t>(k));
+    std::vector<int32_t> index(nodes.size(), -1);
+    bool chain = true;
+    for (const int32_t i : order) {
+        const Node& n = nodes[static_cast<size_t>(i)];
+        const int32_t p = n.parent < 0 ? -1 : index[static_cast<size_t>(n.parent)];
+        index[static_cast<size_t>(i)] = static_cast<int32_t>(out.tokens.size());
+        chain = chain && p == static_cast<int32_t>(out.tokens.size()) - 1;
+        out.tokens.push_back(n.token);
+        out.parent.push_back(p);
+    }
+    if (chain) out.parent.clear();
+}
+
 void NgramProposer::propose(std::span<ProposalJob> jobs) {
     for (auto& j : jobs) {
         j.out->clear();
-        if (j.k > 0) j.out->tokens = lookup(j.tokens, j.k, min_, max_);
+        if (j.k <= 0) continue;
+        if (tree_)
+            lookup_tree(j.tokens, j.k, min_, max_, *j.out);
+        else
+            j.out->tokens = lookup(j.tokens, j.k, min_, max_);
     }
 }
 
@@ -188,7 +262,7 @@ Expected<std::unique_ptr<Proposer>> make_proposer(const SpecConfig& cfg, const L
             return std::unique_ptr<Proposer>();
         case SpecMethod::Ngram:
             return std::unique_ptr<Proposer>(
-                std::make_unique<NgramProposer>(cfg.ngram_min, cfg.ngram_max));
+                std::make_unique<NgramProposer>(cfg.ngram_min, cfg.ngram_max, cfg.ngram_tree));
         case SpecMethod::Lookahead:
             return std::unique_ptr<Proposer>(
                 std::make_unique<LookaheadProposer>(cfg.ngram_min, cfg.ngram_max, cfg.lookahead_n));

@@ -42,6 +42,7 @@ struct SpecConfig {
     int ngram_min = 2;         // prompt lookup: shortest suffix that may match
     int ngram_max = 4;         // longest suffix tried first
     int lookahead_n = 4;       // lookahead: the length of the n-grams its pool keeps
+    bool ngram_tree = false;   // prompt lookup: several occurrences' continuations as a tree
     std::string medusa_heads;  // medusa: the heads file (model/medusa_heads.h)
     int medusa_tree = 0;       // medusa: 0 drafts chains, N > 0 trees of up to N tokens
     SpecPolicy policy = SpecPolicy::Cost;
@@ -121,8 +122,10 @@ class Proposer {
     // The most tokens it can draft for a sequence in one step (Medusa: one per head, or its
     // tree budget).
     virtual int max_draft() const { return std::numeric_limits<int>::max(); }
-    // Whether it drafts trees (Draft::parent): then max_draft, not --spec-k, bounds a draft.
+    // Whether it drafts trees (Draft::parent).
     virtual bool drafts_trees() const { return false; }
+    // Whether max_draft alone bounds a draft, not --spec-k (Medusa's --medusa-tree budget).
+    virtual bool own_budget() const { return false; }
     virtual void observe_hidden(uint64_t /*seq*/, std::span<const float> /*h*/) {}
 };
 
@@ -130,16 +133,32 @@ class Proposer {
 // occurred earlier is looked up, latest occurrence first, and what followed it is proposed.
 // Input-grounded work (summaries, edits, code) repeats its input, so this costs nothing
 // and is often right.
+//
+// With `tree`, the continuations of up to kTreeOccurrences earlier occurrences of that suffix
+// are merged into a tree (one branch where they agree, a fork where they part), and its K
+// likeliest tokens are verified in one pass: where the latest occurrence goes one way and the
+// text another that an older occurrence took, the tree still has it.
 class NgramProposer final : public Proposer {
   public:
-    NgramProposer(int ngram_min, int ngram_max);
+    NgramProposer(int ngram_min, int ngram_max, bool tree = false);
     bool cheap() const override { return true; }
+    bool drafts_trees() const override { return tree_; }
     void propose(std::span<ProposalJob> jobs) override;
     static std::vector<int32_t> lookup(std::span<const int32_t> tokens, int k, int ngram_min,
                                        int ngram_max);
+    // The tree of up to k tokens (a chain, parent empty, where the occurrences agree). A token
+    // ranks by the occurrences that pass through it, times kTreeDepthDecay per level (a deep
+    // token is kept only if the ones above it were), the latest occurrence first on ties; in
+    // that order a parent always precedes its children, so the first n tokens stay a tree and
+    // the cost policy can cut it as it cuts a chain.
+    static void lookup_tree(std::span<const int32_t> tokens, int k, int ngram_min, int ngram_max,
+                            Draft& out);
+    static constexpr int kTreeOccurrences = 8;
+    static constexpr double kTreeDepthDecay = 0.7;
 
   private:
     int min_, max_;
+    bool tree_;
 };
 
 // Verifies a draft against the target's logits for the K + 1 positions (row i: the next

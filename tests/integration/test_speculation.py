@@ -29,6 +29,10 @@ def test_run_output_is_unchanged_by_either_proposer(model_path):
     ngram, err = run_text(model_path, "--spec", "ngram", "--spec-k", "5")  # the cost policy
     assert ngram == plain
     assert "speculation (ngram, cost)" in err
+    tree, err = run_text(model_path, "--spec", "ngram", "--spec-k", "6", "--spec-tree",
+                         "--spec-policy", "fixed")
+    assert tree == plain  # several occurrences' continuations, verified as one tree
+    assert "speculation (ngram, fixed)" in err
     draft, err = run_text(model_path, "--spec", "draft", "--draft-model", model_path,
                           "--spec-policy", "fixed")
     assert draft == plain

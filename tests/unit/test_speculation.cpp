@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <tuple>
 
 #include "engine/draft_proposer.h"
 #include "engine/generator.h"
@@ -77,6 +78,32 @@ TEST(Speculation, NgramLookupFindsTheLatestLongestMatch) {
     // The latest of two occurrences wins.
     std::vector<int32_t> w = {4, 1, 4, 2, 4};
     EXPECT_EQ(NgramProposer::lookup(w, 1, 1, 1), (std::vector<int32_t>{2}));
+}
+
+// The tree of prompt lookup: every occurrence of the longest matching suffix, merged where the
+// continuations agree, ranked by the occurrences through a token (decaying with depth), the
+// latest first on ties; parents always before children.
+TEST(Speculation, NgramTreeMergesTheOccurrencesContinuations) {
+    //                        0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15
+    std::vector<int32_t> t = {5, 6, 1, 2, 3, 5, 6, 1, 2, 4, 5, 6, 9, 8, 5, 6};
+    Draft d;
+    // "5 6" occurred at 10 (then 9 8 5 6), 5 (1 2 4 5 6 9) and 0 (1 2 3 5 6 1): 1 (two
+    // occurrences) scores 2, the 2 under it 1.4, 9 (one) 1, the 8 under it 0.7, and at depth 2
+    // (0.49 each) 9 8's 5 (the latest occurrence) before 1 2's 4 (the next).
+    NgramProposer::lookup_tree(t, 6, 1, 2, d);
+    EXPECT_EQ(d.tokens, (std::vector<int32_t>{1, 2, 9, 8, 5, 4}));
+    EXPECT_EQ(d.parent, (std::vector<int32_t>{-1, 0, -1, 2, 3, 1}));
+    // Cut to fewer tokens, it stays a tree (the first n tokens).
+    NgramProposer::lookup_tree(t, 3, 1, 2, d);
+    EXPECT_EQ(d.tokens, (std::vector<int32_t>{1, 2, 9}));
+    EXPECT_EQ(d.parent, (std::vector<int32_t>{-1, 0, -1}));
+    // One occurrence: a chain, as plain lookup proposes it.
+    std::vector<int32_t> u = {7, 1, 2, 3, 7};
+    NgramProposer::lookup_tree(u, 3, 1, 2, d);
+    EXPECT_EQ(d.tokens, NgramProposer::lookup(u, 3, 1, 2));
+    EXPECT_FALSE(d.is_tree());
+    NgramProposer::lookup_tree(std::vector<int32_t>{1, 2, 3}, 3, 1, 2, d);
+    EXPECT_TRUE(d.tokens.empty());
 }
 
 TEST(Speculation, GreedyVerificationStopsAtTheFirstMismatch) {
@@ -225,10 +252,10 @@ std::vector<std::vector<int32_t>> grounded_prompts() {
 
 TEST(Speculation, GeneratorGreedyOutputIsIdenticalForBothProposers) {
     Generator gen(*model().model, ferry::testing::cpu_backend(2), 512);
-    NgramProposer ngram(1, 3);
+    NgramProposer ngram(1, 3), tree(1, 3, true);
     auto draft = DraftProposer::create(model(), model(), 512);
     ASSERT_TRUE(draft.ok()) << draft.error().message;
-    int accepted = 0;
+    int accepted = 0, tree_accepted = 0;
     for (const auto& prompt : grounded_prompts()) {
         const auto plain = generate(gen, prompt, 24, {});
         for (int k : {1, 5}) {
@@ -241,6 +268,11 @@ TEST(Speculation, GeneratorGreedyOutputIsIdenticalForBothProposers) {
             if (k > 1) {
                 EXPECT_EQ(generate(gen, prompt, 24, {&ngram, k, SpecPolicy::Cost}), plain)
                     << "ngram k " << k << ", cost policy";
+                EXPECT_EQ(generate(gen, prompt, 24, {&tree, k, SpecPolicy::Fixed}, &st), plain)
+                    << "ngram tree k " << k;
+                tree_accepted += st.spec_accepted_tokens;
+                EXPECT_EQ(generate(gen, prompt, 24, {&tree, k, SpecPolicy::Cost}), plain)
+                    << "ngram tree k " << k << ", cost policy";
                 EXPECT_EQ(generate(gen, prompt, 24, {draft->get(), k, SpecPolicy::Cost}), plain)
                     << "draft k " << k << ", cost policy";
             }
@@ -252,6 +284,7 @@ TEST(Speculation, GeneratorGreedyOutputIsIdenticalForBothProposers) {
         }
     }
     EXPECT_GT(accepted, 0);
+    EXPECT_GT(tree_accepted, 0);
     EXPECT_EQ((*draft)->blocks_in_use(), 0);
 }
 
@@ -286,7 +319,7 @@ TEST(Speculation, GeneratorGreedyOutputIsIdenticalWithLookahead) {
 // sampled stream is the same text with speculation as without, whatever K the policy picks.
 TEST(Speculation, SeededSamplingGivesPlainDecodingsTextWithPromptLookup) {
     Generator gen(*model().model, ferry::testing::cpu_backend(2), 512);
-    NgramProposer ngram(1, 3);
+    NgramProposer ngram(1, 3), tree(1, 3, true);
     LookaheadProposer lookahead(1, 3);
     for (float temperature : {0.7f, 1.2f}) {
         const SamplingParams sp = sampled(temperature);
@@ -302,6 +335,8 @@ TEST(Speculation, SeededSamplingGivesPlainDecodingsTextWithPromptLookup) {
                 drafted += st.spec_draft_tokens;
             }
             EXPECT_EQ(generate(gen, prompt, 32, {&ngram, 6, SpecPolicy::Cost}, nullptr, sp), plain);
+            EXPECT_EQ(generate(gen, prompt, 32, {&tree, 6, SpecPolicy::Fixed}, nullptr, sp), plain)
+                << "tree, temperature " << temperature;
             // Lookahead's drafts are point masses too.
             EXPECT_EQ(generate(gen, prompt, 32, {&lookahead, 3, SpecPolicy::Fixed}, nullptr, sp),
                       plain)
@@ -320,14 +355,17 @@ TEST(Speculation, EngineGreedyOutputIsIdenticalInABatch) {
     auto plain_engine = make_engine(small_config());
     Engine& plain = *plain_engine;
     const auto expected = run_all(plain, prompts, params);
-    for (auto [m, policy] : {std::pair{SpecMethod::Ngram, SpecPolicy::Fixed},
-                             std::pair{SpecMethod::Draft, SpecPolicy::Fixed},
-                             std::pair{SpecMethod::Lookahead, SpecPolicy::Fixed},
-                             std::pair{SpecMethod::Ngram, SpecPolicy::Cost},
-                             std::pair{SpecMethod::Draft, SpecPolicy::Cost},
-                             std::pair{SpecMethod::Lookahead, SpecPolicy::Cost}}) {
+    for (auto [m, policy, tree] : {std::tuple{SpecMethod::Ngram, SpecPolicy::Fixed, false},
+                                   std::tuple{SpecMethod::Draft, SpecPolicy::Fixed, false},
+                                   std::tuple{SpecMethod::Lookahead, SpecPolicy::Fixed, false},
+                                   std::tuple{SpecMethod::Ngram, SpecPolicy::Fixed, true},
+                                   std::tuple{SpecMethod::Ngram, SpecPolicy::Cost, false},
+                                   std::tuple{SpecMethod::Draft, SpecPolicy::Cost, false},
+                                   std::tuple{SpecMethod::Lookahead, SpecPolicy::Cost, false},
+                                   std::tuple{SpecMethod::Ngram, SpecPolicy::Cost, true}}) {
         auto cfg = small_config();
         cfg.spec.method = m;
+        cfg.spec.ngram_tree = tree;
         cfg.spec.k = 4;
         cfg.spec.ngram_min = 1;
         cfg.spec.policy = policy;  // fixed: speculate even with 16 sequences decoding
@@ -337,7 +375,8 @@ TEST(Speculation, EngineGreedyOutputIsIdenticalInABatch) {
         const auto got = run_all(spec, prompts, params);
         for (size_t i = 0; i < prompts.size(); ++i) {
             EXPECT_EQ(got[i].tokens.at(0), expected[i].tokens.at(0))
-                << spec_method_name(m) << " (" << spec_policy_name(policy) << ") request " << i;
+                << spec_method_name(m) << (tree ? " tree" : "") << " (" << spec_policy_name(policy)
+                << ") request " << i;
             EXPECT_EQ(got[i].text.at(0), expected[i].text.at(0));
         }
         expect_all_free(spec);
@@ -356,10 +395,15 @@ TEST(Speculation, RejectionsAndAbortsGiveBackEveryBlock) {
     // Unigram lookup on varied text proposes often and is often wrong: many rollbacks, some
     // across block boundaries (block size 4), with random aborts on top. Lookahead's guesses
     // are wrong more often still.
-    for (SpecMethod method : {SpecMethod::Ngram, SpecMethod::Lookahead}) {
+    // Unigram lookup as a tree: a token has many earlier occurrences, so many forks, branches
+    // moved down, and rejections of every kind.
+    for (auto [method, tree] :
+         {std::pair{SpecMethod::Ngram, false}, std::pair{SpecMethod::Lookahead, false},
+          std::pair{SpecMethod::Ngram, true}}) {
         auto cfg = small_config();
         cfg.block_size = 4;
         cfg.spec.method = method;
+        cfg.spec.ngram_tree = tree;
         cfg.spec.ngram_min = 1;
         cfg.spec.ngram_max = 1;
         cfg.spec.k = 7;
@@ -382,6 +426,7 @@ TEST(Speculation, RejectionsAndAbortsGiveBackEveryBlock) {
         const auto m = e.metrics();
         EXPECT_GT(m.spec_draft_tokens - m.spec_accepted_tokens, 100u)
             << "too few rejections, " << spec_method_name(method);
+        if (tree) EXPECT_GT(m.spec_tree_moved_steps, 0u) << "no branch off the leading chain won";
         expect_all_free(e);
     }
 }
