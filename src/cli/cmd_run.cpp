@@ -102,6 +102,10 @@ void run(const RunOptions& o) {
                      100.0 * stats.spec_accepted_tokens / std::max(1, stats.spec_draft_tokens),
                      stats.spec_steps ? double(stats.spec_accepted_tokens) / stats.spec_steps : 0.0,
                      stats.spec_declined_steps);
+    if (!o.no_stats && stats.spec_tree_moved_steps > 0)
+        std::fprintf(stderr,
+                     "speculation trees: %d steps accepted a branch off the leading chain\n",
+                     stats.spec_tree_moved_steps);
 }
 
 }  // namespace

@@ -70,14 +70,12 @@ std::span<const float> ModelRunner::step(Copies copies, Copies window_copies,
                               w.rope_offset,
                               {w.blocks.begin(), w.blocks.end()},
                               {w.window_blocks.begin(), w.window_blocks.end()},
-                              w.n_logits});
+                              w.n_logits,
+                              {w.tree.begin(), w.tree.end()}});
         encode_step(m, message_);
         model_.comm()->broadcast(message_, false);
         last_sent_ = std::chrono::steady_clock::now();
     }
-    for (const Work& w : work)
-        if (!w.tree.empty() && model_.comm())
-            throw std::logic_error("ModelRunner: a draft tree under a parallel group");
     if (!copies.empty()) store_.copy_blocks(copies);
     if (!window_copies.empty()) store_.copy_blocks(window_copies, true);
     if (!moves.empty()) {
@@ -212,7 +210,18 @@ void ModelRunner::move_slots(std::span<const int32_t> blocks,
                              std::span<const int32_t> window_blocks,
                              std::span<const std::pair<int64_t, int64_t>> moves) {
     if (moves.empty()) return;
-    if (model_.comm()) throw std::logic_error("ModelRunner: moving slots under a parallel group");
+    if (leads_group()) {  // every rank holds a share of every slot's keys and values
+        StepMessage m;
+        m.slot_table.assign(blocks.begin(), blocks.end());
+        m.slot_window_table.assign(window_blocks.begin(), window_blocks.end());
+        for (const auto& [from, to] : moves) {
+            m.slot_from.push_back(from);
+            m.slot_to.push_back(to);
+        }
+        encode_step(m, message_);
+        model_.comm()->broadcast(message_, false);
+        last_sent_ = std::chrono::steady_clock::now();
+    }
     kernels::BatchSeq s;
     s.blocks = blocks;
     s.window_blocks = window_blocks;
@@ -255,10 +264,16 @@ Status ModelRunner::follow_steps(const model::LlamaModel& model,
                 continue;
             }
             if (!runner) return make_error("parallel group: a step before the cache was made");
+            if (!m->slot_from.empty()) {
+                std::vector<std::pair<int64_t, int64_t>> slots;
+                for (size_t i = 0; i < m->slot_from.size(); ++i)
+                    slots.emplace_back(m->slot_from[i], m->slot_to[i]);
+                runner->move_slots(m->slot_table, m->slot_window_table, slots);
+            }
             work.clear();
             for (const StepWork& w : m->work)
                 work.push_back({w.tokens, w.start_pos, w.blocks, w.n_logits, w.rope_offset, 0,
-                                w.window_blocks});
+                                w.window_blocks, w.tree});
             runner->step(m->copies, m->window_copies, m->moves, work);
         }
     } catch (const comm::CommError& e) {

@@ -43,7 +43,7 @@ class ModelRunner {
         int attn_mass = 0;
         std::span<const int32_t> window_blocks = {};  // a hybrid cache's sliding layers' table
         // A draft tree verified in one pass (kernels::BatchSeq::tree), one mask per token;
-        // empty: a chain. Not under a parallel group (Medusa, its only proposer, refuses one).
+        // empty: a chain.
         std::span<const uint64_t> tree = {};
     };
     // Runs the work as one forward pass and returns the logits rows (n_vocab each), work item

@@ -74,6 +74,10 @@ void encode_step(const StepMessage& m, std::vector<std::byte>& out) {
     }
     put_array(out, move_blocks);
     put_array(out, move_deltas);
+    put_array(out, m.slot_table);
+    put_array(out, m.slot_window_table);
+    put_array(out, m.slot_from);
+    put_array(out, m.slot_to);
     put<uint32_t>(out, static_cast<uint32_t>(m.work.size()));
     for (const StepWork& w : m.work) {
         put<int64_t>(out, w.start_pos);
@@ -82,6 +86,7 @@ void encode_step(const StepMessage& m, std::vector<std::byte>& out) {
         put_array(out, w.tokens);
         put_array(out, w.blocks);
         put_array(out, w.window_blocks);
+        put_array(out, w.tree);
     }
 }
 
@@ -113,14 +118,18 @@ Expected<StepMessage> decode_step(std::span<const std::byte> bytes) {
     std::vector<int32_t> move_blocks;
     std::vector<int64_t> move_deltas;
     if (!r.get_array(m.copies) || !r.get_array(m.window_copies) || !r.get_array(move_blocks) ||
-        !r.get_array(move_deltas) || move_blocks.size() != move_deltas.size() || !r.get(n))
+        !r.get_array(move_deltas) || move_blocks.size() != move_deltas.size() ||
+        !r.get_array(m.slot_table) || !r.get_array(m.slot_window_table) ||
+        !r.get_array(m.slot_from) || !r.get_array(m.slot_to) ||
+        m.slot_from.size() != m.slot_to.size() || !r.get(n))
         return bad();
     for (size_t i = 0; i < move_blocks.size(); ++i)
         m.moves.emplace_back(move_blocks[i], move_deltas[i]);
     m.work.resize(n);
     for (StepWork& w : m.work)
         if (!r.get(w.start_pos) || !r.get(w.rope_offset) || !r.get(w.n_logits) ||
-            !r.get_array(w.tokens) || !r.get_array(w.blocks) || !r.get_array(w.window_blocks))
+            !r.get_array(w.tokens) || !r.get_array(w.blocks) || !r.get_array(w.window_blocks) ||
+            !r.get_array(w.tree) || (!w.tree.empty() && w.tree.size() != w.tokens.size()))
             return bad();
     if (!r.done()) return bad();
     return m;

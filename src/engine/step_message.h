@@ -32,6 +32,7 @@ struct StepWork {
     std::vector<int32_t> blocks;
     std::vector<int32_t> window_blocks;
     int32_t n_logits = 0;
+    std::vector<uint64_t> tree;  // a draft tree's masks (kernels::BatchSeq::tree), or empty
 };
 
 struct StepMessage {
@@ -42,6 +43,10 @@ struct StepMessage {
     std::vector<std::pair<int32_t, int32_t>> copies;         // block copies (src, dst), done first
     std::vector<std::pair<int32_t, int32_t>> window_copies;  // the same in the window pool
     std::vector<std::pair<int32_t, int64_t>> moves;  // keys (block, delta) moved, done second
+    // A verified draft tree's accepted branch moving down (ModelRunner::move_slots): slot
+    // slot_from[i] to slot_to[i] of one sequence's tables, done third.
+    std::vector<int32_t> slot_table, slot_window_table;
+    std::vector<int64_t> slot_from, slot_to;
     std::vector<StepWork> work;
 };
 

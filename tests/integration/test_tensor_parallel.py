@@ -47,6 +47,24 @@ def test_pipeline_gives_one_process_text_bit_for_bit(model_path):
         assert r.stdout == one.stdout, (pp, r.stdout, one.stdout)
 
 
+def test_speculation_trees_split_give_one_process_text(model_path):
+    # Prompt lookup's trees (--spec-tree): every rank masks each draft token to its branch and
+    # moves an accepted branch's share of the keys and values down, as one process does.
+    copy = ("Repeat the following text exactly: the cat sat on the mat, the cat sat on the hat, "
+            "the cat sat on the bat, the cat ran to the mat, the cat ran to the hat, the dog sat "
+            "on the mat.")
+    spec = ("--spec", "ngram", "--spec-tree", "--spec-k", "6", "--spec-ngram-min", "1",
+            "--spec-policy", "fixed")
+    one = run_ferry("run", "--chat", "-m", model_path, "-p", copy, "-n", "48", "-t", "1", *EXACT)
+    assert one.returncode == 0, one.stderr
+    for split in (("--tp", "2"), ("--pp", "2")):
+        r = run_ferry("run", "--chat", "-m", model_path, "-p", copy, "-n", "48", *split, *EXACT,
+                      *spec)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == one.stdout, (split, r.stdout, one.stdout)
+        assert "steps accepted a branch off the leading chain" in r.stderr, r.stderr
+
+
 def test_bad_tp_is_refused_with_the_reason(model_path):
     r = run_ferry("run", "-m", model_path, "-p", "x", "-n", "2", "--tp", "4")
     assert r.returncode != 0

@@ -201,7 +201,10 @@ TEST(StepMessage, RoundTripsAndRefusesTruncation) {
     m.copies = {{3, 7}, {1, 2}};
     m.window_copies = {{5, 0}};
     m.moves = {{7, 48}};
-    m.work = {{{1, 2, 3}, 5, 32, {0, 4}, {2, 2}, 1}, {{9}, 0, 0, {6}, {}, 0}};
+    m.slot_table = {4, 5};
+    m.slot_from = {9, 11};
+    m.slot_to = {6, 7};
+    m.work = {{{1, 2, 3}, 5, 32, {0, 4}, {2, 2}, 1, {1, 3, 5}}, {{9}, 0, 0, {6}, {}, 0}};
     std::vector<std::byte> bytes;
     engine::encode_step(m, bytes);
     auto back = engine::decode_step(bytes);
@@ -217,6 +220,12 @@ TEST(StepMessage, RoundTripsAndRefusesTruncation) {
     EXPECT_EQ(back->work[0].start_pos, 5);
     EXPECT_EQ(back->work[0].rope_offset, 32);
     EXPECT_EQ(back->work[1].n_logits, 0);
+    EXPECT_EQ(back->work[0].tree, m.work[0].tree);
+    EXPECT_TRUE(back->work[1].tree.empty());
+    EXPECT_EQ(back->slot_table, m.slot_table);
+    EXPECT_TRUE(back->slot_window_table.empty());
+    EXPECT_EQ(back->slot_from, m.slot_from);
+    EXPECT_EQ(back->slot_to, m.slot_to);
     for (size_t cut = 0; cut < bytes.size(); ++cut)
         EXPECT_FALSE(engine::decode_step({bytes.data(), cut}).ok()) << cut;
     engine::StepMessage setup;
