@@ -1,6 +1,7 @@
 #include "engine/medusa_proposer.h"
 
 #include <algorithm>
+#include <optional>
 #include <queue>
 
 #include "engine/loaded_model.h"
@@ -90,28 +91,44 @@ Expected<std::unique_ptr<MedusaProposer>> MedusaProposer::create(const LoadedMod
                                                                  model::MedusaHeads heads,
                                                                  int tree_tokens) {
     const model::LlamaModel& m = *target.model;
-    if (m.comm())
+    if (m.pipeline_stages() > 1)
         return make_error(
-            "--spec medusa runs in one process: the heads read the final hidden state and the "
-            "whole output head, which --tp splits and --pp keeps on the last stage");
+            "--spec medusa does not run under --pp: the heads read the final hidden state, which "
+            "only the last stage holds (--tp works)");
     if (Status s = heads.check_fits(m.config()); !s) return s.error();
     const int most = std::min(kMaxTreeDraft, kMaxDraftTokens);
     if (tree_tokens < 0 || tree_tokens > most)
         return make_error("--medusa-tree {}: a tree holds 1..{} tokens (0: a chain)", tree_tokens,
                           most);
+    // Under tensor parallelism this rank holds a slice of the output head's vocabulary, and
+    // every head needs all of it: a whole copy, as the file stores it.
+    std::optional<Tensor> whole_head;
+    if (m.tensor_ranks() > 1) {
+        auto host = m.output_head_in_file();
+        if (!host) return host.error();
+        whole_head = *host;
+    }
     return std::unique_ptr<MedusaProposer>(
-        new MedusaProposer(m, target.backend, std::move(heads), tree_tokens));
+        new MedusaProposer(m, target.backend, std::move(heads), tree_tokens, whole_head));
 }
 
 MedusaProposer::MedusaProposer(const model::LlamaModel& model,
                                std::shared_ptr<kernels::Backend> backend, model::MedusaHeads heads,
-                               int tree_tokens)
+                               int tree_tokens, const std::optional<Tensor>& whole_head)
     : model_(model), backend_(std::move(backend)), heads_(std::move(heads)), tree_(tree_tokens) {
     std::vector<kernels::MatrixSource> src;
     for (auto& w : heads_.w)
         src.push_back({Tensor(w.data(), DType::F32, {heads_.n_embd, heads_.n_embd}),
                        kernels::MatrixUse::Matmul});
     w_ = backend_->make_resident(src);
+    if (whole_head) {
+        const kernels::MatrixSource head[] = {{*whole_head, kernels::MatrixUse::Matmul}};
+        whole_head_ = std::move(backend_->make_resident(head)[0]);
+    }
+}
+
+const kernels::Matrix& MedusaProposer::head() const {
+    return whole_head_.data.empty() ? model_.output_head() : whole_head_;
 }
 
 Tensor MedusaProposer::buffer(int slot, int64_t rows, int64_t cols) {
@@ -176,8 +193,8 @@ void MedusaProposer::propose(std::span<ProposalJob> jobs) {
     be.upload(hz.data(), z);
     const int64_t nv = model_.config().n_vocab;
     const Tensor logits = buffer(3, nz, nv);
-    const kernels::MatmulOut head[] = {{&model_.output_head(), logits}};
-    be.matmul(head, z);
+    const kernels::MatmulOut out_head[] = {{&head(), logits}};
+    be.matmul(out_head, z);
     if (tree_ > 0) {
         // Each head's likeliest few tokens and their probabilities: the softmax on the
         // backend, the picking on the host.

@@ -10,12 +10,14 @@
 // heads' probabilities, and the N likeliest branches' tokens are verified in one pass (the
 // likeliest chain first, so that its acceptance moves nothing in the cache).
 //
-// It needs the target's hidden state, which only the rank holding the output head sees: under a
-// pipeline (--pp) that is not rank 0, and under tensor parallelism the head is split, so it
-// refuses both.
+// It needs the target's hidden state, which under a pipeline (--pp) only the last stage holds,
+// so it refuses --pp. Under tensor parallelism rank 0 has the whole hidden state but only its
+// slice of the output head, so the proposer keeps a whole copy of the head (as the file stores
+// it) beside the heads; drafts only decide what gets verified, so its type does not matter.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -53,7 +55,8 @@ class MedusaProposer final : public Proposer {
 
   private:
     MedusaProposer(const model::LlamaModel& model, std::shared_ptr<kernels::Backend> backend,
-                   model::MedusaHeads heads, int tree_tokens);
+                   model::MedusaHeads heads, int tree_tokens,
+                   const std::optional<Tensor>& whole_head);
     // A device buffer of at least rows x cols floats, kept between steps.
     Tensor buffer(int slot, int64_t rows, int64_t cols);
 
@@ -62,8 +65,13 @@ class MedusaProposer final : public Proposer {
     model::MedusaHeads heads_;
     std::vector<kernels::Matrix> w_;  // W_k, resident
     std::unordered_map<uint64_t, std::vector<float>> hidden_;
+    // The output head the drafts are read through: the model's, or under tensor parallelism
+    // this proposer's whole copy.
+    const kernels::Matrix& head() const;
+
     Tensor bufs_[4];
     int tree_ = 0;
+    kernels::Matrix whole_head_;
 };
 
 }  // namespace ferry::engine

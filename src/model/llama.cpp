@@ -852,6 +852,15 @@ void LlamaModel::moe_ffn(kernels::Backend& be, const LayerWeights& L, int layer,
     }
 }
 
+Expected<Tensor> LlamaModel::output_head_in_file() const {
+    for (const char* name : {"output.weight", "token_embd.weight"}) {  // tied: the second
+        auto t = file_->find(name);
+        if (!t) return t.error();
+        if (*t) return **t;
+    }
+    return make_error("{}: no output head (output.weight or token_embd.weight)", file_->path());
+}
+
 std::vector<std::pair<kernels::Matrix*, kernels::MatrixUse>> LlamaModel::swappable(
     const std::string& name) {
     std::vector<std::pair<kernels::Matrix*, kernels::MatrixUse>> out;

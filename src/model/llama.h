@@ -105,6 +105,10 @@ class LlamaModel {
     // The output head ({n_vocab, n_embd}; this rank's vocabulary slice under tensor
     // parallelism), resident on the model's backend: Medusa heads project through it.
     const kernels::Matrix& output_head() const { return output_; }
+    // The whole output head as the file holds it ({n_vocab, n_embd}, on the host, paged in from
+    // the file again where loading released it): what a rank holding only its vocabulary
+    // slice makes resident when it needs every row (Medusa under tensor parallelism).
+    Expected<Tensor> output_head_in_file() const;
     Device device() const { return device_; }
     // Bytes of weights one decode step reads on `backend` (every matrix once, in the layout the
     // backend reads, and one embedding row).

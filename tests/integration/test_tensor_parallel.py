@@ -65,6 +65,31 @@ def test_speculation_trees_split_give_one_process_text(model_path):
         assert "steps accepted a branch off the leading chain" in r.stderr, r.stderr
 
 
+def test_medusa_split_over_tp_gives_one_process_text(model_path, tmp_path):
+    # Rank 0 has the whole hidden state under --tp but a slice of the output head: the proposer
+    # keeps a whole copy. Under --pp the hidden state is the last stage's: refused by name.
+    heads = tmp_path / "h.medusa.gguf"
+    r = run_ferry("train-medusa", "-m", model_path, "--heads", "2", "--tokens", "256",
+                  "--prompt-len", "16", "--continuation", "48", "--epochs", "1", "-t", "2",
+                  "-q", "-o", str(heads))
+    assert r.returncode == 0, r.stderr
+    spec = ("--spec", "medusa", "--medusa-heads", str(heads), "--medusa-tree", "6",
+            "--spec-policy", "fixed")
+    one = run_ferry("run", "-m", model_path, "-p", PROMPT, "-n", "40", "-t", "1", *EXACT, *spec)
+    assert one.returncode == 0, one.stderr
+    plain = run_ferry("run", "-m", model_path, "-p", PROMPT, "-n", "40", "-t", "1", *EXACT)
+    assert one.stdout == plain.stdout
+    r = run_ferry("run", "-m", model_path, "-p", PROMPT, "-n", "40", "--tp", "2", *EXACT, *spec)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == one.stdout
+    assert "speculation (medusa, fixed)" in r.stderr
+    drafts = [ln for ln in one.stderr.splitlines() if ln.startswith("speculation (medusa")]
+    assert drafts and drafts[0] in r.stderr  # the same drafts, accepted the same
+    r = run_ferry("run", "-m", model_path, "-p", PROMPT, "-n", "4", "--pp", "2", *spec)
+    assert r.returncode != 0
+    assert "--spec medusa does not run under --pp" in r.stderr, r.stderr
+
+
 def test_bad_tp_is_refused_with_the_reason(model_path):
     r = run_ferry("run", "-m", model_path, "-p", "x", "-n", "2", "--tp", "4")
     assert r.returncode != 0
