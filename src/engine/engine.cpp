@@ -609,7 +609,7 @@ void Engine::propose_drafts() {
         if (jobs.empty()) continue;
         (m == SpecMethod::Ngram ? ngram_ : lookahead_)->propose(jobs);
         for (const Want& w : want)
-            if (w.seq->spec == m) trim_to_grammar(*w.seq);
+            if (w.seq->spec == m) fit_draft(*w.seq);
     }
     if (sc.policy == SpecPolicy::Cost) {
         std::vector<DraftCandidate> cands;
@@ -631,7 +631,7 @@ void Engine::propose_drafts() {
                 continue;
             }
             if (plan.k[i] == 0 && !d.tokens.empty() && !s.spec_shadow.active())
-                s.spec_shadow.start(d.tokens);
+                s.spec_shadow.start(d.chain_tokens());
             d.cut(static_cast<size_t>(plan.k[i]));
             if (!d.tokens.empty()) s.spec_shadow.clear();  // a real verification judges it
         }
@@ -651,13 +651,15 @@ void Engine::propose_drafts() {
         planner_.record_draft_time(drafted,
                                    std::chrono::duration<double>(Clock::now() - t0).count());
         for (const Want& w : want)
-            if (w.seq->spec == m) trim_to_grammar(*w.seq);
+            if (w.seq->spec == m) fit_draft(*w.seq);
     }
 }
 
-// A constrained sequence verifies only the part of its draft its grammar allows: a token the
-// grammar forbids could never be accepted, and neither could anything after it.
-void Engine::trim_to_grammar(Sequence& s) {
+// A draft as the sequence can verify it: a tree within the model's sliding windows, and for a
+// constrained sequence only the part its grammar allows (a token the grammar forbids could
+// never be accepted, and neither could anything after it).
+void Engine::fit_draft(Sequence& s) {
+    fit_tree_to_window(s.draft, model_.model->config().smallest_window());
     if (!s.matcher || s.draft.tokens.empty()) return;
     s.draft.keep_chain();  // a tree's branches would each need the grammar's state
     grammar::Matcher m = *s.matcher;
@@ -687,7 +689,7 @@ void Engine::verify_and_emit(Sequence& seq, const float* logits, size_t first_ro
         rows = masked.data();
     }
     TreeVerdict v;
-    if (seq.draft.is_tree()) {  // never constrained (trim_to_grammar keeps a chain)
+    if (seq.draft.is_tree()) {  // never constrained (fit_draft keeps a chain)
         v = verify_tree(*seq.sampler, rows, n_vocab, seq.draft, history);
         // The accepted branch's keys and values move down to their positions' slots, from
         // the chunk verified at the last token's slot.

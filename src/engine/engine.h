@@ -101,7 +101,7 @@ class Engine {
     void drain_inbox();
     void fork(Request& req, Sequence& parent, std::vector<Sequence*>& out);
     void propose_drafts();
-    void trim_to_grammar(Sequence& seq);
+    void fit_draft(Sequence& seq);
     // first_row: the step's logits row of the draft's first position (Medusa reads the hidden
     // state of the row that gave the last token kept).
     void verify_and_emit(Sequence& seq, const float* logits, size_t first_row);

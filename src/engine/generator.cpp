@@ -26,6 +26,7 @@ int planned_k(SpecPlanner& planner, const DepthRates& acc, int max_k, double s_p
 Generator::Generator(const model::LlamaModel& model, std::shared_ptr<kernels::Backend> backend,
                      int64_t n_ctx, kv::KvFormat kv, KvEvictionConfig eviction)
     : n_ctx_(n_ctx),
+      window_(model.config().smallest_window()),
       eviction_(eviction),
       // Under eviction: the context, and the sinks' originals with a spare block.
       runner_(model, std::move(backend),
@@ -210,14 +211,15 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
             if (cost && cheap && !draft.tokens.empty()) {
                 const int keep = planned_k(planner_, planner_.acceptance(acceptance, draft.accept),
                                            static_cast<int>(draft.tokens.size()), 0.0);
-                if (keep == 0 && !shadow.active()) shadow.start(draft.tokens);
+                if (keep == 0 && !shadow.active()) shadow.start(draft.chain_tokens());
                 draft.cut(static_cast<size_t>(keep));
                 if (keep > 0) shadow.clear();  // a real verification judges it
             }
             st.spec_declined_steps = static_cast<int>(planner_.declined_steps() - declined_before);
         }
         const auto t_step = std::chrono::steady_clock::now();
-        const int64_t before = position(), root_slot = cache_len();
+        fit_tree_to_window(draft, window_);
+        const int64_t before = position();
         std::vector<int32_t> run{last};
         run.insert(run.end(), draft.tokens.begin(), draft.tokens.end());
         logits = feed(run, static_cast<int>(run.size()),
@@ -238,7 +240,8 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
         TreeVerdict v;
         if (draft.is_tree()) {
             v = verify_tree(sampler, logits.data(), static_cast<int>(n_vocab), draft, hist);
-            const auto moves = tree_slot_moves(v, root_slot);
+            // The last token's slot: its index less what eviction took out, feed's included.
+            const auto moves = tree_slot_moves(v, before - table_.evicted);
             runner_.move_slots(blocks_mgr_ ? std::span<const int32_t>(table_.blocks)
                                            : std::span<const int32_t>(blocks_),
                                {}, moves);

@@ -102,6 +102,7 @@ class Generator {
     int64_t context_len() const { return eviction_.past_context() ? cache_len() : position(); }
 
     int64_t n_ctx_;
+    int window_;  // the model's smallest sliding window (0: none), which a draft tree must fit
     KvEvictionConfig eviction_;
     ModelRunner runner_;
     // Under eviction the stream's blocks are managed as the engine's are (small blocks, a

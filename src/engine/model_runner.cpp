@@ -184,8 +184,8 @@ void ModelRunner::pack(std::span<const Work> work, size_t first_item) {
         }
         for (int32_t i = n - w.n_logits; i < n; ++i) logit_tokens_.push_back(first + i);
         const size_t item = first_item + seqs_.size();
-        if (!w.tree.empty() && w.tree.size() != w.tokens.size())
-            throw std::logic_error("ModelRunner: a tree needs one mask per token");
+        if (!w.tree.empty() && !kernels::valid_tree_masks(w.tree, w.tokens.size()))
+            throw std::logic_error("ModelRunner: a tree needs one mask per token, each its own");
         seqs_.push_back({w.start_pos, n, first, w.blocks, w.rope_offset,
                          mass_at_[item] == kNoMass ? nullptr : mass_.data() + mass_at_[item],
                          w.window_blocks, w.tree});

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
 #include <unordered_map>
 
 namespace ferry::engine {
@@ -143,8 +144,12 @@ void Scheduler::emit(Sequence* seq, int num_tokens, int num_draft, SchedulerOutp
     s.blocks = seq->kv.blocks;
     s.window_blocks = seq->kv_window.blocks;
     s.num_draft = num_draft;
-    // A tree is verified from the sequence's last token, its one uncomputed token.
-    if (num_draft > 0 && seq->draft.is_tree() && real == 1) s.tree = tree_masks(seq->draft);
+    // A tree is verified from the sequence's last token, its one uncomputed token (drafts are
+    // made only for a sequence with one).
+    if (num_draft > 0 && seq->draft.is_tree()) {
+        if (real != 1) throw std::logic_error("Scheduler: a draft tree behind a prompt chunk");
+        s.tree = tree_masks(seq->draft);
+    }
     s.wants_logits =
         seq->num_computed + static_cast<int64_t>(real) == static_cast<int64_t>(seq->tokens.size());
     s.all_logits = num_draft == 0 && wants_prompt_rows(seq);

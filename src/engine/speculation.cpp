@@ -200,6 +200,16 @@ void Draft::keep_chain() {
     parent.clear();
 }
 
+std::vector<int32_t> Draft::chain_tokens() const {
+    Draft c = *this;
+    c.keep_chain();
+    return c.tokens;
+}
+
+void fit_tree_to_window(Draft& d, int window) {
+    if (window > 0 && d.is_tree() && d.depth() >= window) d.keep_chain();
+}
+
 std::vector<uint64_t> tree_masks(const Draft& d) {
     std::vector<uint64_t> m(d.tokens.size() + 1);
     m[0] = 1;

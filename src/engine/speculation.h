@@ -86,7 +86,13 @@ struct Draft {
     }
     // Keeps only the leading chain of a tree (the part that needs no tree attention).
     void keep_chain();
+    // The tokens of that chain (all of them for a chain): what a declined draft is judged by.
+    std::vector<int32_t> chain_tokens() const;
 };
+// A tree token's sliding window counts from its position, while its ancestors sit in slots at
+// or above theirs: a tree shallower than the smallest window (`window`, 0: none) keeps every
+// ancestor inside it; a deeper one is cut to its leading chain.
+void fit_tree_to_window(Draft& d, int window);
 // The most draft tokens of a tree: with the sequence's last token, one mask bit each.
 inline constexpr int kMaxTreeDraft = kernels::kMaxTreeTokens - 1;
 

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "kernels/backend.h"
+
 namespace ferry::engine {
 namespace {
 
@@ -129,7 +131,8 @@ Expected<StepMessage> decode_step(std::span<const std::byte> bytes) {
     for (StepWork& w : m.work)
         if (!r.get(w.start_pos) || !r.get(w.rope_offset) || !r.get(w.n_logits) ||
             !r.get_array(w.tokens) || !r.get_array(w.blocks) || !r.get_array(w.window_blocks) ||
-            !r.get_array(w.tree) || (!w.tree.empty() && w.tree.size() != w.tokens.size()))
+            !r.get_array(w.tree) ||
+            (!w.tree.empty() && !kernels::valid_tree_masks(w.tree, w.tokens.size())))
             return bad();
     if (!r.done()) return bad();
     return m;

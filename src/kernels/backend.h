@@ -98,6 +98,17 @@ struct BatchSeq {
     std::span<const uint64_t> tree = {};
 };
 inline constexpr int kMaxTreeTokens = 64;  // BatchSeq::tree's masks: one bit a token
+// Whether masks can be a BatchSeq::tree for n tokens: one per token, at most kMaxTreeTokens,
+// each token seeing the root and itself and no token after itself.
+inline bool valid_tree_masks(std::span<const uint64_t> masks, size_t n) {
+    if (masks.size() != n || n > static_cast<size_t>(kMaxTreeTokens)) return false;
+    for (size_t i = 0; i < n; ++i) {
+        const uint64_t own = uint64_t{1} << i;
+        const uint64_t later = i + 1 < 64 ? ~((own << 1) - 1) : 0;
+        if (!(masks[i] & own) || !(masks[i] & 1) || (masks[i] & later)) return false;
+    }
+    return true;
+}
 
 // A ragged batch as one forward pass runs it; host arrays that the model runner packed.
 struct Batch {

@@ -73,6 +73,13 @@ struct LlamaConfig {
     int window(int l) const {
         return swa_layers.empty() || swa_layers[static_cast<size_t>(l)] ? sliding_window : 0;
     }
+    // The smallest window any layer has (0: every layer sees the whole context).
+    int smallest_window() const {
+        int w = 0;
+        for (int l = 0; l < n_layer; ++l)
+            if (const int x = window(l); x > 0 && (w == 0 || x < w)) w = x;
+        return w;
+    }
     // Layers [begin, end) that attend within a window.
     int window_layers(int begin, int end) const {
         int n = 0;

@@ -110,7 +110,8 @@ std::string render_prometheus(const engine::EngineMetrics& m, const ServerCounte
     w.counter("ferry:spec_decode_num_accepted_tokens_total", double(m.spec_accepted_tokens),
               "Speculative draft tokens the target model accepted.");
     w.counter("ferry:spec_decode_num_tree_branch_steps_total", double(m.spec_tree_moved_steps),
-              "Tree verifications (--medusa-tree) that accepted a branch off the leading chain.");
+              "Tree verifications (--medusa-tree, --spec-tree) that accepted a branch off the "
+              "leading chain.");
     w.counter("ferry:spec_decode_num_steps_total", double(m.spec_steps),
               "Sequence steps that verified a draft.");
     w.counter("ferry:spec_decode_num_declined_steps_total", double(m.spec_declined_steps),

@@ -38,6 +38,14 @@ def tiny_f16(tmp_path_factory):
     return out
 
 
+def train_small_heads(model_path, out, *extra):
+    """Two Medusa heads trained on 256 positions of the model's own answers: seconds, enough to
+    draft from. Returns the finished process (stdout holds the report under --json)."""
+    return run_ferry("train-medusa", "-m", model_path, "--heads", "2", "--tokens", "256",
+                     "--prompt-len", "16", "--continuation", "48", "--epochs", "1", "-t", "2",
+                     "-o", out, *extra)
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "soak: a timed soak against a real server; `make soak` runs these, CI does not")

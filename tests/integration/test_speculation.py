@@ -6,7 +6,7 @@ import re
 import httpx
 import pytest
 
-from conftest import ROOT, run_ferry
+from conftest import ROOT, run_ferry, train_small_heads
 from server_util import Server
 
 COPY = ("Repeat the following text exactly:\n\nThe lighthouse keeper climbed the spiral stairs "
@@ -56,9 +56,7 @@ def test_lookahead_leaves_the_output_unchanged(model_path):
 
 def test_train_medusa_heads_then_run_speculates_with_the_same_text(model_path, tmp_path):
     heads = tmp_path / "h.medusa.gguf"
-    r = run_ferry("train-medusa", "-m", model_path, "--heads", "2", "--tokens", "256",
-                  "--prompt-len", "16", "--continuation", "48", "--epochs", "1", "-t", "2",
-                  "--json", "-o", str(heads))
+    r = train_small_heads(model_path, heads, "--json")
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     assert rep["out"] == str(heads) and heads.exists()

@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from conftest import ROOT, ferry_bin, run_ferry
+from conftest import ROOT, ferry_bin, run_ferry, train_small_heads
 from server_util import Server
 
 pytestmark = pytest.mark.skipif(not shutil.which("mpirun"), reason="needs Open MPI's mpirun")
@@ -69,9 +69,7 @@ def test_medusa_split_over_tp_gives_one_process_text(model_path, tmp_path):
     # Rank 0 has the whole hidden state under --tp but a slice of the output head: the proposer
     # keeps a whole copy. Under --pp the hidden state is the last stage's: refused by name.
     heads = tmp_path / "h.medusa.gguf"
-    r = run_ferry("train-medusa", "-m", model_path, "--heads", "2", "--tokens", "256",
-                  "--prompt-len", "16", "--continuation", "48", "--epochs", "1", "-t", "2",
-                  "-q", "-o", str(heads))
+    r = train_small_heads(model_path, heads, "-q")
     assert r.returncode == 0, r.stderr
     spec = ("--spec", "medusa", "--medusa-heads", str(heads), "--medusa-tree", "6",
             "--spec-policy", "fixed")

@@ -465,4 +465,29 @@ TEST(HfModelsWindow, TreeAttentionOnAHybridCacheIsEachBranchsChain) {
     auto prompt = every_case_text(*lm, "gemma3");
     prompt.resize(21);
     ferry::testing::expect_tree_is_its_chains(*lm->model, lm->backend, prompt, 1);
+    // A tree as deep as the window would hide ancestors behind it: refused by the kernel, and
+    // cut to its leading chain by the engine and the generator (fit_tree_to_window).
+    ferry::engine::Draft deep;
+    for (int i = 0; i < 9; ++i) {
+        deep.tokens.push_back(5 + i);
+        deep.parent.push_back(i - 1);
+    }
+    deep.tokens.push_back(3);
+    deep.parent.push_back(-1);
+    std::vector<int32_t> chunk{7};
+    chunk.insert(chunk.end(), deep.tokens.begin(), deep.tokens.end());
+    const auto masks = ferry::engine::tree_masks(deep);
+    std::vector<int32_t> blocks(16);
+    for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<int32_t>(i);
+    ferry::engine::ModelRunner r(*lm->model, lm->backend, 16, 4);
+    ferry::engine::ModelRunner::Work pre{prompt, 0, blocks, 0};
+    r.run({&pre, 1});
+    ferry::engine::ModelRunner::Work w{chunk, static_cast<int64_t>(prompt.size()), blocks,
+                                       static_cast<int>(chunk.size())};
+    w.tree = masks;
+    EXPECT_THROW(r.run({&w, 1}), std::invalid_argument);
+    ASSERT_EQ(lm->model->config().smallest_window(), 8);
+    ferry::engine::fit_tree_to_window(deep, 8);
+    EXPECT_FALSE(deep.is_tree());
+    EXPECT_EQ(deep.tokens.size(), 9u);
 }

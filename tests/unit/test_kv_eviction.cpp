@@ -433,6 +433,46 @@ TEST(KvEvictionGenerator, SingleStreamEvictsAsTheEngineDoes) {
     EXPECT_FALSE(
         engine::Generator::check_eviction(*testing::model().model, quant::KvDType::F32, 512, ev)
             .ok());
+
+    // Prompt lookup's trees while evicting: an accepted branch moves to slots counted after
+    // the step's own eviction, and the text stays the plain stream's.
+    // A text with forks (mat / hat / bat), so branches off the leading chain win.
+    const auto forks = testing::model().tokenizer->encode(
+        "the cat sat on the mat, the cat sat on the hat, the dog sat on the mat, the cat ran to "
+        "the bat, the dog ran to the hat, the cat sat on the bat, the dog sat on the hat,",
+        true, false);
+    engine::NgramProposer tree(1, 3, true);
+    int moved = 0;
+    // A budget under the prompt, so branches win while the stream evicts; sampled with a seed,
+    // as plain decoding samples it.
+    engine::SamplingParams seeded = greedy;
+    seeded.temperature = 1.0f;
+    seeded.top_k = 0;
+    seeded.top_p = 1;
+    seeded.min_p = 0;
+    seeded.seed = 5;
+    seeded.has_seed = true;
+    {
+        ev.budget = 64;
+        std::vector<int32_t> runs[2];
+        for (int with_tree = 0; with_tree < 2; ++with_tree) {
+            engine::Generator g(*testing::model().model, testing::cpu_backend(2), 512, {}, ev);
+            engine::SpecRun spec;
+            if (with_tree) spec = {&tree, 6, engine::SpecPolicy::Fixed};
+            auto ts = g.generate(
+                forks, greedy, 250,
+                [&](int32_t t) {
+                    runs[with_tree].push_back(t);
+                    return true;
+                },
+                nullptr, spec);
+            ASSERT_TRUE(ts.ok()) << ts.error().message;
+            EXPECT_GT(g.evicted(), 100);
+            if (with_tree) moved += ts->spec_tree_moved_steps;
+        }
+        EXPECT_EQ(runs[1], runs[0]);
+    }
+    EXPECT_GT(moved, 0);
 }
 
 }  // namespace

@@ -228,6 +228,16 @@ TEST(StepMessage, RoundTripsAndRefusesTruncation) {
     EXPECT_EQ(back->slot_to, m.slot_to);
     for (size_t cut = 0; cut < bytes.size(); ++cut)
         EXPECT_FALSE(engine::decode_step({bytes.data(), cut}).ok()) << cut;
+    // Masks that are no tree (a token that does not see itself, or sees a later one) are
+    // refused, as a runner refuses them.
+    for (std::vector<uint64_t> bad : {std::vector<uint64_t>{1, 1, 5}, {1, 7, 5}, {2, 3, 5}}) {
+        auto b = m;
+        b.work[0].tree = bad;
+        engine::encode_step(b, bytes);
+        EXPECT_FALSE(engine::decode_step(bytes).ok());
+        EXPECT_FALSE(kernels::valid_tree_masks(bad, 3));
+    }
+    EXPECT_TRUE(kernels::valid_tree_masks(m.work[0].tree, 3));
     engine::StepMessage setup;
     setup.kind = engine::StepMessage::Kind::Setup;
     setup.setup = {40, 16, quant::KvDType::F16, 12, 170};

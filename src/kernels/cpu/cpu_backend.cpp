@@ -356,9 +356,15 @@ void CpuBackend::attention(const KvCacheView& kv, int layer, const Batch& b,
     if (shape.window > 0 && std::any_of(b.seqs.begin(), b.seqs.end(),
                                         [](const BatchSeq& s) { return !s.tree.empty(); })) {
         window_pos.resize(static_cast<size_t>(b.n_tokens()));
-        for (int64_t t = 0; t < b.n_tokens(); ++t)
-            window_pos[static_cast<size_t>(t)] =
-                b.rope_position(t) - b.seqs[static_cast<size_t>(b.token_seq[t])].rope_offset;
+        for (int64_t t = 0; t < b.n_tokens(); ++t) {
+            const BatchSeq& bs = b.seqs[static_cast<size_t>(b.token_seq[t])];
+            const int64_t pos = b.rope_position(t) - bs.rope_offset;
+            // Its window would leave out ancestors the slot order still shows it.
+            if (!bs.tree.empty() && pos + 1 - shape.window > bs.start_pos)
+                throw std::invalid_argument(
+                    "attention: a draft tree deeper than the sliding window");
+            window_pos[static_cast<size_t>(t)] = pos;
+        }
     }
     // Token t sees positions [0, pos] (or its window's): causal masking is the scan's length.
     AttentionBatch ab{q.data<float>(),
