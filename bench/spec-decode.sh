@@ -2,7 +2,8 @@
 # Speculative decoding, measured: every row is one `ferry bench decode` run that alternates plain
 # decoding and speculation (A B A B) and checks the greedy outputs are identical, so the speed-up
 # is a ratio taken under the same machine load; each workload under both K policies (cost: 0..K
-# per step where the measured costs say it pays; fixed: always K), then lookahead beside prompt
+# per step where the measured costs say it pays; fixed: always K), prompt lookup as a chain and
+# as a tree (--spec-tree), then lookahead beside prompt
 # lookup on open chat prompts. Then the batch sweep: the same
 # grounded chat workload through the serving engine at 1..16 concurrent sequences, speculation
 # off, fixed K and the cost policy.
@@ -54,6 +55,9 @@ for p in repeat-text edit-code extract-list; do
     for pol in cost fixed; do
         row "$p (Q4_1, k $K)" -m default --prompt-file "$HERE/prompts/$p.txt" --chat --spec ngram \
             --spec-k "$K" --spec-policy "$pol"
+        # The same lookup as a tree of every earlier occurrence's continuation (--spec-tree).
+        row "$p (Q4_1, k $K, tree)" -m default --prompt-file "$HERE/prompts/$p.txt" --chat \
+            --spec ngram --spec-tree --spec-k "$K" --spec-policy "$pol"
     done
 done
 # Lookahead on open chat prompts (nothing to copy): prompt lookup beside it, both under the cost
