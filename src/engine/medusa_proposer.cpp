@@ -91,19 +91,16 @@ Expected<std::unique_ptr<MedusaProposer>> MedusaProposer::create(const LoadedMod
                                                                  model::MedusaHeads heads,
                                                                  int tree_tokens) {
     const model::LlamaModel& m = *target.model;
-    if (m.pipeline_stages() > 1)
-        return make_error(
-            "--spec medusa does not run under --pp: the heads read the final hidden state, which "
-            "only the last stage holds (--tp works)");
     if (Status s = heads.check_fits(m.config()); !s) return s.error();
     const int most = std::min(kMaxTreeDraft, kMaxDraftTokens);
     if (tree_tokens < 0 || tree_tokens > most)
         return make_error("--medusa-tree {}: a tree holds 1..{} tokens (0: a chain)", tree_tokens,
                           most);
-    // Under tensor parallelism this rank holds a slice of the output head's vocabulary, and
-    // every head needs all of it: a whole copy, as the file stores it.
+    // Under tensor parallelism this rank holds a slice of the output head's vocabulary, under a
+    // pipeline none of it (the last stage does), and every head needs all of it: a whole copy,
+    // as the file stores it.
     std::optional<Tensor> whole_head;
-    if (m.tensor_ranks() > 1) {
+    if (m.tensor_ranks() > 1 || m.pipeline_stages() > 1) {
         auto host = m.output_head_in_file();
         if (!host) return host.error();
         whole_head = *host;

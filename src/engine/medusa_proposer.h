@@ -10,10 +10,11 @@
 // heads' probabilities, and the N likeliest branches' tokens are verified in one pass (the
 // likeliest chain first, so that its acceptance moves nothing in the cache).
 //
-// It needs the target's hidden state, which under a pipeline (--pp) only the last stage holds,
-// so it refuses --pp. Under tensor parallelism rank 0 has the whole hidden state but only its
-// slice of the output head, so the proposer keeps a whole copy of the head (as the file stores
-// it) beside the heads; drafts only decide what gets verified, so its type does not matter.
+// It needs the target's hidden state: under tensor parallelism rank 0 has it whole, under a
+// pipeline (--pp) the last stage sends it with the logits. Rank 0 then holds only a slice of
+// the output head (--tp) or none of it (--pp), so the proposer keeps a whole copy of the head
+// (as the file stores it) beside the heads; drafts only decide what gets verified, so its type
+// does not matter.
 #pragma once
 
 #include <memory>

@@ -137,7 +137,9 @@ std::span<const float> ModelRunner::step(Copies copies, Copies window_copies,
         model_.forward_stage(*backend_, batch, store_.view(), group_logits(gr),
                              observer_ || keep_hidden_ ? &tap_ : nullptr);
     }
-    for (const Group& gr : groups_) model_.collect_logits(*backend_, group_logits(gr));
+    for (const Group& gr : groups_)
+        model_.collect_logits(*backend_, group_logits(gr),
+                              observer_ || keep_hidden_ ? &tap_ : nullptr);
     model_.end_step();
     for (size_t i = 0; i < work.size(); ++i) {
         if (mass_at_[i] == kNoMass) continue;

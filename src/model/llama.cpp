@@ -584,16 +584,23 @@ void LlamaModel::forward(kernels::Backend& be, const kernels::Batch& batch,
     end_step();
 }
 
-void LlamaModel::collect_logits(kernels::Backend& be, const Tensor& logits) const {
+void LlamaModel::collect_logits(kernels::Backend& be, const Tensor& logits,
+                                ActivationObserver* observer) const {
     // Rank 0 of a pipeline is its first stage, never its last.
     if (!pp_ || comm_->rank() != 0 || logits.empty()) return;
     const Tensor h = be.host_view(logits);
     pp_->recv({h.data<float>(), static_cast<size_t>(h.numel())}, pp_->size() - 1);
     if (h.raw() != logits.raw()) be.upload(h.raw(), logits);
+    std::vector<float> hidden(static_cast<size_t>(logits.rows() * cfg_.n_embd));
+    pp_->recv(hidden, pp_->size() - 1);
+    if (observer)
+        observer->observe_head(Tensor(hidden.data(), DType::F32, {logits.rows(), cfg_.n_embd}));
 }
 
 void LlamaModel::end_step() const {
-    if (pp_) pp_->wait_sends();
+    if (!pp_) return;
+    pp_->wait_sends();
+    hidden_out_.clear();
 }
 
 void LlamaModel::move_keys(kernels::Backend& be, const kernels::KvCacheView& kv, int32_t block,
@@ -726,7 +733,7 @@ void LlamaModel::forward_stage(kernels::Backend& be, const kernels::Batch& batch
         const kernels::MatmulOut head[] = {{&output_, logits}};
         be.matmul(head, xn.slice(0, rows));
         if (c.final_softcap > 0) be.softcap(logits, c.final_softcap);
-        send_logits_to_rank0(be, logits);
+        send_logits_to_rank0(be, logits, xn.slice(0, rows));
         return;
     }
     // Each rank's vocabulary slice of every row, gathered rank after rank on rank 0 and laid
@@ -756,15 +763,21 @@ void LlamaModel::forward_stage(kernels::Backend& be, const kernels::Batch& batch
         col += v;
     }
     if (full.raw() != logits.raw()) be.upload(full.raw(), logits);
-    send_logits_to_rank0(be, logits);
+    send_logits_to_rank0(be, logits, xn.slice(0, rows));
 }
 
-void LlamaModel::send_logits_to_rank0(kernels::Backend& be, const Tensor& logits) const {
+void LlamaModel::send_logits_to_rank0(kernels::Backend& be, const Tensor& logits,
+                                      const Tensor& hidden) const {
     // A pipeline's last stage (never its first) posts them to stage 0, whose tensor-parallel
-    // root is world rank 0, the one that samples; it takes them in collect_logits.
+    // root is world rank 0, the one that samples; it takes them in collect_logits. The hidden
+    // rows go too (an n_embd-wide row beside an n_vocab-wide one), copied, as the scratch they
+    // are in serves the next micro-batch before the send completes.
     if (!pp_ || pp_->rank() == 0 || logits.empty()) return;
     const Tensor h = be.host_view(logits);
     pp_->post_send({h.data<const float>(), static_cast<size_t>(h.numel())}, 0);
+    const Tensor x = be.host_view(hidden);
+    hidden_out_.emplace_back(x.data<const float>(), x.data<const float>() + x.numel());
+    pp_->post_send({hidden_out_.back().data(), hidden_out_.back().size()}, 0);
 }
 
 comm::CommStats LlamaModel::comm_stats() const {

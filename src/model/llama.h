@@ -6,6 +6,7 @@
 // names ops and tensors; where they run and how fast is the backend's business.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
@@ -133,7 +134,10 @@ class LlamaModel {
     void forward_stage(kernels::Backend& backend, const kernels::Batch& batch,
                        const kernels::KvCacheView& kv, const Tensor& logits,
                        ActivationObserver* observer = nullptr) const;
-    void collect_logits(kernels::Backend& backend, const Tensor& logits) const;
+    // Rank 0 of a pipeline takes each micro-batch's logits from the last stage, and the output
+    // head's input rows sent beside them, which it shows `observer` (Medusa's heads read them).
+    void collect_logits(kernels::Backend& backend, const Tensor& logits,
+                        ActivationObserver* observer = nullptr) const;
     void end_step() const;
     // The pipeline's stages (1 without one) and this rank's layers, which its KV cache holds.
     int pipeline_stages() const { return pp_ ? pp_->size() : 1; }
@@ -178,7 +182,9 @@ class LlamaModel {
     void reduce(kernels::Backend& be, const Tensor& t) const;
     void moe_ffn(kernels::Backend& be, const LayerWeights& L, int layer, const Tensor& xn,
                  const Tensor& x) const;
-    void send_logits_to_rank0(kernels::Backend& be, const Tensor& logits) const;
+    // hidden: the output head's input rows of those logits, sent after them.
+    void send_logits_to_rank0(kernels::Backend& be, const Tensor& logits,
+                              const Tensor& hidden) const;
     std::vector<std::string> load_notes_;
     std::shared_ptr<const WeightFile> file_;
     LlamaConfig cfg_;
@@ -192,6 +198,8 @@ class LlamaModel {
     TensorSplit split_;
     int first_layer_ = 0, end_layer_ = 0;      // this rank's layers
     mutable std::vector<float> logits_parts_;  // the ranks' logits slices, gathered on rank 0
+    // The last stage's hidden rows in flight to rank 0, kept until end_step's wait.
+    mutable std::deque<std::vector<float>> hidden_out_;
     std::vector<double> rope_inv_freq_;
     std::vector<double> rope_inv_freq_swa_;  // the sliding layers' where they have their own
     float rope_scale_ = 1.0f;
