@@ -101,6 +101,7 @@ Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), c
     runner_ =
         std::make_unique<ModelRunner>(*model.model, model.backend, n_blocks_, config_.block_size,
                                       kv_format_for(model, config_.kv_dtype), n_window_blocks_);
+    tree_window_ = model.model->config().smallest_window();
     ngram_ = std::make_unique<NgramProposer>(config_.spec.ngram_min, config_.spec.ngram_max,
                                              config_.spec.ngram_tree);
     lookahead_ = std::make_unique<LookaheadProposer>(config_.spec.ngram_min, config_.spec.ngram_max,
@@ -659,7 +660,7 @@ void Engine::propose_drafts() {
 // constrained sequence only the part its grammar allows (a token the grammar forbids could
 // never be accepted, and neither could anything after it).
 void Engine::fit_draft(Sequence& s) {
-    fit_tree_to_window(s.draft, model_.model->config().smallest_window());
+    fit_tree_to_window(s.draft, tree_window_);
     if (!s.matcher || s.draft.tokens.empty()) return;
     s.draft.keep_chain();  // a tree's branches would each need the grammar's state
     grammar::Matcher m = *s.matcher;
@@ -688,20 +689,15 @@ void Engine::verify_and_emit(Sequence& seq, const float* logits, size_t first_ro
         }
         rows = masked.data();
     }
-    TreeVerdict v;
-    if (seq.draft.is_tree()) {  // never constrained (fit_draft keeps a chain)
-        v = verify_tree(*seq.sampler, rows, n_vocab, seq.draft, history);
-        // The accepted branch's keys and values move down to their positions' slots, from
-        // the chunk verified at the last token's slot.
-        const auto moves = tree_slot_moves(v, seq.cache_len() - 1);
+    // A tree is never constrained (fit_draft keeps a chain).
+    const TreeVerdict v = judge_draft(*seq.sampler, rows, n_vocab, seq.draft, history);
+    // A tree's accepted branch moves down to its positions' slots, from the chunk verified at
+    // the last token's slot (a chain's, and a tree's leading chain, move nothing).
+    const auto moves = tree_slot_moves(v, seq.cache_len() - 1);
+    if (!moves.empty()) {
         runner_->move_slots(seq.kv.blocks, seq.kv_window.blocks, moves);
-        if (!moves.empty()) {
-            std::lock_guard lock(metrics_mu_);
-            ++metrics_.spec_tree_moved_steps;
-        }
-    } else {
-        v.tokens = verify_draft(*seq.sampler, rows, n_vocab, seq.draft, history);
-        for (size_t i = 0; i < v.tokens.size(); ++i) v.rows.push_back(static_cast<int32_t>(i));
+        std::lock_guard lock(metrics_mu_);
+        ++metrics_.spec_tree_moved_steps;
     }
     const std::vector<int32_t>& toks = v.tokens;
     const int accepted = v.accepted();

@@ -126,6 +126,7 @@ class Engine {
     const LoadedModel& model_;
     EngineConfig config_;
     int max_model_len_ = 0;
+    int tree_window_ = 0;  // the model's smallest sliding window, which a draft tree must fit
     int context_before_kv_cap_ = 0;
     int64_t n_blocks_ = 0;
     int64_t n_window_blocks_ = 0;  // the sliding layers' own pool (EngineConfig::kv_window_pool)

@@ -237,19 +237,17 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
         // Roll back to the verified prefix: rejected positions are simply overwritten later.
         history_.resize(static_cast<size_t>(before + 1));
         std::vector<int32_t> hist = history_;
-        TreeVerdict v;
-        if (draft.is_tree()) {
-            v = verify_tree(sampler, logits.data(), static_cast<int>(n_vocab), draft, hist);
-            // The last token's slot: its index less what eviction took out, feed's included.
-            const auto moves = tree_slot_moves(v, before - table_.evicted);
+        const TreeVerdict v =
+            judge_draft(sampler, logits.data(), static_cast<int>(n_vocab), draft, hist);
+        if (!draft.is_tree())  // lookahead's refinements read a chain's rows
+            spec.proposer->observe(0, run, logits.data(), static_cast<int>(n_vocab));
+        // The last token's slot: its index less what eviction took out, feed's included.
+        const auto moves = tree_slot_moves(v, before - table_.evicted);
+        if (!moves.empty()) {
             runner_.move_slots(blocks_mgr_ ? std::span<const int32_t>(table_.blocks)
                                            : std::span<const int32_t>(blocks_),
                                {}, moves);
-            st.spec_tree_moved_steps += moves.empty() ? 0 : 1;
-        } else {
-            v.tokens = verify_draft(sampler, logits.data(), static_cast<int>(n_vocab), draft, hist);
-            for (size_t i = 0; i < v.tokens.size(); ++i) v.rows.push_back(static_cast<int32_t>(i));
-            spec.proposer->observe(0, run, logits.data(), static_cast<int>(n_vocab));
+            ++st.spec_tree_moved_steps;
         }
         pending = v.tokens;
         planner_.record_step(static_cast<int64_t>(run.size()), ms_since(t_step) * 1e-3);

@@ -43,46 +43,47 @@ void MedusaProposer::build_tree(const std::vector<std::vector<Sampler::Candidate
         int32_t parent;  // index in the selection; -1: the sequence's last token
         int depth;       // 0-based: the head that proposes it
         int rank;        // among that head's candidates
+        int32_t token;
         bool operator<(const Open& o) const { return p < o.p; }
     };
     std::priority_queue<Open> open;
     auto open_children = [&](int32_t parent, double p, int depth) {
         if (depth >= static_cast<int>(cand.size())) return;
-        for (int r = 0; r < static_cast<int>(cand[static_cast<size_t>(depth)].size()); ++r)
-            open.push(
-                {p * cand[static_cast<size_t>(depth)][static_cast<size_t>(r)].p, parent, depth, r});
+        for (int r = 0; r < static_cast<int>(cand[static_cast<size_t>(depth)].size()); ++r) {
+            const Sampler::Candidate& c = cand[static_cast<size_t>(depth)][static_cast<size_t>(r)];
+            open.push({p * c.p, parent, depth, r, c.id});
+        }
     };
     open_children(-1, 1.0, 0);
     std::vector<Open> sel;
-    std::vector<int32_t> token;
     while (!open.empty() && static_cast<int>(sel.size()) < budget) {
         const Open o = open.top();
         open.pop();
         sel.push_back(o);
-        token.push_back(cand[static_cast<size_t>(o.depth)][static_cast<size_t>(o.rank)].id);
         open_children(static_cast<int32_t>(sel.size()) - 1, o.p, o.depth + 1);
     }
     // The leading chain (every head's first choice) first, then the rest in selection order:
     // parents still come before their children.
-    std::vector<int32_t> order, chain_pos(sel.size(), -1);
+    std::vector<int32_t> order;
+    std::vector<bool> in_chain(sel.size(), false);
     int32_t at = -1;
     for (;;) {
         int32_t next = -1;
         for (size_t i = 0; i < sel.size(); ++i)
             if (sel[i].parent == at && sel[i].rank == 0) next = static_cast<int32_t>(i);
         if (next < 0) break;
-        chain_pos[static_cast<size_t>(next)] = 1;
+        in_chain[static_cast<size_t>(next)] = true;
         order.push_back(next);
         at = next;
     }
     for (size_t i = 0; i < sel.size(); ++i)
-        if (chain_pos[i] < 0) order.push_back(static_cast<int32_t>(i));
+        if (!in_chain[i]) order.push_back(static_cast<int32_t>(i));
     std::vector<int32_t> new_index(sel.size());
     for (size_t i = 0; i < order.size(); ++i)
         new_index[static_cast<size_t>(order[i])] = static_cast<int32_t>(i);
     for (const int32_t i : order) {
         const Open& o = sel[static_cast<size_t>(i)];
-        out.tokens.push_back(token[static_cast<size_t>(i)]);
+        out.tokens.push_back(o.token);
         out.parent.push_back(o.parent < 0 ? -1 : new_index[static_cast<size_t>(o.parent)]);
     }
 }

@@ -192,18 +192,20 @@ int Draft::depth() const {
     return deepest;
 }
 
+size_t Draft::chain_length() const {
+    size_t n = 0;
+    while (n < tokens.size() && parent_of(n) == static_cast<int32_t>(n) - 1) ++n;
+    return n;
+}
+
 void Draft::keep_chain() {
     if (parent.empty()) return;
-    size_t n = 0;
-    while (n < parent.size() && parent[n] == static_cast<int32_t>(n) - 1) ++n;
-    cut(n);
+    cut(chain_length());
     parent.clear();
 }
 
 std::vector<int32_t> Draft::chain_tokens() const {
-    Draft c = *this;
-    c.keep_chain();
-    return c.tokens;
+    return {tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(chain_length())};
 }
 
 void fit_tree_to_window(Draft& d, int window) {
@@ -242,6 +244,15 @@ TreeVerdict verify_tree(Sampler& sampler, const float* logits, int n_vocab, cons
         if (next < 0) return v;
         node = next;
     }
+}
+
+TreeVerdict judge_draft(Sampler& sampler, const float* logits, int n_vocab, const Draft& draft,
+                        std::vector<int32_t>& history) {
+    if (draft.is_tree()) return verify_tree(sampler, logits, n_vocab, draft, history);
+    TreeVerdict v;
+    v.tokens = verify_draft(sampler, logits, n_vocab, draft, history);
+    for (size_t i = 0; i < v.tokens.size(); ++i) v.rows.push_back(static_cast<int32_t>(i));
+    return v;
 }
 
 std::vector<std::pair<int64_t, int64_t>> tree_slot_moves(const TreeVerdict& v, int64_t start_pos) {

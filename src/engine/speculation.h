@@ -84,6 +84,8 @@ struct Draft {
         if (accept.size() > n) accept.resize(n);
         if (parent.size() > n) parent.resize(n);
     }
+    // The tokens of the leading chain: the first ones, each the child of the one before.
+    size_t chain_length() const;
     // Keeps only the leading chain of a tree (the part that needs no tree attention).
     void keep_chain();
     // The tokens of that chain (all of them for a chain): what a declined draft is judged by.
@@ -189,6 +191,10 @@ struct TreeVerdict {
     int accepted() const { return static_cast<int>(tokens.size()) - 1; }
 };
 TreeVerdict verify_tree(Sampler& sampler, const float* logits, int n_vocab, const Draft& draft,
+                        std::vector<int32_t>& history);
+// verify_draft or verify_tree, as the draft is, with each token's row (a chain's token i came
+// from row i).
+TreeVerdict judge_draft(Sampler& sampler, const float* logits, int n_vocab, const Draft& draft,
                         std::vector<int32_t>& history);
 // The slot moves (from, to) that bring an accepted branch verified from start_pos (the last
 // token's slot) to the slots of its positions; none when it was the tree's leading chain.

@@ -426,7 +426,9 @@ TEST(Speculation, RejectionsAndAbortsGiveBackEveryBlock) {
         const auto m = e.metrics();
         EXPECT_GT(m.spec_draft_tokens - m.spec_accepted_tokens, 100u)
             << "too few rejections, " << spec_method_name(method);
-        if (tree) EXPECT_GT(m.spec_tree_moved_steps, 0u) << "no branch off the leading chain won";
+        if (tree) {
+            EXPECT_GT(m.spec_tree_moved_steps, 0u) << "no branch off the leading chain won";
+        }
         expect_all_free(e);
     }
 }

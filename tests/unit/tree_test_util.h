@@ -15,8 +15,9 @@
 namespace ferry::testing {
 
 // The last token 17 after `prefix`, then the tree {260, 1000 under it; 42, 7 under it, 300
-// under that} (ids modulo the vocabulary), in 4-slot blocks so it crosses block boundaries. window_blocks > 0: the runner
-// has a hybrid cache, its sliding layers' pool that many blocks (the tables are 0, 1, 2, ...).
+// under that} (ids modulo the vocabulary), in 4-slot blocks so it crosses block boundaries.
+// window_blocks > 0: the runner has a hybrid cache, its sliding layers' pool that many blocks (the
+// tables are 0, 1, 2, ...).
 inline void expect_tree_is_its_chains(const model::LlamaModel& m,
                                       std::shared_ptr<kernels::Backend> backend,
                                       const std::vector<int32_t>& prefix,
@@ -81,7 +82,8 @@ inline void expect_tree_is_its_chains(const model::LlamaModel& m,
     ModelRunner::Work after{next, p0 + 3, blocks, 1};
     after.window_blocks = window;
     const auto la = r.run({&after, 1});
-    EXPECT_EQ(worst(la.data(), chain_logits({17, id(42), id(7), id(300)})), 0.0f) << "after the move";
+    EXPECT_EQ(worst(la.data(), chain_logits({17, id(42), id(7), id(300)})), 0.0f)
+        << "after the move";
 }
 
 }  // namespace ferry::testing
