@@ -9,8 +9,8 @@
 
 namespace ferry::testing {
 
-// The SIMD levels of the target's architecture that the CPU has: AVX2 and AVX-512 on x86, NEON
-// on aarch64; with_scalar puts the scalar level first.
+// The SIMD levels of the target's architecture that the CPU has: AVX2, AVX-512 and AMX on x86,
+// NEON on aarch64; with_scalar puts the scalar level first.
 inline std::vector<kernels::cpu::CpuLevel> simd_levels(bool with_scalar = false) {
     using kernels::cpu::CpuLevel;
     std::vector<CpuLevel> out;
@@ -18,7 +18,7 @@ inline std::vector<kernels::cpu::CpuLevel> simd_levels(bool with_scalar = false)
 #if defined(__aarch64__)
     const CpuLevel levels[] = {CpuLevel::NEON};
 #else
-    const CpuLevel levels[] = {CpuLevel::AVX2, CpuLevel::AVX512};
+    const CpuLevel levels[] = {CpuLevel::AVX2, CpuLevel::AVX512, CpuLevel::AMX};
 #endif
     for (CpuLevel l : levels)
         if (l <= kernels::cpu::detected_cpu_level()) out.push_back(l);

@@ -522,9 +522,10 @@ std::vector<std::pair<CpuLevel, const kernels::cpu::LevelKernels*>> level_tables
     std::vector<std::pair<CpuLevel, const kernels::cpu::LevelKernels*>> out;
     for (CpuLevel level : simd_levels()) {
         const kernels::cpu::LevelKernels* t =
-            level == CpuLevel::AVX512 ? kernels::cpu::avx512_kernels()
-            : level == CpuLevel::AVX2 ? kernels::cpu::avx2_kernels()
-                                      : kernels::cpu::neon_kernels();
+            level == CpuLevel::AMX      ? kernels::cpu::amx_kernels()
+            : level == CpuLevel::AVX512 ? kernels::cpu::avx512_kernels()
+            : level == CpuLevel::AVX2   ? kernels::cpu::avx2_kernels()
+                                        : kernels::cpu::neon_kernels();
         if (t) out.emplace_back(level, t);
     }
     return out;
@@ -768,6 +769,39 @@ TEST(Kernels, SimdLevelsAgreeWithEachOther) {
                     else
                         ASSERT_NEAR(a[i], b[i], 2e-4f * (1 + std::fabs(a[i])) + 1e-3f)
                             << dtype_name(type) << " " << i;
+                }
+            }
+        }
+    }
+}
+
+// The AMX level sums each block on the tile unit (16 tokens at a time) and must give the VNNI
+// kernel's bits: long rows (int32 sums across many blocks), activation outliers and a NaN, token
+// counts that leave the VNNI kernel a tail, rows that leave a partial group.
+TEST(Kernels, AmxTilesEqualTheVnniKernelBitForBit) {
+    if (kernels::cpu::detected_cpu_level() < CpuLevel::AMX)
+        GTEST_SKIP() << "needs AMX-INT8 (and the OS's grant of the tile state)";
+    LevelGuard guard;
+    std::mt19937 rng(12);
+    ThreadPool pool(2);
+    for (Activations act : {Activations::Int16, Activations::Int8}) {
+        ActivationsGuard ag(act);
+        for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+            for (int64_t cols : {int64_t{256}, int64_t{4096}}) {
+                const Matrix m = random_matrix(type, 35, cols, rng);
+                for (int64_t nt : {16, 31, 48, 129}) {
+                    auto x = random_floats(nt * cols, rng);
+                    for (size_t i = 0; i < x.size(); i += 53) x[i] *= 3000.0f;
+                    x[cols + 7] = std::numeric_limits<float>::quiet_NaN();  // token 1, block 0
+                    std::vector<float> a(nt * m.w.rows), b(nt * m.w.rows);
+                    kernels::cpu::set_cpu_level(CpuLevel::AVX512);
+                    kernels::cpu::matmul(m.w, x.data(), nt, a.data(), pool);
+                    kernels::cpu::set_cpu_level(CpuLevel::AMX);
+                    kernels::cpu::matmul(m.w, x.data(), nt, b.data(), pool);
+                    for (size_t i = 0; i < a.size(); ++i)
+                        ASSERT_TRUE(same_float(a[i], b[i]))
+                            << dtype_name(type) << " " << activations_name(act) << " cols " << cols
+                            << " tokens " << nt << " at " << i << ": " << a[i] << " vs " << b[i];
                 }
             }
         }

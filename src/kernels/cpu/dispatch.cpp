@@ -17,7 +17,7 @@ CpuLevel detect() {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
         __builtin_cpu_supports("avx512vnni"))
-        return CpuLevel::AVX512;
+        return amx_usable() ? CpuLevel::AMX : CpuLevel::AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
         __builtin_cpu_supports("f16c"))
         return CpuLevel::AVX2;
@@ -48,11 +48,14 @@ CpuLevel initial_level() {
         want = CpuLevel::AVX2;
     else if (!std::strcmp(env, "avx512"))
         want = CpuLevel::AVX512;
+    else if (!std::strcmp(env, "amx"))
+        want = CpuLevel::AMX;
     else {
         // Said once, at start-up: a typo must not pass for a measurement at another level.
-        std::fprintf(stderr,
-                     "ferry: FERRY_CPU_LEVEL=%s is not scalar, avx2, avx512 or neon; using %s\n",
-                     env, cpu_level_name(level));
+        std::fprintf(
+            stderr,
+            "ferry: FERRY_CPU_LEVEL=%s is not scalar, avx2, avx512, amx or neon; using %s\n", env,
+            cpu_level_name(level));
         return level;
     }
     const CpuLevel got = clamp_level(want, level);
@@ -64,6 +67,8 @@ CpuLevel initial_level() {
 
 Dispatch make_dispatch(CpuLevel level) {
     switch (level) {
+        case CpuLevel::AMX:
+            return {level, amx_kernels(), avx512_attend_rows()};
         case CpuLevel::AVX512:
             return {level, avx512_kernels(), avx512_attend_rows()};
         case CpuLevel::AVX2:
@@ -112,6 +117,8 @@ void set_cpu_level(CpuLevel l) {
 
 const char* cpu_level_name(CpuLevel l) {
     switch (l) {
+        case CpuLevel::AMX:
+            return "amx";
         case CpuLevel::AVX512:
             return "avx512";
         case CpuLevel::AVX2:

@@ -2,8 +2,10 @@
 // per-level code: the matmul / norm / rope / softmax table (simd.h's LevelKernels, with the
 // f16 row conversion of KV writes) and the paged-attention body. The level is detected once
 // from CPUID (x86) or is NEON (aarch64, where it is mandatory), and can be lowered with
-// FERRY_CPU_LEVEL=scalar|avx2|avx512|neon for tests and comparisons. The process-wide mode in
-// which quantized weights meet activations (FERRY_ACTIVATIONS) is the CPU backend's default.
+// FERRY_CPU_LEVEL=scalar|avx2|avx512|amx|neon for tests and comparisons. AMX is AVX-512 with the
+// packed integer matmul's larger batches on AMX-INT8 tiles (bit for bit AVX-512's results). The
+// process-wide mode in which quantized weights meet activations (FERRY_ACTIVATIONS) is the CPU
+// backend's default.
 #pragma once
 
 #include "kernels/backend.h"
@@ -14,7 +16,7 @@ namespace ferry::kernels::cpu {
 
 // Levels are ordered within one architecture, and Scalar is below every SIMD level. NEON sits
 // below the x86 levels, so a `level > detected_cpu_level()` check skips AVX2 and AVX-512 on ARM.
-enum class CpuLevel { Scalar = 0, NEON = 1, AVX2 = 2, AVX512 = 3 };
+enum class CpuLevel { Scalar = 0, NEON = 1, AVX2 = 2, AVX512 = 3, AMX = 4 };
 
 CpuLevel detected_cpu_level();  // what this CPU supports
 CpuLevel cpu_level();           // what is used (FERRY_CPU_LEVEL may lower it)

@@ -145,7 +145,7 @@ using FmaKernel = double (*)(int64_t);
 // The widest unit of the levels ferry's kernels can run at on this CPU (dispatch.h).
 FmaKernel best_fma_kernel() {
 #if defined(__x86_64__)
-    if (detected_cpu_level() == CpuLevel::AVX512) return fma_avx512;
+    if (detected_cpu_level() >= CpuLevel::AVX512) return fma_avx512;
     if (detected_cpu_level() == CpuLevel::AVX2) return fma_avx2;
 #endif
     return fma_portable;

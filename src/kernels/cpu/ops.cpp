@@ -90,8 +90,10 @@ constexpr int64_t kRowGrain = kPackRows;
 
 float* scratch_floats(size_t n) {
     thread_local std::vector<float> buf;
-    if (buf.size() < n) buf.resize(n);
-    return buf.data();
+    // 16 floats more, so the start can move up to a 64-byte boundary (vector's own is 16).
+    if (buf.size() < n + 16) buf.resize(n + 16);
+    const auto p = reinterpret_cast<uintptr_t>(buf.data());
+    return reinterpret_cast<float*>((p + 63) & ~static_cast<uintptr_t>(63));
 }
 
 bool dequantize_row_f32(DType type, const void* src, float* dst, int64_t n) {

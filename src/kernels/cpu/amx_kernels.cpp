@@ -1,0 +1,447 @@
+// The AMX level: the AVX-512 level's kernels, with the packed integer matmul's batches of 16
+// tokens and more done by AMX-INT8 tile products (Sapphire Rapids and later).
+//
+// Why it is exact: a block's product is the same integer sum the VNNI kernel forms (hi plane *
+// 128 + lo plane, offsets and zero points included), just summed by the tile unit, then the
+// same float steps in the same order (ref::dot_act's), so every output equals the AVX-512
+// level's bit for bit and a token's logits still do not depend on its batch. Each 32-element
+// block needs its own float step (the weights' and the activations' scales are per block), so a
+// tile product covers one block: C[16 tokens][16 rows] for the hi plane and another for the lo
+// plane, stored and scaled by AVX-512 code while the tile unit works on the next block.
+//
+// A weight row group (16 rows) is unpacked once per block of up to 64 tokens into the tile
+// unit's "VNNI" order (row r of a B tile: 4 consecutive weights of each of the 16 rows), as
+// signed bytes with the format's offset already taken off (Q4_0's 8, Q8_0's 128, int4's zero
+// point), so the sums need no correction.
+#include "kernels/cpu/simd.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "kernels/cpu/packed_weights.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8")
+// GCC 12 flags its own AVX-512 reduce/convert intrinsics as reading uninitialized values.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace ferry::kernels::cpu {
+namespace amx {
+namespace {
+
+constexpr int kM = 16;             // tokens per tile product
+constexpr int64_t kTokBlock = 64;  // tokens whose activations stay in L2 while a group is reused
+constexpr int kBBytes = 512;       // one block's B tile: 8 rows of 64 bytes
+
+// The tile registers: two sets of accumulators (hi, lo) so one block's results are scaled while
+// the next block's products run, the activations' two planes, and the weights.
+#define FERRY_AMX_CHI0 0
+#define FERRY_AMX_CLO0 1
+#define FERRY_AMX_CHI1 2
+#define FERRY_AMX_CLO1 3
+#define FERRY_AMX_AHI 4
+#define FERRY_AMX_ALO 5
+#define FERRY_AMX_B 6
+
+struct alignas(64) TileConfig {
+    uint8_t palette = 1;
+    uint8_t start_row = 0;
+    uint8_t reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+};
+
+// Q6_K's scales are per 16 weights: its blocks are two products of 16 (K = 16), the first half's
+// weights in B tile 6 and the second's in tile 7, one plane's halves in A tiles 4 and 5, and the
+// four sums (hi / lo x first / second half) in tiles 0-3.
+#define FERRY_AMX_Q6_A0 4
+#define FERRY_AMX_Q6_A1 5
+#define FERRY_AMX_Q6_B0 6
+#define FERRY_AMX_Q6_B1 7
+
+void load_tile_config(bool q6k) {
+    TileConfig c;
+    if (q6k) {
+        for (int t = 0; t < 4; ++t) c.rows[t] = kM, c.colsb[t] = 64;
+        for (int t : {FERRY_AMX_Q6_A0, FERRY_AMX_Q6_A1}) c.rows[t] = kM, c.colsb[t] = 16;
+        for (int t : {FERRY_AMX_Q6_B0, FERRY_AMX_Q6_B1}) c.rows[t] = 4, c.colsb[t] = 64;
+        asm volatile("" ::: "memory");
+        _tile_loadconfig(&c);
+        return;
+    }
+    for (int t : {FERRY_AMX_CHI0, FERRY_AMX_CLO0, FERRY_AMX_CHI1, FERRY_AMX_CLO1})
+        c.rows[t] = kM, c.colsb[t] = 64;  // 16 tokens x 16 rows of int32
+    for (int t : {FERRY_AMX_AHI, FERRY_AMX_ALO}) c.rows[t] = kM, c.colsb[t] = 32;  // 32 bytes each
+    c.rows[FERRY_AMX_B] = 8, c.colsb[FERRY_AMX_B] = 64;  // 32 weights x 16 rows
+    // ldtilecfg's asm tells the compiler it reads 8 bytes: the barrier keeps the rest written.
+    asm volatile("" ::: "memory");
+    _tile_loadconfig(&c);
+}
+
+template <DType T>
+struct Format {
+    static constexpr bool kQ6 = T == DType::Q6_K;
+    static constexpr bool kK = T == DType::Q4_K || kQ6;
+    static constexpr bool kMin = T == DType::Q4_1 || T == DType::Q4_K;
+    static constexpr bool kZero = packed_int4(T);
+    static constexpr int kBlocks = kK ? 8 : 1;
+    static constexpr int kBlockBytes = packed_block_bytes(T);
+    static constexpr size_t kTile = packed_tile_bytes(T);
+};
+
+// Row i's zero point in each of its 4 bytes.
+inline __m512i zero_points(const uint8_t* zp) {
+    const __m512i sel =
+        _mm512_set_epi32(0x0F0F0F0F, 0x0E0E0E0E, 0x0D0D0D0D, 0x0C0C0C0C, 0x0B0B0B0B, 0x0A0A0A0A,
+                         0x09090909, 0x08080808, 0x07070707, 0x06060606, 0x05050505, 0x04040404,
+                         0x03030303, 0x02020202, 0x01010101, 0);
+    return _mm512_shuffle_epi8(
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zp))), sel);
+}
+
+inline __m512 u8(const uint8_t* p) {
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+inline __m512 i8(const uint8_t* p) {
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+// One group's tiles, unpacked: per 32-element block its B tile (K order: B row r holds weights
+// 4r .. 4r + 3 of every row) and its 16 rows' float factors dw (and mw), formed as the VNNI
+// kernel forms them.
+template <DType T>
+void unpack_group(const uint8_t* tiles, int64_t n_tiles, int8_t* b, float* dw, float* mw) {
+    using F = Format<T>;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int64_t ti = 0; ti < n_tiles; ++ti) {
+        const uint8_t* tp = tiles + ti * F::kTile;
+        __m512 dsup = _mm512_setzero_ps(), msup = _mm512_setzero_ps();
+        if constexpr (F::kQ6) {
+            dsup = _mm512_cvtph_ps(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tp + PackedQ6K::d)));
+        } else if constexpr (F::kK) {
+            dsup = _mm512_cvtph_ps(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tp + PackedQ4K::d)));
+            msup = _mm512_cvtph_ps(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tp + PackedQ4K::dmin)));
+        }
+        for (int blk = 0; blk < F::kBlocks; ++blk) {
+            const int64_t k = ti * F::kBlocks + blk;
+            const uint8_t* bp = tp + blk * F::kBlockBytes;
+            int8_t* dst = b + k * kBBytes;
+            if constexpr (T == DType::Q8_0) {
+                // Packed bytes are w + 128; chunk c holds weights 4c .. 4c + 3.
+                for (int c = 0; c < 8; ++c)
+                    _mm512_store_si512(dst + 64 * c,
+                                       _mm512_xor_si512(_mm512_loadu_si512(bp + 64 * c),
+                                                        _mm512_set1_epi8(static_cast<char>(0x80))));
+            } else {
+                __m512i off = _mm512_setzero_si512();
+                if constexpr (T == DType::Q4_0) off = _mm512_set1_epi8(8);
+                if constexpr (F::kQ6) off = _mm512_set1_epi8(32);
+                if constexpr (F::kZero) off = zero_points(tp + kPackedInt4Zero);
+                // Weight vector v (packed_weights.h): chunk v / 2's low (v even) or high nibbles,
+                // meeting activations (v odd ? 16 : 0) + 4 (v / 2): B row v / 2 or 4 + v / 2.
+                __m512i w[8];
+                for (int c = 0; c < 4; ++c) {
+                    const __m512i v = _mm512_loadu_si512(bp + 64 * c);
+                    w[2 * c] = _mm512_and_si512(v, m4);
+                    w[2 * c + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                }
+                if constexpr (F::kQ6) {
+                    // High 2 bits: chunk g's bits 2t, 2t + 1 belong to vector 4g + t.
+                    const __m512i hm = _mm512_set1_epi8(0x30);
+                    for (int g = 0; g < 2; ++g) {
+                        const __m512i h = _mm512_loadu_si512(bp + kPackedQ6High + 64 * g);
+                        w[4 * g + 0] = _mm512_or_si512(
+                            w[4 * g + 0], _mm512_and_si512(_mm512_slli_epi16(h, 4), hm));
+                        w[4 * g + 1] = _mm512_or_si512(
+                            w[4 * g + 1], _mm512_and_si512(_mm512_slli_epi16(h, 2), hm));
+                        w[4 * g + 2] = _mm512_or_si512(w[4 * g + 2], _mm512_and_si512(h, hm));
+                        w[4 * g + 3] = _mm512_or_si512(
+                            w[4 * g + 3], _mm512_and_si512(_mm512_srli_epi16(h, 2), hm));
+                    }
+                }
+                for (int v = 0; v < 8; ++v)
+                    _mm512_store_si512(dst + 64 * (v % 2 ? 4 + v / 2 : v / 2),
+                                       _mm512_sub_epi8(w[v], off));
+            }
+            __m512 d, m = _mm512_setzero_ps();
+            if constexpr (F::kQ6) {  // the two halves' factors: d in dw, the second's in mw
+                d = _mm512_mul_ps(i8(tp + PackedQ6K::scales + 32 * blk), dsup);
+                m = _mm512_mul_ps(i8(tp + PackedQ6K::scales + 32 * blk + 16), dsup);
+            } else if constexpr (F::kK) {
+                d = _mm512_mul_ps(u8(tp + PackedQ4K::sc + 16 * blk), dsup);
+                m = _mm512_mul_ps(u8(tp + PackedQ4K::m + 16 * blk), msup);
+            } else {
+                const int so = packed_scales_offset(T);
+                d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tp + so)));
+                if constexpr (F::kMin)
+                    m = _mm512_cvtph_ps(
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tp + so + 32)));
+            }
+            _mm512_store_ps(dw + 16 * k, d);
+            if constexpr (F::kMin || F::kQ6) _mm512_store_ps(mw + 16 * k, m);
+        }
+    }
+    // tileloadd's asm does not tell the compiler it reads memory: finish the stores first.
+    asm volatile("" ::: "memory");
+}
+
+// Block K's products for 16 tokens into the accumulators CHI / CLO (tile registers are
+// immediates, hence macros), and their store to chi / clo.
+#define FERRY_AMX_ISSUE(K, CHI, CLO)                       \
+    do {                                                   \
+        const ActBlock* xb = x + t0 * nbx + (K);           \
+        _tile_loadd(FERRY_AMX_B, b + (K)*kBBytes, 64);     \
+        _tile_loadd(FERRY_AMX_AHI, xb->hi, stride);        \
+        _tile_zero(CHI);                                   \
+        _tile_dpbssd(CHI, FERRY_AMX_AHI, FERRY_AMX_B);     \
+        if constexpr (k16) {                               \
+            _tile_loadd(FERRY_AMX_ALO, xb->lo, stride);    \
+            _tile_zero(CLO);                               \
+            _tile_dpbssd(CLO, FERRY_AMX_ALO, FERRY_AMX_B); \
+        }                                                  \
+    } while (0)
+// tilestored that tells the compiler which memory it writes (the intrinsic clobbers all memory,
+// which made GCC keep the accumulators on the stack and reload them every block).
+#define FERRY_AMX_STORE_TILE(T, P)                   \
+    asm volatile("tilestored %%tmm" #T ", (%1,%2,1)" \
+                 : "=m"(*(int32_t(*)[kM * 16])(P))   \
+                 : "r"(P), "r"(64L))
+#define FERRY_AMX_STORE(CHI, CLO, S)                          \
+    do {                                                      \
+        FERRY_AMX_STORE_TILE(CHI, chi[S]);                    \
+        if constexpr (k16) FERRY_AMX_STORE_TILE(CLO, clo[S]); \
+    } while (0)
+
+// 16 tokens from t0 against one unpacked group: y rows [0, n_rows) of each token.
+template <DType T, bool k16>
+void tokens16(const int8_t* b, const float* dw, const float* mw, int64_t nblocks, const ActBlock* x,
+              int64_t nbx, int64_t t0, float* y, int64_t ldy, int n_rows) {
+    using F = Format<T>;
+    alignas(64) int32_t chi[2][kM * 16], clo[2][kM * 16];
+    __m512 facc[kM], macc[kM];
+#pragma GCC unroll 16
+    for (int m = 0; m < kM; ++m) facc[m] = macc[m] = _mm512_setzero_ps();
+    const long stride = static_cast<long>(nbx * sizeof(ActBlock));
+    // Block K's sums (in chi / clo[SET]) to the accumulators, as the VNNI kernel's float steps.
+    // Unrolled in place, so the accumulators stay in registers.
+#define FERRY_AMX_SCALE(K, SET)                                                                  \
+    do {                                                                                         \
+        const __m512 d = _mm512_load_ps(dw + 16 * (K));                                          \
+        __m512 mk = _mm512_setzero_ps();                                                         \
+        if constexpr (F::kMin) mk = _mm512_load_ps(mw + 16 * (K));                               \
+        _Pragma("GCC unroll 16") for (int m = 0; m < kM; ++m) {                                  \
+            const ActBlock& a = x[(t0 + m) * nbx + (K)];                                         \
+            __m512i p = _mm512_load_si512(chi[SET] + 16 * m);                                    \
+            if constexpr (k16)                                                                   \
+                p = _mm512_add_epi32(_mm512_slli_epi32(p, 7),                                    \
+                                     _mm512_load_si512(clo[SET] + 16 * m));                      \
+            facc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),                                     \
+                                      _mm512_mul_ps(d, _mm512_set1_ps(a.d)), facc[m]);           \
+            if constexpr (F::kMin) macc[m] = _mm512_fmadd_ps(mk, _mm512_set1_ps(a.sx), macc[m]); \
+        }                                                                                        \
+    } while (0)
+    // Block k is in the first set when k is even; block k + 1's products start before block k
+    // is scaled.
+    FERRY_AMX_ISSUE(0, FERRY_AMX_CHI0, FERRY_AMX_CLO0);
+    for (int64_t k = 0; k < nblocks; k += 2) {
+        const bool next = k + 1 < nblocks;
+        if (next) FERRY_AMX_ISSUE(k + 1, FERRY_AMX_CHI1, FERRY_AMX_CLO1);
+        FERRY_AMX_STORE(FERRY_AMX_CHI0, FERRY_AMX_CLO0, 0);
+        FERRY_AMX_SCALE(k, 0);
+        if (!next) break;
+        if (k + 2 < nblocks) FERRY_AMX_ISSUE(k + 2, FERRY_AMX_CHI0, FERRY_AMX_CLO0);
+        FERRY_AMX_STORE(FERRY_AMX_CHI1, FERRY_AMX_CLO1, 1);
+        FERRY_AMX_SCALE(k + 1, 1);
+    }
+    const __mmask16 keep = static_cast<__mmask16>((1u << n_rows) - 1);
+#pragma GCC unroll 16
+    for (int m = 0; m < kM; ++m) {
+        __m512 v = facc[m];
+        if constexpr (T == DType::Q4_1) v = _mm512_add_ps(v, macc[m]);
+        if constexpr (T == DType::Q4_K) v = _mm512_sub_ps(v, macc[m]);
+        _mm512_mask_storeu_ps(y + (t0 + m) * ldy, keep, v);
+    }
+}
+
+// Q6_K: per block, each plane's two halves against their own B tiles, the four sums stored, then
+// the VNNI kernel's two float steps (first half, second half).
+template <bool k16>
+void tokens16_q6k(const int8_t* b, const float* dw, const float* mw, int64_t nblocks,
+                  const ActBlock* x, int64_t nbx, int64_t t0, float* y, int64_t ldy, int n_rows) {
+    alignas(64) int32_t che[kM * 16], cho[kM * 16], cle[kM * 16], clo[kM * 16];
+    __m512 facc[kM];
+#pragma GCC unroll 16
+    for (int m = 0; m < kM; ++m) facc[m] = _mm512_setzero_ps();
+    const long stride = static_cast<long>(nbx * sizeof(ActBlock));
+    for (int64_t k = 0; k < nblocks; ++k) {
+        const ActBlock* xb = x + t0 * nbx + k;
+        _tile_loadd(FERRY_AMX_Q6_B0, b + k * kBBytes, 64);
+        _tile_loadd(FERRY_AMX_Q6_B1, b + k * kBBytes + kBBytes / 2, 64);
+        _tile_loadd(FERRY_AMX_Q6_A0, xb->hi, stride);
+        _tile_loadd(FERRY_AMX_Q6_A1, xb->hi + 16, stride);
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_dpbssd(0, FERRY_AMX_Q6_A0, FERRY_AMX_Q6_B0);
+        _tile_dpbssd(1, FERRY_AMX_Q6_A1, FERRY_AMX_Q6_B1);
+        if constexpr (k16) {
+            _tile_loadd(FERRY_AMX_Q6_A0, xb->lo, stride);
+            _tile_loadd(FERRY_AMX_Q6_A1, xb->lo + 16, stride);
+            _tile_zero(2);
+            _tile_zero(3);
+            _tile_dpbssd(2, FERRY_AMX_Q6_A0, FERRY_AMX_Q6_B0);
+            _tile_dpbssd(3, FERRY_AMX_Q6_A1, FERRY_AMX_Q6_B1);
+        }
+        FERRY_AMX_STORE_TILE(0, che);
+        FERRY_AMX_STORE_TILE(1, cho);
+        if constexpr (k16) {
+            FERRY_AMX_STORE_TILE(2, cle);
+            FERRY_AMX_STORE_TILE(3, clo);
+        }
+        const __m512 de = _mm512_load_ps(dw + 16 * k), dodd = _mm512_load_ps(mw + 16 * k);
+#pragma GCC unroll 16
+        for (int m = 0; m < kM; ++m) {
+            const __m512 dx = _mm512_set1_ps(xb[m * nbx].d);
+            __m512i pe = _mm512_load_si512(che + 16 * m), po = _mm512_load_si512(cho + 16 * m);
+            if constexpr (k16) {
+                pe = _mm512_add_epi32(_mm512_slli_epi32(pe, 7), _mm512_load_si512(cle + 16 * m));
+                po = _mm512_add_epi32(_mm512_slli_epi32(po, 7), _mm512_load_si512(clo + 16 * m));
+            }
+            facc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pe), _mm512_mul_ps(de, dx), facc[m]);
+            facc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(po), _mm512_mul_ps(dodd, dx), facc[m]);
+        }
+    }
+    const __mmask16 keep = static_cast<__mmask16>((1u << n_rows) - 1);
+#pragma GCC unroll 16
+    for (int m = 0; m < kM; ++m) _mm512_mask_storeu_ps(y + (t0 + m) * ldy, keep, facc[m]);
+}
+
+template <DType T, bool k16>
+void matmul_t(const Weight& w, const ActBlock* x, int64_t nt, float* y, int64_t ldy, int64_t r0,
+              int64_t r1) {
+    using F = Format<T>;
+    const int64_t n_tiles = w.cols / packed_tile_cols(T), nbx = w.cols / 32;
+    const size_t group_bytes = static_cast<size_t>(n_tiles) * F::kTile;
+    // Per thread: the group's B tiles, then its float factors (one row of 16 per block each).
+    float* scratch = scratch_floats(static_cast<size_t>(nbx) * (kBBytes / 4 + 32));
+    int8_t* b = reinterpret_cast<int8_t*>(scratch);
+    float* dw = scratch + nbx * (kBBytes / 4);
+    float* mw = dw + nbx * 16;
+    load_tile_config(F::kQ6);
+    for (int64_t tb = 0; tb < nt; tb += kTokBlock) {
+        const int64_t te = tb + kTokBlock < nt ? tb + kTokBlock : nt;
+        for (int64_t r = r0; r < r1; r += kPackRows) {
+            unpack_group<T>(w.packed + static_cast<size_t>(r / kPackRows) * group_bytes, n_tiles, b,
+                            dw, mw);
+            const int n_rows = static_cast<int>(r1 - r < kPackRows ? r1 - r : kPackRows);
+            for (int64_t t = tb; t < te; t += kM)
+                if constexpr (F::kQ6)
+                    tokens16_q6k<k16>(b, dw, mw, nbx, x, nbx, t, y + r, ldy, n_rows);
+                else
+                    tokens16<T, k16>(b, dw, mw, nbx, x, nbx, t, y + r, ldy, n_rows);
+        }
+    }
+    _tile_release();
+}
+
+template <DType T>
+void matmul_a(const Weight& w, const ActBlock* x, Activations a, int64_t nt, float* y, int64_t ldy,
+              int64_t r0, int64_t r1) {
+    if (a == Activations::Int16)
+        matmul_t<T, true>(w, x, nt, y, ldy, r0, r1);
+    else
+        matmul_t<T, false>(w, x, nt, y, ldy, r0, r1);
+}
+
+bool matmul_packed(const Weight& w, const ActBlock* x, Activations a, int64_t nt, float* y,
+                   int64_t ldy, int64_t r0, int64_t r1) {
+    const LevelKernels* vnni = avx512_kernels();
+    // Whole tiles of 16 tokens go to the tile unit; the rest (and the types it has no path for)
+    // to the VNNI kernel, whose bits are the same.
+    const int64_t full = nt / kM * kM;
+    bool done = full > 0;
+    switch (w.type) {
+        case DType::Q4_0:
+            if (done) matmul_a<DType::Q4_0>(w, x, a, full, y, ldy, r0, r1);
+            break;
+        case DType::Q4_1:
+            if (done) matmul_a<DType::Q4_1>(w, x, a, full, y, ldy, r0, r1);
+            break;
+        case DType::Q8_0:
+            if (done) matmul_a<DType::Q8_0>(w, x, a, full, y, ldy, r0, r1);
+            break;
+        case DType::Q4_K:
+            if (done) matmul_a<DType::Q4_K>(w, x, a, full, y, ldy, r0, r1);
+            break;
+        case DType::Q6_K:
+            if (done) matmul_a<DType::Q6_K>(w, x, a, full, y, ldy, r0, r1);
+            break;
+        case DType::INT4_G32:
+        case DType::INT4_G64:
+        case DType::INT4_G128:
+        case DType::INT3_G32:
+        case DType::INT3_G64:
+        case DType::INT3_G128:  // one tile format for the six
+            if (done) matmul_a<DType::INT4_G32>(w, x, a, full, y, ldy, r0, r1);
+            break;
+        default:
+            return vnni->matmul_packed(w, x, a, nt, y, ldy, r0, r1);
+    }
+    if (full == nt) return true;
+    return vnni->matmul_packed(w, x + full * (w.cols / 32), a, nt - full, y + full * ldy, ldy, r0,
+                               r1);
+}
+
+LevelKernels make_table() {
+    LevelKernels t = *avx512_kernels();
+    t.matmul_packed = matmul_packed;
+    return t;
+}
+
+}  // namespace
+}  // namespace amx
+
+bool amx_usable() {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+        !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq") ||
+        !__builtin_cpu_supports("avx512vnni"))
+        return false;
+    // CPUID leaf 7: EDX bit 24 AMX-TILE, bit 25 AMX-INT8.
+    unsigned a, b, c, d;
+    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    if (!(d >> 24 & 1) || !(d >> 25 & 1)) return false;
+    // Linux hands out the tile state only on request (ARCH_REQ_XCOMP_PERM for XTILEDATA, 18),
+    // once for the whole process; a kernel or hypervisor that refuses leaves the AVX-512 level.
+    constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+const LevelKernels* amx_kernels() {
+    static const LevelKernels table = amx::make_table();
+    return &table;
+}
+
+}  // namespace ferry::kernels::cpu
+
+#pragma GCC pop_options
+#else
+namespace ferry::kernels::cpu {
+bool amx_usable() {
+    return false;
+}
+const LevelKernels* amx_kernels() {
+    return nullptr;
+}
+}  // namespace ferry::kernels::cpu
+#endif
