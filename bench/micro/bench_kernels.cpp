@@ -108,6 +108,9 @@ FERRY_MATMUL(f16_1536x576, DType::F16, 1536, 576);
 FERRY_MATMUL(f16_49152x576, DType::F16, 49152, 576);  // an F16 head: from memory, not cache
 FERRY_MATMUL(bf16_1536x576, DType::BF16, 1536, 576);
 FERRY_MATMUL(f32_1536x576, DType::F32, 1536, 576);
+// w8a8: one integer sum per row and token (the AMX level keeps it in its tiles).
+FERRY_MATMUL(w8a8_1536x576, DType::W8A8, 1536, 576);
+FERRY_MATMUL(w8a8_5632x2048, DType::W8A8, 5632, 2048);
 
 // Small batches, the widths a speculative verification or a few decoding sequences run at: what
 // one more token costs over one (the speculation cost policy plans with exactly this).

@@ -520,23 +520,26 @@ TEST(FerryTypes, W8A8EveryLevelEqualsTheReferenceExactly) {
     LevelGuard guard;
     ThreadPool pool(2);
     uint32_t seed = 500;
+    // 35 rows: the AMX level's 16-row tiles and a VNNI remainder; 150 tokens cross its 128-token
+    // block.
+    constexpr int64_t kRows = 35;
     for (CpuLevel level : all_levels()) {
         kernels::cpu::set_cpu_level(level);
         for (int64_t cols : {1, 31, 64, 100, 576, 1536}) {
-            Matrix m = make_matrix(DType::W8A8, 9, cols, ++seed);
+            Matrix m = make_matrix(DType::W8A8, kRows, cols, ++seed);
             m.bytes[row_bytes(DType::W8A8, cols) * 3 + kW8A8HeaderBytes] = 0x80;  // -128
             int32_t sum = 0;  // keep row 3's header sum true to its values
             for (int64_t i = 0; i < cols; ++i)
                 sum += static_cast<int8_t>(m.bytes[row_bytes(DType::W8A8, cols) * 3 + 8 + i]);
             std::memcpy(&m.bytes[row_bytes(DType::W8A8, cols) * 3 + 4], &sum, 4);
-            for (int64_t nt : {1, 3, 4, 13, 70}) {
+            for (int64_t nt : {1, 3, 4, 13, 70, 150}) {
                 std::vector<float> x = heavy_tailed(static_cast<size_t>(nt * cols), ++seed);
                 for (size_t i = 0; i < x.size(); i += 7) x[i] *= 1000.0f;  // outlier channels
-                std::vector<float> y(static_cast<size_t>(nt * 9));
+                std::vector<float> y(static_cast<size_t>(nt * kRows));
                 kernels::cpu::matmul(m.w, x.data(), nt, y.data(), pool);
-                for (int64_t r = 0; r < 9; ++r)
+                for (int64_t r = 0; r < kRows; ++r)
                     for (int64_t t = 0; t < nt; ++t)
-                        ASSERT_EQ(y[t * 9 + r],
+                        ASSERT_EQ(y[t * kRows + r],
                                   kernels::cpu::ref::vec_dot(DType::W8A8, m.w.row(r),
                                                              x.data() + t * cols, cols))
                             << kernels::cpu::cpu_level_name(level) << " cols " << cols << " row "

@@ -23,6 +23,7 @@
 #include <cstring>
 
 #include "kernels/cpu/packed_weights.h"
+#include "quant/ferry_types.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8")
@@ -402,9 +403,160 @@ bool matmul_packed(const Weight& w, const ActBlock* x, Activations a, int64_t nt
                                r1);
 }
 
+// ---- w8a8: int8 rows x per-token int8 activations, one exact integer sum per row and token ------
+// No per-block scales here, so the tile unit keeps its sums across the whole row and the float
+// step comes once at the end: the weights are the A side as they lie in memory (16 rows x 64
+// bytes per tile), the activations the B side, transposed once per token block into the tile
+// unit's layout (B row j: bytes 4j .. 4j + 3 of each of 16 tokens).
+
+constexpr int64_t kW8TokBlock = 128;  // tokens transposed at a time (K bytes each, in L2)
+constexpr int kChunk = 64;            // bytes of a row per tile product
+
+// A 16 x 16 matrix of 32-bit elements, transposed in registers.
+inline void transpose16(__m512i* r) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; ++i) {
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    // u[4i + k], 128-bit lane L: rows 4i .. 4i + 3 at column 4L + k.
+    for (int k = 0; k < 4; ++k) {
+        const __m512i p = _mm512_shuffle_i32x4(u[k], u[4 + k], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512i q = _mm512_shuffle_i32x4(u[k], u[4 + k], _MM_SHUFFLE(3, 2, 3, 2));
+        const __m512i v = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512i w = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], _MM_SHUFFLE(3, 2, 3, 2));
+        r[k] = _mm512_shuffle_i32x4(p, v, _MM_SHUFFLE(2, 0, 2, 0));
+        r[4 + k] = _mm512_shuffle_i32x4(p, v, _MM_SHUFFLE(3, 1, 3, 1));
+        r[8 + k] = _mm512_shuffle_i32x4(q, w, _MM_SHUFFLE(2, 0, 2, 0));
+        r[12 + k] = _mm512_shuffle_i32x4(q, w, _MM_SHUFFLE(3, 1, 3, 1));
+    }
+}
+
+// Tokens [t0, t0 + 16 * subs) into B tiles: sub-block s's chunk c at bt + (s * chunks + c) * 1024.
+void transpose_tokens(const TokenQ8& x, int64_t t0, int64_t subs, int64_t chunks, int8_t* bt) {
+    for (int64_t s = 0; s < subs; ++s)
+        for (int64_t c = 0; c < chunks; ++c) {
+            __m512i r[16];
+            for (int t = 0; t < 16; ++t)
+                r[t] = _mm512_loadu_si512(x.q + (t0 + 16 * s + t) * x.stride + kChunk * c);
+            transpose16(r);
+            int8_t* dst = bt + (s * chunks + c) * 1024;
+            for (int j = 0; j < 16; ++j) _mm512_store_si512(dst + 64 * j, r[j]);
+        }
+    asm volatile("" ::: "memory");  // the tile loads read what was just stored
+}
+
+// RA x 16 rows from `row` (the first row's bytes, header included) against TB x 16 tokens whose B
+// tiles start at bt (the next 16 tokens' a sub-block further): their exact sums, then the VNNI
+// kernel's float step float(s) * (sw * dx).
+template <int RA, int TB>
+void w8a8_tiles(const uint8_t* row, size_t row_stride, const int8_t* bt, int64_t chunks,
+                const float* dx, float* y, int64_t ldy) {
+    const long rs = static_cast<long>(row_stride);
+    const uint8_t* q0 = row + quant::kW8A8HeaderBytes;
+    const uint8_t* q1 = q0 + 16 * row_stride;
+    const int8_t* b1 = bt + chunks * 1024;
+    _tile_zero(0);
+    if constexpr (TB == 2) _tile_zero(1);
+    if constexpr (RA == 2) _tile_zero(2);
+    if constexpr (RA == 2 && TB == 2) _tile_zero(3);
+    for (int64_t c = 0; c < chunks; ++c) {
+        _tile_loadd(4, q0 + kChunk * c, rs);
+        _tile_loadd(6, bt + 1024 * c, 64);
+        _tile_dpbssd(0, 4, 6);
+        if constexpr (TB == 2) {
+            _tile_loadd(7, b1 + 1024 * c, 64);
+            _tile_dpbssd(1, 4, 7);
+        }
+        if constexpr (RA == 2) {
+            _tile_loadd(5, q1 + kChunk * c, rs);
+            _tile_dpbssd(2, 5, 6);
+            if constexpr (TB == 2) _tile_dpbssd(3, 5, 7);
+        }
+    }
+    alignas(64) int32_t c[4][256];
+    FERRY_AMX_STORE_TILE(0, c[0]);
+    if constexpr (TB == 2) FERRY_AMX_STORE_TILE(1, c[1]);
+    if constexpr (RA == 2) FERRY_AMX_STORE_TILE(2, c[2]);
+    if constexpr (RA == 2 && TB == 2) FERRY_AMX_STORE_TILE(3, c[3]);
+    for (int ra = 0; ra < RA; ++ra)
+        for (int tb = 0; tb < TB; ++tb) {
+            // C[row][token]: one vector per row over 16 tokens, then turned to token-major.
+            const __m512 dxv = _mm512_loadu_ps(dx + 16 * tb);
+            __m512i v[16];
+            for (int i = 0; i < 16; ++i) {
+                float sw;
+                std::memcpy(&sw, row + (16 * ra + i) * row_stride, sizeof(sw));
+                const __m512 s = _mm512_cvtepi32_ps(_mm512_load_si512(c[2 * ra + tb] + 16 * i));
+                v[i] =
+                    _mm512_castps_si512(_mm512_mul_ps(s, _mm512_mul_ps(_mm512_set1_ps(sw), dxv)));
+            }
+            transpose16(v);
+            for (int t = 0; t < 16; ++t)
+                _mm512_storeu_ps(y + (16 * tb + t) * ldy + 16 * ra, _mm512_castsi512_ps(v[t]));
+        }
+}
+
+void load_w8a8_config() {
+    TileConfig c;
+    for (int t = 0; t < 8; ++t) c.rows[t] = 16, c.colsb[t] = 64;
+    asm volatile("" ::: "memory");
+    _tile_loadconfig(&c);
+}
+
+void matmul_w8a8(const Weight& w, const TokenQ8& x, int64_t nt, float* y, int64_t ldy, int64_t r0,
+                 int64_t r1) {
+    const LevelKernels* vnni = avx512_kernels();
+    const int64_t n = w.cols, chunks = n / kChunk;
+    // Whole 16 x 16 tiles here; rows and tokens left over (and rows that are not whole 64-byte
+    // chunks) to the VNNI kernel, whose bits are the same.
+    const int64_t rows16 = n % kChunk ? 0 : (r1 - r0) / 16 * 16,
+                  nt16 = n % kChunk ? 0 : nt / 16 * 16;
+    if (rows16 > 0 && nt16 > 0) {
+        int8_t* bt = reinterpret_cast<int8_t*>(
+            scratch_floats(static_cast<size_t>(kW8TokBlock / 16 * chunks * 1024 / 4)));
+        load_w8a8_config();
+        for (int64_t tb = 0; tb < nt16; tb += kW8TokBlock) {
+            const int64_t te = tb + kW8TokBlock < nt16 ? tb + kW8TokBlock : nt16;
+            transpose_tokens(x, tb, (te - tb) / 16, chunks, bt);
+            for (int64_t r = r0; r < r0 + rows16;) {
+                const bool two_rows = r + 32 <= r0 + rows16;
+                for (int64_t t = tb; t < te;) {
+                    const bool two_toks = t + 32 <= te;
+                    const int8_t* b = bt + (t - tb) / 16 * chunks * 1024;
+                    float* yy = y + t * ldy + r;
+                    if (two_rows && two_toks)
+                        w8a8_tiles<2, 2>(w.row(r), w.row_stride, b, chunks, x.d + t, yy, ldy);
+                    else if (two_rows)
+                        w8a8_tiles<2, 1>(w.row(r), w.row_stride, b, chunks, x.d + t, yy, ldy);
+                    else if (two_toks)
+                        w8a8_tiles<1, 2>(w.row(r), w.row_stride, b, chunks, x.d + t, yy, ldy);
+                    else
+                        w8a8_tiles<1, 1>(w.row(r), w.row_stride, b, chunks, x.d + t, yy, ldy);
+                    t += two_toks ? 32 : 16;
+                }
+                r += two_rows ? 32 : 16;
+            }
+        }
+        _tile_release();
+    }
+    if (rows16 < r1 - r0) vnni->matmul_w8a8(w, x, nt, y, ldy, r0 + rows16, r1);
+    if (rows16 > 0 && nt16 < nt) {
+        const TokenQ8 rest{x.q + nt16 * x.stride, x.d + nt16, x.stride};
+        vnni->matmul_w8a8(w, rest, nt - nt16, y + nt16 * ldy, ldy, r0, r0 + rows16);
+    }
+}
+
 LevelKernels make_table() {
     LevelKernels t = *avx512_kernels();
     t.matmul_packed = matmul_packed;
+    t.matmul_w8a8 = matmul_w8a8;
     return t;
 }
 
