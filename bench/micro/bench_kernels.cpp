@@ -116,7 +116,7 @@ FERRY_MATMUL(w8a8_5632x2048, DType::W8A8, 5632, 2048);
 // one more token costs over one (the speculation cost policy plans with exactly this).
 #define FERRY_MATMUL_NARROW(name, type, rows, cols)               \
     BENCHMARK_CAPTURE(BM_Matmul, name##_narrow, type, rows, cols) \
-        ->ArgsProduct({{1, 2, 3, 4, 5, 8}, {2}})                  \
+        ->ArgsProduct({{1, 2, 3, 4, 5, 8, 12, 16}, {2}})          \
         ->ArgNames({"tokens", "threads"})                         \
         ->UseRealTime()
 FERRY_MATMUL_NARROW(q4_1_1536x576, DType::Q4_1, 1536, 576);

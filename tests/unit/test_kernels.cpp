@@ -775,9 +775,10 @@ TEST(Kernels, SimdLevelsAgreeWithEachOther) {
     }
 }
 
-// The AMX level sums each block on the tile unit (16 tokens at a time) and must give the VNNI
-// kernel's bits: long rows (int32 sums across many blocks), activation outliers and a NaN, token
-// counts that leave the VNNI kernel a tail, rows that leave a partial group.
+// The AMX level sums each block on the tile unit (16 tokens at a time, a rest of 12-15 as a
+// padded tile) and must give the VNNI kernel's bits: long rows (int32 sums across many blocks),
+// activation outliers and a NaN, token counts that leave the VNNI kernel a rest, rows that leave
+// a partial group.
 TEST(Kernels, AmxTilesEqualTheVnniKernelBitForBit) {
     if (kernels::cpu::detected_cpu_level() < CpuLevel::AMX)
         GTEST_SKIP() << "needs AMX-INT8 (and the OS's grant of the tile state)";
@@ -789,7 +790,7 @@ TEST(Kernels, AmxTilesEqualTheVnniKernelBitForBit) {
         for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
             for (int64_t cols : {int64_t{256}, int64_t{4096}}) {
                 const Matrix m = random_matrix(type, 35, cols, rng);
-                for (int64_t nt : {16, 31, 48, 129}) {
+                for (int64_t nt : {8, 12, 13, 16, 31, 48, 129}) {
                     auto x = random_floats(nt * cols, rng);
                     for (size_t i = 0; i < x.size(); i += 53) x[i] *= 3000.0f;
                     x[cols + 7] = std::numeric_limits<float>::quiet_NaN();  // token 1, block 0

@@ -38,6 +38,8 @@ namespace {
 constexpr int kM = 16;             // tokens per tile product
 constexpr int64_t kTokBlock = 64;  // tokens whose activations stay in L2 while a group is reused
 constexpr int kBBytes = 512;       // one block's B tile: 8 rows of 64 bytes
+constexpr int kMinTail =
+    12;  // fewest tokens worth a tile (BM_Matmul_narrow: fewer are faster on VNNI)
 
 // The tile registers: two sets of accumulators (hi, lo) so one block's results are scaled while
 // the next block's products run, the activations' two planes, and the weights.
@@ -114,6 +116,19 @@ inline __m512 i8(const uint8_t* p) {
     return _mm512_cvtepi32_ps(
         _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
+
+// Asks for the next row group's packed bytes while this one computes, a share per block, so its
+// unpacking does not wait for memory (a 16-token batch of a 65536 x 2048 q4_0 matrix: the
+// unpacking stalled on the stream for as long as the tile products took).
+struct Prefetch {
+    const uint8_t* p = nullptr;
+    int64_t per_block = 0;  // bytes asked for per block
+    void block(int64_t k) const {
+        if (!p) return;
+        for (int64_t o = k * per_block; o < (k + 1) * per_block; o += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
+    }
+};
 
 // One group's tiles, unpacked: per 32-element block its B tile (K order: B row r holds weights
 // 4r .. 4r + 3 of every row) and its 16 rows' float factors dw (and mw), formed as the VNNI
@@ -227,7 +242,8 @@ void unpack_group(const uint8_t* tiles, int64_t n_tiles, int8_t* b, float* dw, f
 // 16 tokens from t0 against one unpacked group: y rows [0, n_rows) of each token.
 template <DType T, bool k16>
 void tokens16(const int8_t* b, const float* dw, const float* mw, int64_t nblocks, const ActBlock* x,
-              int64_t nbx, int64_t t0, float* y, int64_t ldy, int n_rows) {
+              int64_t nbx, int64_t t0, float* y, int64_t ldy, int n_rows, int n_tokens,
+              Prefetch pf) {
     using F = Format<T>;
     alignas(64) int32_t chi[2][kM * 16], clo[2][kM * 16];
     __m512 facc[kM], macc[kM];
@@ -260,10 +276,12 @@ void tokens16(const int8_t* b, const float* dw, const float* mw, int64_t nblocks
         if (next) FERRY_AMX_ISSUE(k + 1, FERRY_AMX_CHI1, FERRY_AMX_CLO1);
         FERRY_AMX_STORE(FERRY_AMX_CHI0, FERRY_AMX_CLO0, 0);
         FERRY_AMX_SCALE(k, 0);
+        pf.block(k);
         if (!next) break;
         if (k + 2 < nblocks) FERRY_AMX_ISSUE(k + 2, FERRY_AMX_CHI0, FERRY_AMX_CLO0);
         FERRY_AMX_STORE(FERRY_AMX_CHI1, FERRY_AMX_CLO1, 1);
         FERRY_AMX_SCALE(k + 1, 1);
+        pf.block(k + 1);
     }
     const __mmask16 keep = static_cast<__mmask16>((1u << n_rows) - 1);
 #pragma GCC unroll 16
@@ -271,7 +289,7 @@ void tokens16(const int8_t* b, const float* dw, const float* mw, int64_t nblocks
         __m512 v = facc[m];
         if constexpr (T == DType::Q4_1) v = _mm512_add_ps(v, macc[m]);
         if constexpr (T == DType::Q4_K) v = _mm512_sub_ps(v, macc[m]);
-        _mm512_mask_storeu_ps(y + (t0 + m) * ldy, keep, v);
+        if (m < n_tokens) _mm512_mask_storeu_ps(y + (t0 + m) * ldy, keep, v);
     }
 }
 
@@ -279,13 +297,15 @@ void tokens16(const int8_t* b, const float* dw, const float* mw, int64_t nblocks
 // the VNNI kernel's two float steps (first half, second half).
 template <bool k16>
 void tokens16_q6k(const int8_t* b, const float* dw, const float* mw, int64_t nblocks,
-                  const ActBlock* x, int64_t nbx, int64_t t0, float* y, int64_t ldy, int n_rows) {
+                  const ActBlock* x, int64_t nbx, int64_t t0, float* y, int64_t ldy, int n_rows,
+                  int n_tokens, Prefetch pf) {
     alignas(64) int32_t che[kM * 16], cho[kM * 16], cle[kM * 16], clo[kM * 16];
     __m512 facc[kM];
 #pragma GCC unroll 16
     for (int m = 0; m < kM; ++m) facc[m] = _mm512_setzero_ps();
     const long stride = static_cast<long>(nbx * sizeof(ActBlock));
     for (int64_t k = 0; k < nblocks; ++k) {
+        pf.block(k);
         const ActBlock* xb = x + t0 * nbx + k;
         _tile_loadd(FERRY_AMX_Q6_B0, b + k * kBBytes, 64);
         _tile_loadd(FERRY_AMX_Q6_B1, b + k * kBBytes + kBBytes / 2, 64);
@@ -324,68 +344,97 @@ void tokens16_q6k(const int8_t* b, const float* dw, const float* mw, int64_t nbl
     }
     const __mmask16 keep = static_cast<__mmask16>((1u << n_rows) - 1);
 #pragma GCC unroll 16
-    for (int m = 0; m < kM; ++m) _mm512_mask_storeu_ps(y + (t0 + m) * ldy, keep, facc[m]);
+    for (int m = 0; m < kM; ++m)
+        if (m < n_tokens) _mm512_mask_storeu_ps(y + (t0 + m) * ldy, keep, facc[m]);
 }
 
+// Tokens [0, nt): whole tiles of 16, then the `tail` after them (0, or kMinTail-15 tokens) as one
+// more tile from a copy padded with zero blocks, so its tile loads stay inside memory of ours.
 template <DType T, bool k16>
-void matmul_t(const Weight& w, const ActBlock* x, int64_t nt, float* y, int64_t ldy, int64_t r0,
-              int64_t r1) {
+void matmul_t(const Weight& w, const ActBlock* x, int64_t nt, int tail, float* y, int64_t ldy,
+              int64_t r0, int64_t r1) {
     using F = Format<T>;
     const int64_t n_tiles = w.cols / packed_tile_cols(T), nbx = w.cols / 32;
     const size_t group_bytes = static_cast<size_t>(n_tiles) * F::kTile;
-    // Per thread: the group's B tiles, then its float factors (one row of 16 per block each).
-    float* scratch = scratch_floats(static_cast<size_t>(nbx) * (kBBytes / 4 + 32));
+    // Per thread: the group's B tiles, its float factors (one row of 16 per block each), then
+    // the padded tail.
+    const size_t act_floats = sizeof(ActBlock) / sizeof(float);
+    float* scratch = scratch_floats(static_cast<size_t>(nbx) * (kBBytes / 4 + 32) +
+                                    (tail ? kM * nbx * act_floats : 0));
     int8_t* b = reinterpret_cast<int8_t*>(scratch);
     float* dw = scratch + nbx * (kBBytes / 4);
     float* mw = dw + nbx * 16;
+    auto* padded = reinterpret_cast<ActBlock*>(mw + nbx * 16);
+    if (tail) {
+        std::memcpy(padded, x + nt * nbx, sizeof(ActBlock) * tail * nbx);
+        std::memset(static_cast<void*>(padded + tail * nbx), 0,
+                    sizeof(ActBlock) * (kM - tail) * nbx);
+    }
     load_tile_config(F::kQ6);
-    for (int64_t tb = 0; tb < nt; tb += kTokBlock) {
-        const int64_t te = tb + kTokBlock < nt ? tb + kTokBlock : nt;
+    const int64_t end = nt + (tail ? kM : 0);
+    for (int64_t tb = 0; tb < end; tb += kTokBlock) {
+        const int64_t te = tb + kTokBlock < end ? tb + kTokBlock : end;
         for (int64_t r = r0; r < r1; r += kPackRows) {
             unpack_group<T>(w.packed + static_cast<size_t>(r / kPackRows) * group_bytes, n_tiles, b,
                             dw, mw);
             const int n_rows = static_cast<int>(r1 - r < kPackRows ? r1 - r : kPackRows);
-            for (int64_t t = tb; t < te; t += kM)
+            for (int64_t t = tb; t < te; t += kM) {
+                // The tail reads its padded copy as tokens 0-15 and writes from token nt on.
+                const bool last = t >= nt;
+                const ActBlock* xs = last ? padded : x;
+                const int64_t t0 = last ? 0 : t;
+                float* ys = y + r + (last ? nt * ldy : 0);
+                const int n_tok = last ? tail : kM;
+                // The first tile of a group asks for the next group's bytes.
+                Prefetch pf;
+                if (t == tb && r + kPackRows < r1)
+                    pf = {w.packed + static_cast<size_t>(r / kPackRows + 1) * group_bytes,
+                          static_cast<int64_t>((group_bytes / nbx + 63) / 64 * 64)};
                 if constexpr (F::kQ6)
-                    tokens16_q6k<k16>(b, dw, mw, nbx, x, nbx, t, y + r, ldy, n_rows);
+                    tokens16_q6k<k16>(b, dw, mw, nbx, xs, nbx, t0, ys, ldy, n_rows, n_tok, pf);
                 else
-                    tokens16<T, k16>(b, dw, mw, nbx, x, nbx, t, y + r, ldy, n_rows);
+                    tokens16<T, k16>(b, dw, mw, nbx, xs, nbx, t0, ys, ldy, n_rows, n_tok, pf);
+            }
         }
     }
     _tile_release();
 }
 
 template <DType T>
-void matmul_a(const Weight& w, const ActBlock* x, Activations a, int64_t nt, float* y, int64_t ldy,
-              int64_t r0, int64_t r1) {
+void matmul_a(const Weight& w, const ActBlock* x, Activations a, int64_t nt, int tail, float* y,
+              int64_t ldy, int64_t r0, int64_t r1) {
     if (a == Activations::Int16)
-        matmul_t<T, true>(w, x, nt, y, ldy, r0, r1);
+        matmul_t<T, true>(w, x, nt, tail, y, ldy, r0, r1);
     else
-        matmul_t<T, false>(w, x, nt, y, ldy, r0, r1);
+        matmul_t<T, false>(w, x, nt, tail, y, ldy, r0, r1);
 }
 
 bool matmul_packed(const Weight& w, const ActBlock* x, Activations a, int64_t nt, float* y,
                    int64_t ldy, int64_t r0, int64_t r1) {
     const LevelKernels* vnni = avx512_kernels();
-    // Whole tiles of 16 tokens go to the tile unit; the rest (and the types it has no path for)
-    // to the VNNI kernel, whose bits are the same.
+    // Whole tiles of 16 tokens go to the tile unit, and a rest of kMinTail or more as one more
+    // tile (a tile costs the same whatever its rows: below that the VNNI kernel is faster); a
+    // smaller rest, and the types the tile unit has no path for, to the VNNI kernel, whose bits
+    // are the same.
     const int64_t full = nt / kM * kM;
-    bool done = full > 0;
+    const int rest = static_cast<int>(nt - full);
+    const int tail = rest >= kMinTail ? rest : 0;
+    const bool done = full + tail > 0;
     switch (w.type) {
         case DType::Q4_0:
-            if (done) matmul_a<DType::Q4_0>(w, x, a, full, y, ldy, r0, r1);
+            if (done) matmul_a<DType::Q4_0>(w, x, a, full, tail, y, ldy, r0, r1);
             break;
         case DType::Q4_1:
-            if (done) matmul_a<DType::Q4_1>(w, x, a, full, y, ldy, r0, r1);
+            if (done) matmul_a<DType::Q4_1>(w, x, a, full, tail, y, ldy, r0, r1);
             break;
         case DType::Q8_0:
-            if (done) matmul_a<DType::Q8_0>(w, x, a, full, y, ldy, r0, r1);
+            if (done) matmul_a<DType::Q8_0>(w, x, a, full, tail, y, ldy, r0, r1);
             break;
         case DType::Q4_K:
-            if (done) matmul_a<DType::Q4_K>(w, x, a, full, y, ldy, r0, r1);
+            if (done) matmul_a<DType::Q4_K>(w, x, a, full, tail, y, ldy, r0, r1);
             break;
         case DType::Q6_K:
-            if (done) matmul_a<DType::Q6_K>(w, x, a, full, y, ldy, r0, r1);
+            if (done) matmul_a<DType::Q6_K>(w, x, a, full, tail, y, ldy, r0, r1);
             break;
         case DType::INT4_G32:
         case DType::INT4_G64:
@@ -393,14 +442,13 @@ bool matmul_packed(const Weight& w, const ActBlock* x, Activations a, int64_t nt
         case DType::INT3_G32:
         case DType::INT3_G64:
         case DType::INT3_G128:  // one tile format for the six
-            if (done) matmul_a<DType::INT4_G32>(w, x, a, full, y, ldy, r0, r1);
+            if (done) matmul_a<DType::INT4_G32>(w, x, a, full, tail, y, ldy, r0, r1);
             break;
         default:
             return vnni->matmul_packed(w, x, a, nt, y, ldy, r0, r1);
     }
-    if (full == nt) return true;
-    return vnni->matmul_packed(w, x + full * (w.cols / 32), a, nt - full, y + full * ldy, ldy, r0,
-                               r1);
+    if (full + tail == nt) return true;
+    return vnni->matmul_packed(w, x + full * (w.cols / 32), a, rest, y + full * ldy, ldy, r0, r1);
 }
 
 // ---- w8a8: int8 rows x per-token int8 activations, one exact integer sum per row and token ------
