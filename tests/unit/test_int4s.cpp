@@ -151,7 +151,7 @@ TEST(Int4S, EveryLevelGivesTheReferencesBitsAndInt4s) {
                 for (int64_t rows : {1, 3, 17, 40}) {
                     const Matrix m = make_matrix(t, rows, cols, ++seed);
                     const Matrix d = make_matrix(int4s_dense(t), rows, cols, seed);
-                    for (int64_t nt : {1, 2, 3, 5, 70}) {
+                    for (int64_t nt : {1, 2, 3, 5, 13, 70}) {
                         std::mt19937 rng(++seed);
                         std::uniform_real_distribution<float> u(-1, 1);
                         std::vector<float> x(static_cast<size_t>(nt * cols));

@@ -26,7 +26,8 @@
 #include "quant/ferry_types.h"
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8")
+#pragma GCC target( \
+    "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi2,avx2,fma,f16c,amx-tile,amx-int8")
 // GCC 12 flags its own AVX-512 reduce/convert intrinsics as reading uninitialized values.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -91,7 +92,8 @@ struct Format {
     static constexpr bool kQ6 = T == DType::Q6_K;
     static constexpr bool kK = T == DType::Q4_K || kQ6;
     static constexpr bool kMin = T == DType::Q4_1 || T == DType::Q4_K;
-    static constexpr bool kZero = packed_int4(T);
+    static constexpr bool kSparse = packed_int4s(T);  // int4s: int4 with 2 codes of 4 kept
+    static constexpr bool kZero = packed_int4(T) || kSparse;
     static constexpr int kBlocks = kK ? 8 : 1;
     static constexpr int kBlockBytes = packed_block_bytes(T);
     static constexpr size_t kTile = packed_tile_bytes(T);
@@ -163,14 +165,33 @@ void unpack_group(const uint8_t* tiles, int64_t n_tiles, int8_t* b, float* dw, f
                 __m512i off = _mm512_setzero_si512();
                 if constexpr (T == DType::Q4_0) off = _mm512_set1_epi8(8);
                 if constexpr (F::kQ6) off = _mm512_set1_epi8(32);
-                if constexpr (F::kZero) off = zero_points(tp + kPackedInt4Zero);
+                if constexpr (F::kZero)
+                    off = zero_points(tp + (F::kSparse ? PackedInt4S::z : kPackedInt4Zero));
                 // Weight vector v (packed_weights.h): chunk v / 2's low (v even) or high nibbles,
                 // meeting activations (v odd ? 16 : 0) + 4 (v / 2): B row v / 2 or 4 + v / 2.
                 __m512i w[8];
-                for (int c = 0; c < 4; ++c) {
-                    const __m512i v = _mm512_loadu_si512(bp + 64 * c);
-                    w[2 * c] = _mm512_and_si512(v, m4);
-                    w[2 * c + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                if constexpr (F::kSparse) {
+                    // Chunk c's 32 bytes hold the kept codes of vectors 2c (low nibbles) and
+                    // 2c + 1 (high); each vector's 64-bit mask puts them back, z elsewhere.
+                    const __m256i m4h = _mm256_set1_epi8(0x0F);
+                    for (int c = 0; c < 4; ++c) {
+                        const __m256i q =
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tp + 32 * c));
+                        uint64_t k[2];
+                        std::memcpy(k, tp + PackedInt4S::masks + 16 * c, 16);
+                        w[2 * c] = _mm512_mask_expand_epi8(
+                            off, _cvtu64_mask64(k[0]),
+                            _mm512_castsi256_si512(_mm256_and_si256(q, m4h)));
+                        w[2 * c + 1] = _mm512_mask_expand_epi8(
+                            off, _cvtu64_mask64(k[1]),
+                            _mm512_castsi256_si512(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4h)));
+                    }
+                } else {
+                    for (int c = 0; c < 4; ++c) {
+                        const __m512i v = _mm512_loadu_si512(bp + 64 * c);
+                        w[2 * c] = _mm512_and_si512(v, m4);
+                        w[2 * c + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                    }
                 }
                 if constexpr (F::kQ6) {
                     // High 2 bits: chunk g's bits 2t, 2t + 1 belong to vector 4g + t.
@@ -436,6 +457,11 @@ bool matmul_packed(const Weight& w, const ActBlock* x, Activations a, int64_t nt
         case DType::Q6_K:
             if (done) matmul_a<DType::Q6_K>(w, x, a, full, tail, y, ldy, r0, r1);
             break;
+        case DType::INT4S_G32:
+        case DType::INT4S_G64:
+        case DType::INT4S_G128:  // one tile format for the three
+            if (done) matmul_a<DType::INT4S_G32>(w, x, a, full, tail, y, ldy, r0, r1);
+            break;
         case DType::INT4_G32:
         case DType::INT4_G64:
         case DType::INT4_G128:
@@ -615,7 +641,7 @@ bool amx_usable() {
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
         !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq") ||
-        !__builtin_cpu_supports("avx512vnni"))
+        !__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512vbmi2"))
         return false;
     // CPUID leaf 7: EDX bit 24 AMX-TILE, bit 25 AMX-INT8.
     unsigned a, b, c, d;
