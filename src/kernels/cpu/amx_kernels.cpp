@@ -68,23 +68,26 @@ struct alignas(64) TileConfig {
 #define FERRY_AMX_Q6_B0 6
 #define FERRY_AMX_Q6_B1 7
 
+// ldtilecfg's asm tells the compiler it reads 8 bytes: the barrier keeps the rest written.
+void load(const TileConfig& c) {
+    asm volatile("" ::: "memory");
+    _tile_loadconfig(&c);
+}
+
 void load_tile_config(bool q6k) {
     TileConfig c;
     if (q6k) {
         for (int t = 0; t < 4; ++t) c.rows[t] = kM, c.colsb[t] = 64;
         for (int t : {FERRY_AMX_Q6_A0, FERRY_AMX_Q6_A1}) c.rows[t] = kM, c.colsb[t] = 16;
         for (int t : {FERRY_AMX_Q6_B0, FERRY_AMX_Q6_B1}) c.rows[t] = 4, c.colsb[t] = 64;
-        asm volatile("" ::: "memory");
-        _tile_loadconfig(&c);
-        return;
+    } else {
+        for (int t : {FERRY_AMX_CHI0, FERRY_AMX_CLO0, FERRY_AMX_CHI1, FERRY_AMX_CLO1})
+            c.rows[t] = kM, c.colsb[t] = 64;  // 16 tokens x 16 rows of int32
+        for (int t : {FERRY_AMX_AHI, FERRY_AMX_ALO})
+            c.rows[t] = kM, c.colsb[t] = 32;                 // 32 bytes each
+        c.rows[FERRY_AMX_B] = 8, c.colsb[FERRY_AMX_B] = 64;  // 32 weights x 16 rows
     }
-    for (int t : {FERRY_AMX_CHI0, FERRY_AMX_CLO0, FERRY_AMX_CHI1, FERRY_AMX_CLO1})
-        c.rows[t] = kM, c.colsb[t] = 64;  // 16 tokens x 16 rows of int32
-    for (int t : {FERRY_AMX_AHI, FERRY_AMX_ALO}) c.rows[t] = kM, c.colsb[t] = 32;  // 32 bytes each
-    c.rows[FERRY_AMX_B] = 8, c.colsb[FERRY_AMX_B] = 64;  // 32 weights x 16 rows
-    // ldtilecfg's asm tells the compiler it reads 8 bytes: the barrier keeps the rest written.
-    asm volatile("" ::: "memory");
-    _tile_loadconfig(&c);
+    load(c);
 }
 
 template <DType T>
@@ -580,8 +583,7 @@ void w8a8_tiles(const uint8_t* row, size_t row_stride, const int8_t* bt, int64_t
 void load_w8a8_config() {
     TileConfig c;
     for (int t = 0; t < 8; ++t) c.rows[t] = 16, c.colsb[t] = 64;
-    asm volatile("" ::: "memory");
-    _tile_loadconfig(&c);
+    load(c);
 }
 
 void matmul_w8a8(const Weight& w, const TokenQ8& x, int64_t nt, float* y, int64_t ldy, int64_t r0,
@@ -638,11 +640,9 @@ LevelKernels make_table() {
 }  // namespace amx
 
 bool amx_usable() {
+    // The AVX-512 level's features are the caller's to have checked (dispatch's detect).
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-        !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq") ||
-        !__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512vbmi2"))
-        return false;
+    if (!__builtin_cpu_supports("avx512vbmi2")) return false;
     // CPUID leaf 7: EDX bit 24 AMX-TILE, bit 25 AMX-INT8.
     unsigned a, b, c, d;
     __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));

@@ -49,9 +49,10 @@ struct LevelKernels {
 const LevelKernels* avx2_kernels();    // nullptr where not compiled (non-x86)
 const LevelKernels* avx512_kernels();  // needs AVX-512 F/BW/VL + VNNI
 const LevelKernels* neon_kernels();    // nullptr where not compiled (non-aarch64)
-// AVX-512's table with the packed matmul's batches of 16+ tokens on AMX-INT8 tiles; nullptr where
-// not compiled. amx_usable: the CPU has AVX-512 + VNNI and AMX-INT8, and the OS granted the
-// tile state to this process (asked once; call before amx_kernels runs).
+// AVX-512's table with the packed matmul's batches of 12+ tokens and w8a8 on AMX-INT8 tiles;
+// nullptr where not compiled. amx_usable, on a CPU that runs the AVX-512 level: it also has VBMI2
+// and AMX-INT8, and the OS granted the tile state to this process (asked once; call before
+// amx_kernels runs).
 const LevelKernels* amx_kernels();
 bool amx_usable();
 
