@@ -37,8 +37,14 @@ $(VENV)/.ready: tests/requirements.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
 	touch $@
 
+# The CUDA backend is compiled wherever nvcc is (it runs only where a GPU is; its tests skip
+# elsewhere); FERRY_CUDA=OFF leaves it out.
+NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+FERRY_CUDA ?= $(if $(NVCC),ON,OFF)
+
 build:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DFERRY_CUDA=$(FERRY_CUDA) \
+	  $(if $(filter ON,$(FERRY_CUDA)),-DCMAKE_CUDA_COMPILER=$(NVCC))
 	cmake --build $(BUILD) -j$(JOBS)
 
 # The unit tests under AddressSanitizer + UBSan, or ThreadSanitizer, by hand (each a full

@@ -40,6 +40,10 @@ struct ModelOptions {
     std::string weights;  // --weights: every matrix rounded to this type at load; empty: as stored
     std::string chat_template;       // --chat-template FILE: replaces the model's own
     TensorParallelOptions parallel;  // --tp, --tp-timeout
+    // --device cpu|cuda|auto: where the model runs (auto: a GPU where this build has CUDA and
+    // one is present, else the CPU). The default stays cpu until the CUDA backend has been
+    // checked on a GPU (docs/cuda.md).
+    std::string device = "cpu";
 
     void add_to(CLI::App& cmd);
     int resolved_threads() const;

@@ -4,6 +4,9 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/dispatch.h"
+#ifdef FERRY_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 namespace ferry::kernels {
 
@@ -39,7 +42,11 @@ Expected<std::shared_ptr<Backend>> make_backend(const BackendOptions& o) {
             return std::shared_ptr<Backend>(std::make_shared<cpu::CpuBackend>(
                 o.threads, o.activations.value_or(cpu::activations())));
         case Device::CUDA:
+#ifdef FERRY_CUDA
+            return cuda::make_cuda_backend(o);
+#else
             break;
+#endif
     }
     return make_error("this ferry was built without a {} backend", device_name(o.device));
 }

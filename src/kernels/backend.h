@@ -183,6 +183,9 @@ class Backend {
     // How it runs, for reports and JSON: {"backend", "cpu"}, {"cpu_level", "avx512"}, ...
     virtual std::vector<std::pair<std::string, std::string>> describe() const = 0;
     virtual Activations activations() const = 0;
+    // Whether kv_write and attention handle a cache of type t; an error says what they handle
+    // (kv::KvStore refuses the rest when it is made, before any step runs).
+    virtual Status kv_support(quant::KvDType) const { return Status::Ok(); }
 
     // ---- memory -------------------------------------------------------------------------
     // Zero-filled device memory, resident now (not on first touch), owned by the tensor.

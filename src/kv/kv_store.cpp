@@ -22,6 +22,8 @@ KvStore::KvStore(kernels::Backend& backend, int n_layer, int64_t n_blocks, int b
       head_dim_(head_dim),
       fmt_(std::move(format)),
       window_(std::move(window)) {
+    if (Status s = backend.kv_support(fmt_.dtype); !s)
+        throw std::invalid_argument(s.error().message);
     if (head_dim_ <= 0 || kv_dim_ % head_dim_ != 0)
         throw std::invalid_argument("KvStore: kv_dim must be a multiple of head_dim");
     if (fmt_.dtype != quant::KvDType::Int8) fmt_.k_scales.clear();

@@ -276,3 +276,18 @@ def test_chat_ctrl_c_stops_the_reply_not_the_program_and_lines_have_history(mode
     assert t.wait() == 0
     history = (tmp_path / "ferry" / "chat_history").read_text()
     assert "France?" in history.replace("\\040", " ") and "half a line" not in history
+
+
+def test_device_cuda_without_a_gpu_is_refused_and_auto_falls_back(model_path):
+    # This machine has no GPU (CI's do not): --device cuda names what is missing, in a build
+    # with or without the CUDA backend; auto runs on the CPU and answers as cpu does.
+    r = run_ferry("run", "--device", "cuda", "-p", "The capital of France is", "-n", "4")
+    expect_clean_error(r, "--device cuda")
+    assert "cuda" in r.stderr.lower()
+    args = ("run", "-p", "The capital of France is", "-n", "8", "--temperature", "0", "--no-stats")
+    auto = run_ferry(*args, "--device", "auto")
+    cpu = run_ferry(*args, "--device", "cpu")
+    assert auto.returncode == 0 and cpu.returncode == 0, auto.stderr + cpu.stderr
+    assert auto.stdout == cpu.stdout and "Paris" in cpu.stdout
+    bad = run_ferry("run", "--device", "tpu", "-p", "x")
+    assert bad.returncode != 0 and "tpu" in (bad.stderr + bad.stdout)

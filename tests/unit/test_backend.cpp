@@ -26,16 +26,24 @@ using namespace ferry;
 using kernels::Backend;
 using kernels::cpu::CpuLevel;
 
-// One backend to test: the CPU's at one SIMD level.
+// One backend to test: the CPU's at one SIMD level, or (in a -DFERRY_CUDA=ON build) the GPU's.
 struct Param {
     CpuLevel level;
+    Device device = Device::CPU;
 };
 std::string param_name(const ::testing::TestParamInfo<Param>& i) {
+    if (i.param.device == Device::CUDA) return "cuda";
     return kernels::cpu::cpu_level_name(i.param.level);
+}
+void PrintTo(const Param& p, std::ostream* os) {
+    *os << (p.device == Device::CUDA ? "cuda" : kernels::cpu::cpu_level_name(p.level));
 }
 std::vector<Param> params() {
     std::vector<Param> out;
     for (CpuLevel l : ferry::testing::simd_levels(true)) out.push_back({l});
+#ifdef FERRY_CUDA
+    out.push_back({kernels::cpu::cpu_level(), Device::CUDA});
+#endif
     return out;
 }
 
@@ -43,7 +51,10 @@ class BackendOps : public ::testing::TestWithParam<Param> {
   protected:
     void SetUp() override {
         kernels::cpu::set_cpu_level(GetParam().level);
-        auto b = kernels::make_backend({.threads = 2, .activations = kernels::Activations::F32});
+        auto b = kernels::make_backend(
+            {.device = GetParam().device, .threads = 2, .activations = kernels::Activations::F32});
+        // A CUDA build runs its GPU cases only where a GPU is.
+        if (!b.ok() && GetParam().device == Device::CUDA) GTEST_SKIP() << b.error().message;
         ASSERT_TRUE(b.ok()) << b.error().message;
         be = std::move(*b);
     }
@@ -244,7 +255,10 @@ TEST_P(BackendOps, ResidentMatricesMultiplyAndEmbedAsTheirRows) {
         ASSERT_EQ(m.size(), 2u);
         EXPECT_EQ(m[0].rows(), rows);
         EXPECT_EQ(m[0].cols(), cols);
-        EXPECT_EQ(be->bytes_read(m[0]), host.bytes());  // f32 activations read the rows
+        if (be->device() == Device::CPU)
+            EXPECT_EQ(be->bytes_read(m[0]), host.bytes());  // f32 activations read the rows
+        else
+            EXPECT_EQ(be->bytes_read(m[0]), m[0].data.bytes());  // its own copy
         const auto x = random(n * cols);
         Tensor tx = put(x, n, cols), ty = put(std::vector<float>(n * rows), n, rows);
         const kernels::MatmulOut out[] = {{&m[0], ty}};
@@ -345,6 +359,24 @@ TEST_P(BackendOps, KvWriteAndAttentionFollowTheBlockTables) {
             }
         }
         expect_near(get(tout), want, 1e-4, quant::kv_dtype_name(dt));
+    }
+}
+
+// A cache type the backend cannot keep is refused when the store is made, with its reason;
+// the CPU keeps every type.
+TEST_P(BackendOps, KvStoreRefusesTheCacheTypesTheBackendCannotKeep) {
+    for (quant::KvDType dt :
+         {quant::KvDType::F32, quant::KvDType::F16, quant::KvDType::Int8, quant::KvDType::FP8}) {
+        const Status ok = be->kv_support(dt);
+        if (be->device() == Device::CPU) EXPECT_TRUE(ok.ok()) << quant::kv_dtype_name(dt);
+        const std::vector<float> scales(dt == quant::KvDType::Int8 ? 64 : 0, 1.0f);
+        try {
+            kv::KvStore store(*be, 1, 4, 4, 64, 32, {dt, scales});
+            EXPECT_TRUE(ok.ok()) << quant::kv_dtype_name(dt);
+        } catch (const std::invalid_argument& e) {
+            ASSERT_FALSE(ok.ok()) << e.what();
+            EXPECT_EQ(std::string(e.what()), ok.error().message);
+        }
     }
 }
 

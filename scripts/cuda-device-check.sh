@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The CUDA backend's check on a GPU machine that has the driver and nothing of ferry's build
+# (no Debian -dev packages, no network; docs/cuda.md). Two halves:
+#
+#   scripts/cuda-device-check.sh stage   here, after `make build` with nvcc present: copies the
+#       CUDA-enabled binaries and the shared libraries they need (not glibc's) into .cuda-check/,
+#       and writes a small synthetic model (2 layers, hidden 256, the default model's tokenizer)
+#       that fits beside them within the 64 MiB a check may carry;
+#   scripts/cuda-device-check.sh run     there, from the repository root: the backend's op tests
+#       and the model tests on the GPU, then the same decode on the GPU and the CPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DIR=.cuda-check
+BUILD=${BUILD:-build}
+
+stage() {
+    grep -q "FERRY_CUDA:BOOL=ON" "$BUILD/CMakeCache.txt" ||
+        { echo "cuda-device-check: $BUILD was configured without FERRY_CUDA (nvcc missing?)" >&2; exit 1; }
+    rm -rf "$DIR" && mkdir -p "$DIR/lib"
+    cp "$BUILD/ferry" "$BUILD/ferry_tests" "$DIR/"
+    strip "$DIR/ferry" "$DIR/ferry_tests"
+    # Every library the binaries load except the C library's own, which the machine has.
+    for bin in "$DIR/ferry" "$DIR/ferry_tests"; do
+        ldd "$bin" | awk '/=> \// {print $3}'
+    done | sort -u | grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
+        xargs -r -I{} cp -L {} "$DIR/lib/"
+    cat > "$DIR/config.json" <<'EOF'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+ "intermediate_size": 688, "num_hidden_layers": 2, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "vocab_size": 49152, "max_position_embeddings": 2048,
+ "rope_theta": 10000.0, "rms_norm_eps": 1e-05, "tie_word_embeddings": true}
+EOF
+    "$BUILD/ferry" synth "$DIR/tiny.gguf" --like "$DIR/config.json" --type q4_0 --seed 1 -q
+    du -sh "$DIR"
+    echo "cuda-device-check: staged; on the GPU machine run it with carry [\"$DIR\"]:"
+    echo "  scripts/cuda-device-check.sh run"
+}
+
+run() {
+    export LD_LIBRARY_PATH="$PWD/$DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export FERRY_SOURCE_DIR="$PWD" FERRY_CUDA_TEST_MODEL="$PWD/$DIR/tiny.gguf"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+    local rc=0
+    "$DIR/ferry_tests" --gtest_filter='Levels/BackendOps.*/cuda:CudaModel.*' || rc=1
+    for dev in cuda cpu; do
+        echo "== bench decode on $dev"
+        "$DIR/ferry" bench decode -m "$DIR/tiny.gguf" --device "$dev" -p 128 -n 64 -r 2 --json ||
+            rc=1
+    done
+    echo "== the same greedy text on the GPU and the CPU's float path"
+    "$DIR/ferry" run -m "$DIR/tiny.gguf" --device cuda -p "The ferry crossed" -n 24 \
+        --temperature 0 2>/dev/null | tee /tmp/cuda-check-cuda.txt || rc=1
+    "$DIR/ferry" run -m "$DIR/tiny.gguf" --device cpu --activations f32 -p "The ferry crossed" \
+        -n 24 --temperature 0 2>/dev/null | tee /tmp/cuda-check-cpu.txt || rc=1
+    cmp /tmp/cuda-check-cuda.txt /tmp/cuda-check-cpu.txt || { echo "texts differ"; rc=1; }
+    return $rc
+}
+
+case "${1:-}" in
+    stage) stage ;;
+    run) run ;;
+    *) echo "usage: $0 stage|run" >&2; exit 2 ;;
+esac
