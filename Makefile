@@ -10,7 +10,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := build-essential libboost-dev cmake pkg-config git nlohmann-json3-dev libcli11-dev libfmt-dev \
 	libpcre2-dev libedit-dev openmpi-bin libopenmpi-dev libgtest-dev libgmock-dev libbenchmark-dev chromium chromium-driver python3 python3-venv python3-pip \
-	clang libclang-rt-14-dev
+	clang libclang-rt-14-dev ccache
 PROMPT ?= What is the capital of France? Answer in one sentence.
 
 .PHONY: demo test deps venv build build-asan build-tsan build-fuzz model gemma-model unit integration fuzz lm-eval \
@@ -37,13 +37,19 @@ $(VENV)/.ready: tests/requirements.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
 	touch $@
 
+# ccache, where installed (the set-up installs it), under every compiler: a rebuild of an
+# unchanged tree, CI's second run on a machine included, compiles almost nothing.
+CCACHE = $(shell command -v ccache 2>/dev/null)
+LAUNCH = $(if $(CCACHE),-DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) \
+	-DCMAKE_CUDA_COMPILER_LAUNCHER=$(CCACHE))
+
 # The CUDA backend is compiled wherever nvcc is (it runs only where a GPU is; its tests skip
 # elsewhere); FERRY_CUDA=OFF leaves it out.
 NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 FERRY_CUDA ?= $(if $(NVCC),ON,OFF)
 
 build:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DFERRY_CUDA=$(FERRY_CUDA) \
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DFERRY_CUDA=$(FERRY_CUDA) $(LAUNCH) \
 	  $(if $(filter ON,$(FERRY_CUDA)),-DCMAKE_CUDA_COMPILER=$(NVCC))
 	cmake --build $(BUILD) -j$(JOBS)
 
@@ -51,13 +57,13 @@ build:
 # build, 10-15 minutes on 2 cores): make build-asan && ctest --test-dir build-asan. docs/testing.md
 # says which runs were made, and why build-tsan leaves the SIMD kernel levels uninstrumented.
 build-asan build-tsan: build-%san:
-	cmake -S . -B $(BUILD)-$*san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=$(if $(filter a,$*),address,thread) \
+	cmake -S . -B $(BUILD)-$*san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=$(if $(filter a,$*),address,thread) $(LAUNCH) \
 	  -DFERRY_BUILD_BENCH=OFF
 	cmake --build $(BUILD)-$*san -j$(JOBS)
 
 # The libFuzzer harnesses (tests/fuzz), clang with ASan + UBSan.
 build-fuzz:
-	CC=clang CXX=clang++ cmake -S . -B $(BUILD)-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_FUZZ=ON \
+	CC=clang CXX=clang++ cmake -S . -B $(BUILD)-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_FUZZ=ON $(LAUNCH) \
 	  -DFERRY_BUILD_TESTS=OFF -DFERRY_BUILD_BENCH=OFF
 	cmake --build $(BUILD)-fuzz -j$(JOBS)
 

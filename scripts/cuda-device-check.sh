@@ -38,7 +38,9 @@ EOF
 
 run() {
     export LD_LIBRARY_PATH="$PWD/$DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    export FERRY_SOURCE_DIR="$PWD" FERRY_CUDA_TEST_MODEL="$PWD/$DIR/tiny.gguf"
+    # FERRY_REQUIRE_CUDA: a GPU case that cannot get its device fails here instead of skipping
+    # (cudart 13 needs an R580+ driver; an older one would otherwise pass as all-skipped).
+    export FERRY_SOURCE_DIR="$PWD" FERRY_CUDA_TEST_MODEL="$PWD/$DIR/tiny.gguf" FERRY_REQUIRE_CUDA=1
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     local rc=0
     "$DIR/ferry_tests" --gtest_filter='Levels/BackendOps.*/cuda:CudaModel.*' || rc=1

@@ -22,10 +22,13 @@ namespace {
 
 using namespace ferry;
 
+// The GPU's backend, or null with the reason; FERRY_REQUIRE_CUDA (the GPU machine's check)
+// turns a missing GPU into a failure instead of a skip.
 std::shared_ptr<kernels::Backend> gpu_or_skip(std::string* why) {
     auto b = kernels::make_backend({.device = Device::CUDA, .threads = 2, .activations = {}});
     if (!b.ok()) {
         *why = b.error().message;
+        if (std::getenv("FERRY_REQUIRE_CUDA")) ADD_FAILURE() << "FERRY_REQUIRE_CUDA: " << *why;
         return nullptr;
     }
     return *b;

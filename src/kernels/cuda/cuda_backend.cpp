@@ -47,8 +47,10 @@ struct Arena {
         const size_t bytes = n * sizeof(T);
         if (bytes > cap) {
             check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-            cap = std::max<size_t>(bytes, 2 * cap);
-            mem = device_alloc(cap);
+            // Allocated before cap grows: a failed allocation leaves the old buffer and size.
+            const size_t grown = std::max<size_t>(bytes, 2 * cap);
+            mem = device_alloc(grown);
+            cap = grown;
         }
         if (bytes)
             check(cudaMemcpyAsync(mem.get(), host, bytes, cudaMemcpyHostToDevice, s),
