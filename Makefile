@@ -40,6 +40,9 @@ $(VENV)/.ready: tests/requirements.txt
 # ccache, where installed (the set-up installs it), under every compiler: a rebuild of an
 # unchanged tree, CI's second run on a machine included, compiles almost nothing.
 CCACHE = $(shell command -v ccache 2>/dev/null)
+# Paths inside the tree hashed relative to it, so clones in other folders share the cache.
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
 LAUNCH = $(if $(CCACHE),-DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) \
 	-DCMAKE_CUDA_COMPILER_LAUNCHER=$(CCACHE))
 
