@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 namespace ferry {
 class ThreadPool;
@@ -16,6 +17,9 @@ void softmax(float* x, int64_t n);
 // The index of the largest of x[0, n), the lowest on ties; NaN never wins (0 when nothing but
 // NaN is there, or n is 0).
 int64_t argmax(const float* x, int64_t n);
+// cos_sin[2i], cos_sin[2i + 1] = scale * cos / sin(pos * inv_freq[i]), in double so long
+// positions stay exact: the rotation a backend's rope_angles puts on its device.
+void rope_angles(int64_t pos, std::span<const double> inv_freq, float scale, float* cos_sin);
 // y[t * rows + r] = dot(row r of w, row t of x) for row-major f32 w {rows, cols} and x
 // {n_tokens, cols}, in exact float math over the pool.
 void matmul_f32(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n_tokens,

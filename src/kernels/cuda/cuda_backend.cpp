@@ -8,7 +8,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/host_math.h"
 #include "quant/dequantize.h"
 #include "quant/kv_format.h"
 
@@ -195,18 +195,12 @@ class CudaBackend final : public Backend {
     }
     void rope_angles(const Batch& b, std::span<const double> inv_freq, float scale,
                      const Tensor& cos_sin) override {
-        // On the host in double, as the CPU computes them, so long positions stay exact.
-        const size_t half = inv_freq.size();
+        // On the host, as the CPU computes them (kernels/host_math.h).
+        const size_t rope_dim = 2 * inv_freq.size();
         std::vector<float>& cs = angles_host_;
-        cs.resize(static_cast<size_t>(b.n_tokens()) * 2 * half);
-        for (int64_t t = 0; t < b.n_tokens(); ++t) {
-            const auto pos = static_cast<double>(b.rope_position(t));
-            for (size_t i = 0; i < half; ++i) {
-                const double theta = pos * inv_freq[i];
-                cs[t * 2 * half + 2 * i] = static_cast<float>(scale * std::cos(theta));
-                cs[t * 2 * half + 2 * i + 1] = static_cast<float>(scale * std::sin(theta));
-            }
-        }
+        cs.resize(static_cast<size_t>(b.n_tokens()) * rope_dim);
+        for (int64_t t = 0; t < b.n_tokens(); ++t)
+            kernels::rope_angles(b.rope_position(t), inv_freq, scale, cs.data() + t * rope_dim);
         check(cudaMemcpyAsync(cos_sin.raw(), cs.data(), cs.size() * sizeof(float),
                               cudaMemcpyHostToDevice, stream_),
               "rope_angles");
@@ -423,12 +417,8 @@ class CudaBackend final : public Backend {
         return m;
     }
 
-    static KvGeometry geometry(const KvCacheView& kv) {
-        if (kv.dtype != quant::KvDType::F32 && kv.dtype != quant::KvDType::F16)
-            throw std::invalid_argument(
-                fmt::format("the CUDA backend keeps its KV cache in f32 or f16, not {} (yet): "
-                            "use --kv-dtype f16",
-                            quant::kv_dtype_name(kv.dtype)));
+    KvGeometry geometry(const KvCacheView& kv) const {
+        if (Status s = kv_support(kv.dtype); !s) throw std::invalid_argument(s.error().message);
         return {kv.block_size,
                 kv.kv_dim,
                 kv.head_dim,
