@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "kernel_levels.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/dispatch.h"
@@ -244,49 +246,64 @@ TEST_P(BackendOps, RopeRotatesByEachTokensPosition) {
 // Weights made resident (packed, copied or left as rows) multiply and embed as the
 // dequantized file rows say.
 TEST_P(BackendOps, ResidentMatricesMultiplyAndEmbedAsTheirRows) {
-    const int64_t rows = 40, cols = 256, n = 5;
-    for (DType type : {DType::F32, DType::F16, DType::Q8_0, DType::Q4_1, DType::Q4_K}) {
-        const auto w = random(rows * cols, 0.05f);
-        auto q = quant::quantize(type, w.data(), rows * cols);
-        ASSERT_TRUE(q.ok()) << dtype_name(type);
-        std::vector<float> deq(rows * cols);
-        ASSERT_TRUE(quant::dequantize_row(type, q->data(), deq.data(), rows * cols).ok());
-        const Tensor host(q->data(), type, {rows, cols});
-        const kernels::MatrixSource src[] = {{host, kernels::MatrixUse::Matmul},
-                                             {host, kernels::MatrixUse::Rows}};
-        const auto m = be->make_resident(src);
-        ASSERT_EQ(m.size(), 2u);
-        EXPECT_EQ(m[0].rows(), rows);
-        EXPECT_EQ(m[0].cols(), cols);
-        if (be->device() == Device::CPU) {
-            EXPECT_EQ(be->bytes_read(m[0]), host.bytes());  // f32 activations read the rows
-        } else {
-            EXPECT_EQ(be->bytes_read(m[0]), m[0].data.bytes());  // its own copy
-        }
-        const auto x = random(n * cols);
-        Tensor tx = put(x, n, cols), ty = put(std::vector<float>(n * rows), n, rows);
-        const kernels::MatmulOut out[] = {{&m[0], ty}};
-        be->matmul(out, tx);
-        std::vector<double> want(n * rows);
-        for (int64_t t = 0; t < n; ++t)
+    const int64_t rows = 40, cols = 256;
+    // 5 tokens take a decode product's path, 12 a prefill's (the GPU's tiles).
+    for (const int64_t n : {5, 12})
+        for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0,
+                           DType::Q4_1, DType::Q5_0, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                           DType::INT8, DType::FP8, DType::INT4_G64, DType::INT3_G32}) {
+            const auto w = random(rows * cols, 0.05f);
+            // Row by row: ferry's per-row types keep a scale in each row's header.
+            std::vector<uint8_t> qb;
+            std::vector<float> deq(rows * cols);
+            const size_t rb = row_bytes(type, cols);
             for (int64_t r = 0; r < rows; ++r) {
-                double s = 0;
-                for (int64_t c = 0; c < cols; ++c) s += double(deq[r * cols + c]) * x[t * cols + c];
-                want[t * rows + r] = s;
+                auto q = quant::quantize(type, w.data() + r * cols, cols);
+                ASSERT_TRUE(q.ok() && q->size() == rb) << dtype_name(type);
+                ASSERT_TRUE(
+                    quant::dequantize_row(type, q->data(), deq.data() + r * cols, cols).ok());
+                qb.insert(qb.end(), q->begin(), q->end());
             }
-        expect_near(get(ty), want, 2e-4, dtype_name(type).data());
+            const Tensor host(qb.data(), type, {rows, cols});
+            const kernels::MatrixSource src[] = {{host, kernels::MatrixUse::Matmul},
+                                                 {host, kernels::MatrixUse::Rows}};
+            const auto m = be->make_resident(src);
+            ASSERT_EQ(m.size(), 2u);
+            EXPECT_EQ(m[0].rows(), rows);
+            EXPECT_EQ(m[0].cols(), cols);
+            if (be->device() == Device::CPU) {
+                EXPECT_EQ(be->bytes_read(m[0]), host.bytes());  // f32 activations read the rows
+            } else {
+                // The GPU keeps the file's own blocks: a multiplication streams the file's bytes.
+                EXPECT_EQ(be->bytes_read(m[0]), host.bytes()) << dtype_name(type);
+                EXPECT_EQ(m[0].type(), type);
+            }
+            const auto x = random(n * cols);
+            Tensor tx = put(x, n, cols), ty = put(std::vector<float>(n * rows), n, rows);
+            const kernels::MatmulOut out[] = {{&m[0], ty}};
+            be->matmul(out, tx);
+            std::vector<double> want(n * rows);
+            for (int64_t t = 0; t < n; ++t)
+                for (int64_t r = 0; r < rows; ++r) {
+                    double s = 0;
+                    for (int64_t c = 0; c < cols; ++c)
+                        s += double(deq[r * cols + c]) * x[t * cols + c];
+                    want[t * rows + r] = s;
+                }
+            expect_near(get(ty), want, 2e-4,
+                        fmt::format("{} x {} tokens", dtype_name(type), n).c_str());
 
-        const int32_t tokens[] = {39, 0, 17}, token_seq[] = {0, 0, 0};
-        const int64_t positions[] = {0, 1, 2};
-        const kernels::BatchSeq seq{0, 3, 0, {}};
-        const kernels::Batch b{tokens, positions, token_seq, {&seq, 1}, {}};
-        Tensor te = put(std::vector<float>(3 * cols), 3, cols);
-        be->embed(m[1], b, te);
-        const auto e = get(te);
-        for (int t = 0; t < 3; ++t)
-            for (int64_t c = 0; c < cols; ++c)
-                ASSERT_EQ(e[t * cols + c], deq[tokens[t] * cols + c]) << dtype_name(type);
-    }
+            const int32_t tokens[] = {39, 0, 17}, token_seq[] = {0, 0, 0};
+            const int64_t positions[] = {0, 1, 2};
+            const kernels::BatchSeq seq{0, 3, 0, {}};
+            const kernels::Batch b{tokens, positions, token_seq, {&seq, 1}, {}};
+            Tensor te = put(std::vector<float>(3 * cols), 3, cols);
+            be->embed(m[1], b, te);
+            const auto e = get(te);
+            for (int t = 0; t < 3; ++t)
+                for (int64_t c = 0; c < cols; ++c)
+                    ASSERT_EQ(e[t * cols + c], deq[tokens[t] * cols + c]) << dtype_name(type);
+        }
 }
 
 // A ragged batch of two sequences over scattered blocks: the KV write puts every token where

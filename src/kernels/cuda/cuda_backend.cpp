@@ -17,6 +17,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/weight_decode.h"
 #include "kernels/host_math.h"
 #include "quant/dequantize.h"
 #include "quant/kv_format.h"
@@ -79,7 +80,7 @@ class CudaBackend final : public Backend {
                 {"memory_gib",
                  fmt::format("{:.1f}", static_cast<double>(props_.totalGlobalMem) / (1ull << 30))},
                 {"activations", "f32"},
-                {"weights", "f16 as stored, others widened to f32"},
+                {"weights", "each type's own blocks (f32 where no kernel reads them)"},
                 {"threads", std::to_string(pool_.size())}};
     }
     // Products run in float, whatever the CPU's setting.
@@ -159,8 +160,8 @@ class CudaBackend final : public Backend {
     // ---- ops ----------------------------------------------------------------------------
     void embed(const Matrix& table, const Batch& b, const Tensor& out) override {
         const int32_t* tok = tokens_.put(b.tokens.data(), b.tokens.size(), stream_);
-        cuda::embed(table.data.raw(), table.type() == DType::F16, table.cols(), tok, b.n_tokens(),
-                    out.data<float>(), stream_);
+        cuda::embed(table.data.raw(), table.type(), row_bytes(table.type(), table.cols()),
+                    table.cols(), tok, b.n_tokens(), out.data<float>(), stream_);
     }
     void rmsnorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) override {
         cuda::rmsnorm(x.data<float>(), weight.data<float>(), out.data<float>(), x.rows(), x.cols(),
@@ -171,8 +172,9 @@ class CudaBackend final : public Backend {
             if (o.w->cols() != x.cols())
                 throw std::invalid_argument(
                     fmt::format("matmul: {} columns against {}", o.w->cols(), x.cols()));
-            cuda::matmul(o.w->data.raw(), o.w->type() == DType::F16, o.w->rows(), o.w->cols(),
-                         x.data<float>(), x.rows(), o.y.data<float>(), o.w->rows(), stream_);
+            cuda::matmul(o.w->data.raw(), o.w->type(), row_bytes(o.w->type(), o.w->cols()),
+                         o.w->rows(), o.w->cols(), x.data<float>(), x.rows(), o.y.data<float>(),
+                         o.w->rows(), stream_);
         }
     }
     void add(const Tensor& x, const Tensor& y) override {
@@ -388,9 +390,9 @@ class CudaBackend final : public Backend {
     uint64_t memory_bytes() const override { return props_.totalGlobalMem; }
 
   private:
-    // A matrix in device memory as exactly the values the CPU's reference computes with: f16
-    // rows as they are, every other type widened to f32 (quantized kernels reading the file's
-    // blocks are issue 18's next step; until then a quantized model takes 4 bytes a weight).
+    // A matrix in device memory in its file's own format (f16, f32, or blocks weight_decode.h
+    // reads in the kernels), rows packed end to end. A type no kernel reads yet is widened to
+    // f32: exactly the values the CPU's reference computes with, at 4 bytes a weight.
     Matrix resident(const Tensor& host) {
         if (host.ndim() != 2) throw std::invalid_argument("make_resident: a matrix has 2 dims");
         const int64_t rows = host.rows(), cols = host.cols();
@@ -398,18 +400,20 @@ class CudaBackend final : public Backend {
         const auto* src = static_cast<const std::byte*>(host.raw());
         const int64_t shape[] = {rows, cols};
         Matrix m;
-        if (host.dtype() == DType::F16) {
-            std::vector<std::byte> h(static_cast<size_t>(rows * cols) * 2);
+        const DType type = host.dtype();
+        if (type == DType::F16 || type == DType::F32 || decode::native(type, cols)) {
+            const size_t rb = row_bytes(type, cols);
+            std::vector<std::byte> h(static_cast<size_t>(rows) * rb);
             for (int64_t r = 0; r < rows; ++r)
-                std::memcpy(h.data() + r * cols * 2, src + r * src_stride, cols * 2);
-            m.data = alloc(DType::F16, shape);
+                std::memcpy(h.data() + r * rb, src + r * src_stride, rb);
+            m.data = alloc(type, shape);
             upload(h.data(), m.data);
             return m;
         }
         std::vector<float> all(static_cast<size_t>(rows * cols));
         for (int64_t r = 0; r < rows; ++r)
-            if (Status s = quant::dequantize_row(host.dtype(), src + r * src_stride,
-                                                 all.data() + r * cols, cols);
+            if (Status s =
+                    quant::dequantize_row(type, src + r * src_stride, all.data() + r * cols, cols);
                 !s)
                 throw std::invalid_argument(s.error().message);
         m.data = alloc(DType::F32, shape);

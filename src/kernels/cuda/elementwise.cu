@@ -5,9 +5,11 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <stdexcept>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/weight_decode.h"
 
 namespace ferry::kernels::cuda {
 namespace {
@@ -97,6 +99,15 @@ __global__ void embed_k(const void* table, bool f16, int64_t cols, const int32_t
         const float* r = static_cast<const float*>(table) + row * cols;
         for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) o[i] = r[i];
     }
+}
+
+template <DType Type>
+__global__ void embed_blocks_k(const uint8_t* table, size_t row_bytes, int64_t cols,
+                               const int32_t* tokens, float* out) {
+    const uint8_t* r = table + tokens[blockIdx.x] * row_bytes;
+    float* o = out + blockIdx.x * cols;
+    for (int64_t ch = threadIdx.x; ch < cols / 8; ch += blockDim.x)
+        decode::Layout<Type>::chunk(r, ch, o + ch * 8);
 }
 
 __global__ void softmax_k(float* x, int64_t cols) {
@@ -216,10 +227,18 @@ void rope(float* x, int64_t rows, int n_heads, int head_dim, int rope_dim, const
     check_launch("rope");
 }
 
-void embed(const void* table, bool f16, int64_t cols, const int32_t* tokens, int64_t n, float* out,
-           cudaStream_t s) {
+void embed(const void* table, DType type, size_t row_bytes, int64_t cols, const int32_t* tokens,
+           int64_t n, float* out, cudaStream_t s) {
     if (n <= 0) return;
-    embed_k<<<static_cast<unsigned>(n), kThreads, 0, s>>>(table, f16, cols, tokens, out);
+    const auto grid = static_cast<unsigned>(n);
+    if (type == DType::F16 || type == DType::F32) {
+        embed_k<<<grid, kThreads, 0, s>>>(table, type == DType::F16, cols, tokens, out);
+    } else if (cols % 8 != 0 || !decode::visit(type, [&](auto t) {
+                   embed_blocks_k<decltype(t)::value><<<grid, kThreads, 0, s>>>(
+                       static_cast<const uint8_t*>(table), row_bytes, cols, tokens, out);
+               })) {
+        throw std::invalid_argument("cuda embed: no kernel for this table's type and width");
+    }
     check_launch("embed");
 }
 

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace ferry::kernels::cuda {
 
 // ---- elementwise and row ops (elementwise.cu) --------------------------------------------
@@ -22,9 +24,10 @@ void softcap(float* x, float cap, int64_t n, cudaStream_t s);
 // x {rows, n_heads * head_dim}; cos_sin {rows, rope_dim} as (cos, sin) pairs; neox: halves.
 void rope(float* x, int64_t rows, int n_heads, int head_dim, int rope_dim, const float* cos_sin,
           bool neox, cudaStream_t s);
-// out[t] = row tokens[t] of a table of f16 (f16 = true) or f32 rows of `cols`.
-void embed(const void* table, bool f16, int64_t cols, const int32_t* tokens, int64_t n, float* out,
-           cudaStream_t s);
+// out[t] = row tokens[t] of a table of `cols` weights a row, rows of row_bytes in `type`'s
+// format: f16, f32, or a type weight_decode.h reads (with cols a multiple of 8).
+void embed(const void* table, DType type, size_t row_bytes, int64_t cols, const int32_t* tokens,
+           int64_t n, float* out, cudaStream_t s);
 void softmax(float* x, int64_t rows, int64_t cols, cudaStream_t s);
 // out[r] = the lowest index of row r's largest value; NaN never wins (0 when all are NaN).
 void argmax(const float* x, int64_t rows, int64_t cols, int32_t* out, cudaStream_t s);
@@ -39,9 +42,10 @@ void copy_ranges(std::byte* base, const int64_t* src_off, const int64_t* dst_off
                  size_t bytes, cudaStream_t s);
 
 // ---- matmul (matmul.cu) ------------------------------------------------------------------
-// y[t * ldy + r] = sum_c w[r][c] * x[t][c] for w {rows, cols} of f16 (f16 = true) or f32.
-void matmul(const void* w, bool f16, int64_t rows, int64_t cols, const float* x, int64_t n_tokens,
-            float* y, int64_t ldy, cudaStream_t s);
+// y[t * ldy + r] = sum_c w[r][c] * x[t][c] for w {rows, cols}, rows of row_bytes in `type`'s
+// format: f16, f32, or a type weight_decode.h reads (with cols a multiple of 8).
+void matmul(const void* w, DType type, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
+            int64_t n_tokens, float* y, int64_t ldy, cudaStream_t s);
 
 // ---- paged KV cache and attention (attention.cu) -----------------------------------------
 // Where a token's row goes: byte offsets of its block's key and value regions from their bases,
