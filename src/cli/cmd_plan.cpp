@@ -31,6 +31,7 @@ void list_known() {
             d.name, d.memory_gb, d.bandwidth_gbs, d.fp16_tflops, d.fp8_tflops, d.int8_tops,
             d.source);
     fmt::print("  cpu        measured on this machine\n");
+    fmt::print("  cuda       measured on this machine's GPU (a build with -DFERRY_CUDA=ON)\n");
 }
 
 void run_plan(const PlanArgs& a) {
@@ -57,7 +58,7 @@ void add_plan_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("-d,--device", args->device,
                     "T4, L4, A10, A100-40GB, A100-80GB, H100-SXM, H100-PCIe, H200, RTX-3090, "
-                    "RTX-4090, MI300X, or cpu (measured)")
+                    "RTX-4090, MI300X, cpu (measured) or cuda (this machine's GPU, measured)")
         ->capture_default_str();
     cmd->add_option(
         "--weights", args->options.weights,

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "cli/model_options.h"
+
 namespace ferry::cli {
 
 void EngineOptions::add_to(CLI::App& cmd) {
@@ -25,9 +27,16 @@ void EngineOptions::add_to(CLI::App& cmd) {
         ->capture_default_str()
         ->check(CLI::Range(0.0, 1e6));
     cmd.add_option("--kv-cache-memory", e.kv_cache_memory,
-                   "bytes for the KV block pool (0: 25% of available RAM, at most 2 GiB)")
+                   "bytes for the KV block pool (0: on the CPU 25% of available RAM, at most "
+                   "2 GiB; on a GPU what --gpu-memory-utilization leaves)")
         ->capture_default_str()
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+    cmd.add_option("--gpu-memory-utilization", e.gpu_memory_utilization,
+                   "GPU: the share of the device's memory this server may hold in all (weights, "
+                   "KV cache, working memory); the KV pool gets what the rest leaves (default "
+                   "0.9; refused on the CPU)")
+        ->check(kFinite)
+        ->check(CLI::Range(0.0, 1.0));
     cmd.add_option("--block-size", e.block_size, "token slots per KV block")
         ->capture_default_str()
         ->check(CLI::Range(1, 1024));

@@ -7,12 +7,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <string>
 
 #include "core/thread_pool.h"
 #include "engine/kv_calibration.h"
+#include "engine/kv_pool_size.h"
 #include "engine/lookahead_proposer.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
@@ -30,16 +30,6 @@ double seconds(Clock::duration d) {
     return std::chrono::duration<double>(d).count();
 }
 
-int64_t available_memory_bytes() {
-    std::ifstream in("/proc/meminfo");
-    std::string key;
-    int64_t kb;
-    std::string unit;
-    while (in >> key >> kb >> unit)
-        if (key == "MemAvailable:") return kb * 1024;
-    return int64_t{4} << 30;
-}
-
 }  // namespace
 
 Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), config_(config) {
@@ -50,7 +40,7 @@ Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), c
     max_model_len_ =
         config_.max_model_len > 0 ? config_.max_model_len : std::min(c.n_ctx_train, 4096);
     int64_t bytes = config_.kv_cache_memory;
-    if (bytes <= 0) bytes = std::min<int64_t>(available_memory_bytes() / 4, int64_t{2} << 30);
+    if (bytes <= 0) bytes = default_pool_bytes();
     const bool paged = config_.kv_layout == EngineConfig::KvLayout::Paged;
     const int model_window_layers = c.window_layers(0, c.n_layer);
     auto per_block = static_cast<int64_t>(kv_bytes_per_block());
@@ -111,6 +101,10 @@ Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), c
     metrics_.kv_blocks_total = n_blocks_;
     metrics_.kv_window_blocks_total = n_window_blocks_;
     metrics_.block_size = config_.block_size;
+    metrics_.kv_pool_bytes = static_cast<uint64_t>(n_blocks_) * kv_bytes_per_block() +
+                             static_cast<uint64_t>(n_window_blocks_) * kv_window_bytes_per_block();
+    metrics_.device = model.backend->device() == Device::CPU ? "cpu" : "cuda";
+    metrics_.device_memory_total = model.backend->memory_bytes();
 }
 
 Expected<std::unique_ptr<Engine>> Engine::create(const LoadedModel& model, EngineConfig config) {
@@ -119,7 +113,18 @@ Expected<std::unique_ptr<Engine>> Engine::create(const LoadedModel& model, Engin
     // Before the engine is made (int8 keys calibrate there): what does not depend on its pool.
     if (auto s = check_eviction(model, config, std::numeric_limits<int64_t>::max(), ""); !s)
         return s.error();
+    if (config.gpu_memory_utilization) {
+        if (model.backend->device() == Device::CPU)
+            return make_error(
+                "--gpu-memory-utilization sizes a GPU's KV pool; on the CPU give the pool's "
+                "bytes with --kv-cache-memory");
+        if (config.kv_cache_memory > 0)
+            return make_error(
+                "give --kv-cache-memory or --gpu-memory-utilization, not both: each sizes the KV "
+                "pool");
+    }
     std::unique_ptr<Engine> e(new Engine(model, std::move(config)));
+    if (!e->pool_error_.empty()) return make_error("{}", e->pool_error_);
     if (auto s = check_eviction(
             model, e->config_, e->max_model_len_,
             e->context_before_kv_cap_ ? "the KV cache (--kv-cache-memory)" : "the context");
@@ -181,6 +186,28 @@ Engine::~Engine() {
     stop();
     abort_all();
     drain_inbox();
+}
+
+int64_t Engine::default_pool_bytes() {
+    const kernels::Backend& be = *model_.backend;
+    if (be.device() == Device::CPU) return cpu_pool_bytes(be.memory_free_bytes());
+    // A step's worth of cache at least: fewer blocks than one step's tokens and the scheduler
+    // could not run a prompt's first chunk.
+    const int64_t step_tokens = std::min(max_model_len_, config_.max_num_batched_tokens);
+    const int64_t blocks = (step_tokens + config_.block_size - 1) / config_.block_size;
+    const uint64_t needed = static_cast<uint64_t>(blocks) * kv_bytes_per_block();
+    const int64_t logit_rows = std::min<int64_t>(
+        config_.max_num_batched_tokens, int64_t{config_.max_num_seqs} * (config_.spec.k + 1));
+    const uint64_t workspace =
+        step_workspace_bytes(model_.model->config(), config_.max_num_batched_tokens, logit_rows);
+    auto pool = gpu_pool_bytes(
+        {kernels::backend_property(be, "device"), be.memory_bytes(), be.memory_free_bytes()},
+        config_.gpu_memory_utilization.value_or(0.9), workspace, needed);
+    if (!pool) {
+        pool_error_ = pool.error().message;
+        return static_cast<int64_t>(kv_bytes_per_block());  // one block until create refuses
+    }
+    return *pool;
 }
 
 size_t Engine::kv_bytes_per_block_of(int n_layers) const {
@@ -925,8 +952,14 @@ void Engine::publish_metrics() {
 }
 
 EngineMetrics Engine::metrics() const {
-    std::lock_guard lock(metrics_mu_);
-    return metrics_;
+    EngineMetrics m;
+    {
+        std::lock_guard lock(metrics_mu_);
+        m = metrics_;
+    }
+    // Read when asked (a scrape), not every step: /proc/meminfo or cudaMemGetInfo.
+    m.device_memory_free = model_.backend->memory_free_bytes();
+    return m;
 }
 
 std::vector<RequestMetrics> Engine::take_finished_metrics() {

@@ -87,6 +87,9 @@ class Engine {
 
   private:
     Engine(const LoadedModel& model, EngineConfig config);
+    // The pool's bytes when the config does not fix them (engine/kv_pool_size.h); on a GPU
+    // that cannot hold a step's cache, one block and the reason in pool_error_.
+    int64_t default_pool_bytes();
     // --kv-eviction's rules (kv_eviction.h) and the engine's own: the paged layout, no draft
     // model; the budget and a step within `context` positions.
     static Status check_eviction(const LoadedModel& model, const EngineConfig& config,
@@ -128,6 +131,7 @@ class Engine {
     int max_model_len_ = 0;
     int tree_window_ = 0;  // the model's smallest sliding window, which a draft tree must fit
     int context_before_kv_cap_ = 0;
+    std::string pool_error_;  // create() refuses the engine with it
     int64_t n_blocks_ = 0;
     int64_t n_window_blocks_ = 0;  // the sliding layers' own pool (EngineConfig::kv_window_pool)
     std::unique_ptr<Scheduler> scheduler_;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "engine/kv_eviction.h"
 #include "engine/speculation.h"
@@ -26,8 +27,13 @@ struct EngineConfig {
     // requests' TPOT holds while new prompts are admitted. Replaces the fixed chunk above once
     // step times are known; 0: off.
     double max_tpot_ms = 0;
-    int64_t kv_cache_memory =
-        0;                // bytes for the block pool; 0: 25 % of available RAM, capped at 2 GiB
+    // Bytes for the block pool; 0: on the CPU 25 % of the available RAM, at most 2 GiB; on a GPU
+    // what gpu_memory_utilization leaves (engine/kv_pool_size.h).
+    int64_t kv_cache_memory = 0;
+    // A GPU: the share of its memory this engine may hold in all, weights, cache and working
+    // memory (vLLM's --gpu-memory-utilization); unset: 0.9. Refused on the CPU and beside
+    // kv_cache_memory, each of which would make it mean nothing.
+    std::optional<double> gpu_memory_utilization;
     int block_size = 16;  // token slots per KV block
     bool prefix_cache = true;
     // A model with both sliding-window and global layers (Gemma 3) keeps the sliding layers'

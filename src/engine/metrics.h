@@ -29,6 +29,12 @@ struct EngineMetrics {
     int64_t kv_window_blocks_total = 0;
     int64_t kv_window_blocks_used = 0;
     int block_size = 0;
+    uint64_t kv_pool_bytes = 0;  // the block pools' memory, scales included
+    // The device the engine runs on ("cpu", "cuda"), its memory and what is free as the metrics
+    // are read (RAM on the CPU); empty / 0 where unknown, and then no gauge is shown.
+    std::string device;
+    uint64_t device_memory_total = 0;
+    uint64_t device_memory_free = 0;
     double kv_waste_fraction = 0;  // slots held by running sequences but not yet filled
     double kv_usage() const {
         return kv_blocks_total ? double(kv_blocks_used) / double(kv_blocks_total) : 0.0;

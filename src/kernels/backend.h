@@ -278,6 +278,9 @@ class Backend {
     virtual double measure_read_bandwidth_gbs() = 0;
     virtual double measure_peak_gflops_f32() = 0;
     virtual uint64_t memory_bytes() const = 0;
+    // What could still be allocated now (MemAvailable on the CPU, the device's free memory on a
+    // GPU; 0: unknown): what a KV pool sized from free memory divides.
+    virtual uint64_t memory_free_bytes() const = 0;
 };
 
 // One value of describe() ("" when the backend does not report it).

@@ -55,8 +55,30 @@ std::vector<std::string> device_names() {
     std::vector<std::string> names;
     for (const auto& d : catalogue()) names.push_back(d.name);
     names.emplace_back("cpu");
+    names.emplace_back("cuda");
     return names;
 }
+
+namespace {
+
+// A device whose figures a backend measures: its memory, read bandwidth and f32 FMA peak (one
+// figure for every precision's column: ferry's CPU and CUDA kernels multiply in f32).
+Device measured(const char* name, kernels::Backend& be, std::string source) {
+    const uint64_t memory = be.memory_bytes();
+    const double read_gbs = be.measure_read_bandwidth_gbs();
+    const double tflops = be.measure_peak_gflops_f32() / 1000.0;
+    return Device{name,
+                  static_cast<double>(memory) / 1e9,
+                  memory,
+                  read_gbs,
+                  tflops,
+                  tflops,
+                  tflops,
+                  true,
+                  std::move(source)};
+}
+
+}  // namespace
 
 Device cpu_device() {
     // Measuring costs about a second; a process plans many configurations at most once.
@@ -67,28 +89,36 @@ Device cpu_device() {
         const int threads = std::max(1u, std::thread::hardware_concurrency());
         auto made = kernels::make_backend({.threads = threads, .activations = {}});
         if (!made) return;
-        kernels::Backend& be = **made;
-        const uint64_t memory = be.memory_bytes();
-        const double read_gbs = be.measure_read_bandwidth_gbs();
-        const double tflops = be.measure_peak_gflops_f32() / 1000.0;
-        cpu = Device{"cpu",
-                     static_cast<double>(memory) / 1e9,
-                     memory,
-                     read_gbs,
-                     tflops,
-                     tflops,
-                     tflops,
-                     true,
-                     fmt::format("measured on this machine ({} threads): MemTotal, multi-threaded "
-                                 "read bandwidth, f32 FMA peak",
-                                 threads)};
+        cpu = measured("cpu", **made,
+                       fmt::format("measured on this machine ({} threads): MemTotal, "
+                                   "multi-threaded read bandwidth, f32 FMA peak",
+                                   threads));
     });
     return cpu;
+}
+
+Expected<Device> cuda_device() {
+    static std::once_flag once;
+    static Expected<Device> gpu = make_error("not measured");
+    std::call_once(once, [] {
+        auto made =
+            kernels::make_backend({.device = ferry::Device::CUDA, .threads = 1, .activations = {}});
+        if (!made) {
+            gpu = make_error("--device cuda: {}", made.error().message);
+            return;
+        }
+        gpu = measured("cuda", **made,
+                       fmt::format("measured on this GPU ({}): its memory, read bandwidth, f32 "
+                                   "FMA peak (ferry's CUDA kernels multiply in f32 for now)",
+                                   kernels::backend_property(**made, "device")));
+    });
+    return gpu;
 }
 
 Expected<Device> find_device(std::string_view name) {
     const std::string key = ascii_lower(name);
     if (key == "cpu") return cpu_device();
+    if (key == "cuda") return cuda_device();
     for (const auto& d : catalogue())
         if (ascii_lower(d.name) == key) return d;
     std::string known;

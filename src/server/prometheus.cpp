@@ -74,6 +74,18 @@ std::string render_prometheus(const engine::EngineMetrics& m, const ServerCounte
             "Unreferenced KV-cache blocks kept for prefix reuse (evictable).");
     w.gauge("ferry:kv_cache_total_blocks", double(m.kv_blocks_total),
             "KV-cache blocks in the pool.");
+    if (m.kv_pool_bytes > 0)
+        w.gauge("ferry:kv_cache_pool_bytes", double(m.kv_pool_bytes),
+                "Bytes of the KV block pools (scales included), allocated at start.");
+    if (!m.device.empty() && m.device_memory_total > 0) {
+        const std::string dev = fmt::format(",device=\"{}\"", escape_label(m.device));
+        w.head("ferry:device_memory_total_bytes", "gauge",
+               "Memory of the device the model runs on (RAM for the CPU).");
+        w.sample("ferry:device_memory_total_bytes", double(m.device_memory_total), dev);
+        w.head("ferry:device_memory_free_bytes", "gauge",
+               "Of which free when scraped (MemAvailable for the CPU, cudaMemGetInfo on a GPU).");
+        w.sample("ferry:device_memory_free_bytes", double(m.device_memory_free), dev);
+    }
     if (m.kv_window_blocks_total > 0) {
         w.gauge("ferry:kv_cache_window_used_blocks", double(m.kv_window_blocks_used),
                 "Blocks of the sliding-window layers' own pool referenced by live requests.");

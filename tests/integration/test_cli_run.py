@@ -291,3 +291,14 @@ def test_device_cuda_without_a_gpu_is_refused_and_auto_falls_back(model_path):
     assert auto.stdout == cpu.stdout and "Paris" in cpu.stdout
     bad = run_ferry("run", "--device", "tpu", "-p", "x")
     assert bad.returncode != 0 and "tpu" in (bad.stderr + bad.stdout)
+
+
+def test_gpu_memory_utilization_is_refused_where_it_would_mean_nothing(model_path):
+    # It sizes a GPU's KV pool; on the CPU (every CI machine) the pool is --kv-cache-memory's,
+    # so the option is refused rather than silently ignored, and a share outside (0, 1] too.
+    r = run_ferry("bench", "throughput", "--gpu-memory-utilization", "0.5", "--num-prompts", "2",
+                  "--input-len", "8", "--output-len", "2")
+    expect_clean_error(r, "--gpu-memory-utilization")
+    assert "--kv-cache-memory" in r.stderr
+    bad = run_ferry("bench", "throughput", "--gpu-memory-utilization", "1.5", "--num-prompts", "2")
+    assert bad.returncode != 0 and "gpu-memory-utilization" in (bad.stderr + bad.stdout)

@@ -135,3 +135,15 @@ def test_decode_bytes_are_what_the_engine_reads(tmp_path, model_path):
         assert r.returncode == 0, r.stderr
         engine = json.loads(r.stdout)["weight_bytes_per_token"]
         assert abs(plan["decode_weight_bytes_per_step"] / engine - 1) < 0.01, (f, plan, engine)
+
+
+def test_plan_on_cuda_measures_the_gpu_or_says_why_not():
+    # `--device cuda` measures this machine's GPU; CI's machines have none, and the plan stops
+    # with the reason rather than planning for a card that is not there.
+    r = run_ferry("plan", "--device", "cuda", "--json")
+    if r.returncode == 0:
+        d = json.loads(r.stdout)["device"]
+        assert d["measured"] and d["memory_bytes"] > 1 << 30
+        return
+    assert "ferry: error: --device cuda:" in r.stderr, r.stderr
+    assert "cuda" in run_ferry("plan", "--list").stdout

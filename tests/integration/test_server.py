@@ -184,6 +184,11 @@ def test_request_id_and_metrics(server, client):
     assert m["ferry:generation_tokens_total"] > 0
     text = httpx.get(server.url + "/metrics").text
     assert 'model_name="SmolLM2' in text and 'finished_reason="length"' in text
+    # The device's memory (RAM here) and the pool's bytes, consistent with each other.
+    assert 'device="cpu"' in text
+    total = m["ferry:device_memory_total_bytes"]
+    assert 0 < m["ferry:device_memory_free_bytes"] <= total
+    assert 0 < m["ferry:kv_cache_pool_bytes"] < total
 
 
 def test_http_metrics_by_route_and_status(server):

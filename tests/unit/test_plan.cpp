@@ -284,6 +284,21 @@ TEST(PlanDevices, CpuIsMeasured) {
     EXPECT_GT(cpu.fp16_tflops, 0.001);
 }
 
+// `cuda` measures the GPU where there is one; where there is none (CI) the plan stops with the
+// reason instead of planning for a device that is not there.
+TEST(PlanDevices, CudaIsMeasuredOrRefusedWithTheReason) {
+    auto gpu = find_device("cuda");
+    if (!gpu) {
+        EXPECT_NE(gpu.error().message.find("--device cuda"), std::string::npos)
+            << gpu.error().message;
+        return;
+    }
+    EXPECT_TRUE(gpu->measured);
+    EXPECT_GT(gpu->memory_bytes, 1ull << 30);
+    EXPECT_GT(gpu->bandwidth_gbs, 10.0);
+    EXPECT_NE(gpu->source.find("measured on this GPU"), std::string::npos);
+}
+
 // --- advice -----------------------------------------------------------------------------------
 
 // llama-2-7b at ctx 1, batch 1: need is about weights x 1.1, so the card size picks the advice.

@@ -314,7 +314,21 @@ TEST(ServerPrometheus, NamesAndHistogram) {
     EXPECT_NE(t.find("ferry:time_to_first_token_seconds_count{model_name=\"mod\\\"el\"} 1"),
               std::string::npos);
     EXPECT_NE(t.find("# TYPE ferry:e2e_request_latency_seconds histogram"), std::string::npos);
-    EXPECT_EQ(t.find("process_"), std::string::npos);  // no /proc figures: none made up
+    EXPECT_EQ(t.find("process_"), std::string::npos);       // no /proc figures: none made up
+    EXPECT_EQ(t.find("device_memory"), std::string::npos);  // no device known: no gauge
+
+    m.device = "cuda", m.device_memory_total = 80ull << 30, m.device_memory_free = 6ull << 30;
+    m.kv_pool_bytes = 60ull << 30;
+    t = render_prometheus(m, {}, "m");
+    EXPECT_NE(t.find("ferry:device_memory_total_bytes{model_name=\"m\",device=\"cuda\"} " +
+                     std::to_string(80ull << 30)),
+              std::string::npos)
+        << t;
+    EXPECT_NE(t.find("ferry:device_memory_free_bytes{model_name=\"m\",device=\"cuda\"} " +
+                     std::to_string(6ull << 30)),
+              std::string::npos);
+    EXPECT_NE(t.find("ferry:kv_cache_pool_bytes{model_name=\"m\"} " + std::to_string(60ull << 30)),
+              std::string::npos);
 }
 
 TEST(ServerPrometheus, ProcessMetricsUnderTheStandardNames) {

@@ -204,7 +204,7 @@ TEST(StepMessage, RoundTripsAndRefusesTruncation) {
     m.slot_table = {4, 5};
     m.slot_from = {9, 11};
     m.slot_to = {6, 7};
-    m.work = {{{1, 2, 3}, 5, 32, {0, 4}, {2, 2}, 1, {1, 3, 5}}, {{9}, 0, 0, {6}, {}, 0}};
+    m.work = {{{1, 2, 3}, 5, 32, {0, 4}, {2, 2}, 1, {1, 3, 5}}, {{9}, 0, 0, {6}, {}, 0, {}}};
     std::vector<std::byte> bytes;
     engine::encode_step(m, bytes);
     auto back = engine::decode_step(bytes);

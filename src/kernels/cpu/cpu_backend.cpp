@@ -434,4 +434,8 @@ uint64_t CpuBackend::memory_bytes() const {
     return total_memory_bytes();
 }
 
+uint64_t CpuBackend::memory_free_bytes() const {
+    return available_memory_bytes();
+}
+
 }  // namespace ferry::kernels::cpu

@@ -64,6 +64,7 @@ class CpuBackend final : public Backend {
     double measure_read_bandwidth_gbs() override;
     double measure_peak_gflops_f32() override;
     uint64_t memory_bytes() const override;
+    uint64_t memory_free_bytes() const override;
 
   private:
     // fn(row) for every row of a batch: over the pool once there is enough of it (with 64

@@ -219,14 +219,26 @@ double measure_peak_gflops_f32(int n_threads) {
     return best;
 }
 
-uint64_t total_memory_bytes() {
+namespace {
+// A /proc/meminfo line's value in bytes ("MemTotal:"), 0 where there is none.
+uint64_t meminfo_bytes(std::string_view want) {
     std::ifstream in("/proc/meminfo");
     std::string key;
     uint64_t kb = 0;
     while (in >> key >> kb) {
-        if (key == "MemTotal:") return kb * 1024;
+        if (key == want) return kb * 1024;
         in.ignore(256, '\n');
     }
+    return 0;
+}
+}  // namespace
+
+uint64_t available_memory_bytes() {
+    return meminfo_bytes("MemAvailable:");
+}
+
+uint64_t total_memory_bytes() {
+    if (const uint64_t b = meminfo_bytes("MemTotal:")) return b;
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
 }

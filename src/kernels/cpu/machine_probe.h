@@ -20,5 +20,7 @@ double measure_peak_gflops_f32(int n_threads = 0);
 
 // Physical memory as the OS reports it (MemTotal on Linux); 0 if unknown.
 uint64_t total_memory_bytes();
+// MemAvailable: what the kernel could give this process now without swapping (0: unknown).
+uint64_t available_memory_bytes();
 
 }  // namespace ferry::kernels::cpu

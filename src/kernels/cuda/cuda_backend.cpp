@@ -28,7 +28,18 @@ namespace {
 // Device memory owned by whoever holds the shared pointer (tensors keep it alive).
 std::shared_ptr<void> device_alloc(size_t bytes) {
     void* p = nullptr;
-    check(cudaMalloc(&p, std::max<size_t>(bytes, 1)),
+    const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+    if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError();  // not sticky: the device stays usable
+        size_t free = 0, total = 0;
+        cudaMemGetInfo(&free, &total);
+        throw std::runtime_error(fmt::format(
+            "out of GPU memory: {:.1f} MiB asked, {:.1f} MiB free of {:.1f} GiB (a smaller "
+            "--weights type or --kv-cache-memory, or `ferry plan --device cuda`, says what fits)",
+            static_cast<double>(bytes) / (1 << 20), static_cast<double>(free) / (1 << 20),
+            static_cast<double>(total) / (1 << 30)));
+    }
+    check(e,
           fmt::format("cudaMalloc of {:.1f} MiB", static_cast<double>(bytes) / (1 << 20)).c_str());
     return {p, [](void* q) { cudaFree(q); }};
 }
@@ -388,6 +399,11 @@ class CudaBackend final : public Backend {
         return peak_gflops_f32();
     }
     uint64_t memory_bytes() const override { return props_.totalGlobalMem; }
+    uint64_t memory_free_bytes() const override {
+        size_t free = 0, total = 0;
+        check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+        return free;
+    }
 
   private:
     // A matrix in device memory in its file's own format (f16, f32, or blocks weight_decode.h
