@@ -308,15 +308,20 @@ TEST_P(BackendOps, ResidentMatricesMultiplyAndEmbedAsTheirRows) {
 
 // A ragged batch of two sequences over scattered blocks: the KV write puts every token where
 // its block table says, and causal attention over the cache equals softmax(q.K) V computed here
-// in double, for GQA 4:2 and an f32 and an f16 cache.
+// in double, for GQA 4:2 and every cache type: f32, f16, int8 (calibrated key channels, value
+// rows scaled per token) and fp8, each row stored as the CPU's reference stores it.
 TEST_P(BackendOps, KvWriteAndAttentionFollowTheBlockTables) {
     const int n_head = 4, n_head_kv = 2, hd = 32, bs = 4, kv_dim = n_head_kv * hd;
     // Sequence 0: 6 cached positions + 3 new tokens; sequence 1: 2 new tokens from empty.
     const int32_t blocks0[] = {5, 2, 7}, blocks1[] = {0};
     const int64_t start[] = {6, 0};
     const int32_t len[] = {3, 2};
-    for (quant::KvDType dt : {quant::KvDType::F32, quant::KvDType::F16}) {
-        kv::KvStore store(*be, 1, 8, bs, kv_dim, hd, {dt, {}});
+    for (quant::KvDType dt :
+         {quant::KvDType::F32, quant::KvDType::F16, quant::KvDType::Int8, quant::KvDType::FP8}) {
+        std::vector<float> channel;  // int8 keys: one calibrated scale per channel
+        if (dt == quant::KvDType::Int8)
+            for (int i = 0; i < kv_dim; ++i) channel.push_back(0.02f + 0.001f * float(i % 7));
+        kv::KvStore store(*be, 1, 8, bs, kv_dim, hd, {dt, channel});
         // Every position's keys and values; the cached ones written as earlier steps would.
         const auto k0 = random(9 * kv_dim), v0 = random(9 * kv_dim);
         const auto k1 = random(2 * kv_dim), v1 = random(2 * kv_dim);
@@ -334,16 +339,28 @@ TEST_P(BackendOps, KvWriteAndAttentionFollowTheBlockTables) {
         std::copy(v1.begin(), v1.end(), v.begin() + 3 * kv_dim);
         be->kv_write(store.view(), 0, b, put(k, 5, kv_dim), put(v, 5, kv_dim));
 
-        // What the cache holds, read back: each element as the cache's type rounds it.
-        auto stored = [&](float x) {
-            return dt == quant::KvDType::F16 ? quant::f16_to_f32(quant::f32_to_f16(x)) : x;
+        // What the cache holds: each (position, KV head) row as the reference stores and reads
+        // it back (a row's scale comes from the whole row, so this goes row by row).
+        auto stored = [&](const std::vector<float>& x, bool key) {
+            std::vector<float> out(x.size());
+            std::vector<uint8_t> code(size_t(hd) * 4);
+            for (size_t r = 0; r < x.size() / hd; ++r) {
+                const float* cs =
+                    key && !channel.empty() ? &channel[(r % n_head_kv) * hd] : nullptr;
+                float sc = 0;
+                quant::quantize_kv_row(dt, &x[r * hd], hd, code.data(), &sc, cs);
+                quant::dequantize_kv_row(dt, code.data(), hd, sc, cs, &out[r * hd]);
+            }
+            return out;
         };
+        const auto K0 = stored(k0, true), V0 = stored(v0, false);
+        const auto K1 = stored(k1, true), V1 = stored(v1, false);
         std::vector<float> rk(kv_dim), rv(kv_dim);
         for (int p = 0; p < 9; ++p) {
             store.read(0, blocks0[p / bs], p % bs, rk.data(), rv.data());
             for (int i = 0; i < kv_dim; ++i) {
-                ASSERT_EQ(rk[i], stored(k0[p * kv_dim + i])) << p;
-                ASSERT_EQ(rv[i], stored(v0[p * kv_dim + i])) << p;
+                ASSERT_EQ(rk[i], K0[p * kv_dim + i]) << quant::kv_dtype_name(dt) << " " << p;
+                ASSERT_EQ(rv[i], V0[p * kv_dim + i]) << quant::kv_dtype_name(dt) << " " << p;
             }
         }
 
@@ -355,8 +372,8 @@ TEST_P(BackendOps, KvWriteAndAttentionFollowTheBlockTables) {
         std::vector<double> want(q.size());
         for (int t = 0; t < 5; ++t) {
             const bool s0 = token_seq[t] == 0;
-            const float* K = s0 ? k0.data() : k1.data();
-            const float* V = s0 ? v0.data() : v1.data();
+            const float* K = s0 ? K0.data() : K1.data();
+            const float* V = s0 ? V0.data() : V1.data();
             for (int h = 0; h < n_head; ++h) {
                 const int g = h / (n_head / n_head_kv);
                 const float* qh = &q[(size_t(t) * n_head + h) * hd];
@@ -364,8 +381,7 @@ TEST_P(BackendOps, KvWriteAndAttentionFollowTheBlockTables) {
                 double mx = -1e300;
                 for (int64_t p = 0; p <= positions[t]; ++p) {
                     double s = 0;
-                    for (int d = 0; d < hd; ++d)
-                        s += double(qh[d]) * stored(K[p * kv_dim + g * hd + d]);
+                    for (int d = 0; d < hd; ++d) s += double(qh[d]) * K[p * kv_dim + g * hd + d];
                     sc[p] = s * scale;
                     mx = std::max(mx, sc[p]);
                 }
@@ -374,12 +390,92 @@ TEST_P(BackendOps, KvWriteAndAttentionFollowTheBlockTables) {
                 for (int d = 0; d < hd; ++d) {
                     double o = 0;
                     for (int64_t p = 0; p <= positions[t]; ++p)
-                        o += sc[p] / z * stored(V[p * kv_dim + g * hd + d]);
+                        o += sc[p] / z * V[p * kv_dim + g * hd + d];
                     want[(size_t(t) * n_head + h) * hd + d] = o;
                 }
             }
         }
         expect_near(get(tout), want, 1e-4, quant::kv_dtype_name(dt));
+    }
+}
+
+// A verified draft's slots moving down carry their rows and per-token scales, every layer; and
+// turning a block's keys (KV eviction's re-rotation) leaves each row as the reference's rotate
+// and store would, fp8 with a fresh scale. Every cache type; int8 keys refuse to turn.
+TEST_P(BackendOps, KvSlotMovesAndKeyRotationsKeepRowsAndScales) {
+    const int n_layer = 2, n_head_kv = 2, hd = 16, bs = 4, kv_dim = n_head_kv * hd;
+    const int32_t blocks[] = {3, 1};
+    for (quant::KvDType dt :
+         {quant::KvDType::F32, quant::KvDType::F16, quant::KvDType::Int8, quant::KvDType::FP8}) {
+        const char* name = quant::kv_dtype_name(dt);
+        std::vector<float> channel;
+        if (dt == quant::KvDType::Int8) channel.assign(size_t(n_layer) * kv_dim, 0.03f);
+        kv::KvStore store(*be, n_layer, 4, bs, kv_dim, hd, {dt, channel});
+        // Rows of very different sizes, so a scale left behind would show.
+        std::vector<std::vector<float>> k(8), v(8);
+        for (int p = 0; p < 8; ++p) {
+            k[p] = random(kv_dim, 0.2f * float(p + 1)), v[p] = random(kv_dim, 0.3f * float(8 - p));
+            for (int l = 0; l < n_layer; ++l)
+                store.write(l, blocks[p / bs], p % bs, k[p].data(), v[p].data());
+        }
+        auto read = [&](int l, int p) {
+            std::vector<float> rk(kv_dim), rv(kv_dim);
+            store.read(l, blocks[p / bs], p % bs, rk.data(), rv.data());
+            return std::pair{rk, rv};
+        };
+        std::vector<std::pair<std::vector<float>, std::vector<float>>> before;
+        for (int p = 0; p < 8; ++p) before.push_back(read(1, p));
+        // Positions 5 and 7 move to 2 and 3, in that order (the second reads what is still its).
+        const std::pair<int64_t, int64_t> moves[] = {{5, 2}, {7, 3}};
+        const kernels::BatchSeq seq{0, 8, 0, blocks};
+        be->kv_move_slots(store.view(), seq, moves);
+        for (int l = 0; l < n_layer; ++l) {
+            EXPECT_EQ(read(l, 2), before[5]) << name << " layer " << l;
+            EXPECT_EQ(read(l, 3), before[7]) << name << " layer " << l;
+            EXPECT_EQ(read(l, 6), before[6]) << name << " layer " << l;  // untouched
+        }
+
+        const int rope_dim = hd;
+        std::vector<float> cs(rope_dim);
+        for (int i = 0; i < rope_dim / 2; ++i)
+            cs[2 * i] = std::cos(0.3f * float(i + 1)),
+                   cs[2 * i + 1] = std::sin(0.3f * float(i + 1));
+        if (dt == quant::KvDType::Int8) {
+            EXPECT_THROW(be->kv_rotate_keys(store.view(), 0, blocks[1], rope_dim, cs,
+                                            kernels::RopeStyle::Normal),
+                         std::invalid_argument);
+            continue;
+        }
+        std::vector<std::vector<float>> keys(bs);
+        for (int slot = 0; slot < bs; ++slot) keys[slot] = read(0, bs + slot).first;
+        be->kv_rotate_keys(store.view(), 0, blocks[1], rope_dim, cs, kernels::RopeStyle::Normal);
+        for (int slot = 0; slot < bs; ++slot) {
+            const auto got = read(0, bs + slot).first;
+            for (int h = 0; h < n_head_kv; ++h) {
+                // The reference: the row as read, turned pair by pair, stored and read again.
+                std::vector<float> row(keys[slot].begin() + h * hd,
+                                       keys[slot].begin() + (h + 1) * hd);
+                for (int i = 0; i < rope_dim / 2; ++i) {
+                    const float x0 = row[2 * i], x1 = row[2 * i + 1];
+                    row[2 * i] = x0 * cs[2 * i] - x1 * cs[2 * i + 1];
+                    row[2 * i + 1] = x0 * cs[2 * i + 1] + x1 * cs[2 * i];
+                }
+                std::vector<uint8_t> code(size_t(hd) * 4);
+                std::vector<float> want(hd);
+                float sc = 0;
+                quant::quantize_kv_row(dt, row.data(), hd, code.data(), &sc, nullptr);
+                quant::dequantize_kv_row(dt, code.data(), hd, sc, nullptr, want.data());
+                for (int d = 0; d < hd; ++d) {
+                    // Float rounding in the turn (a GPU fuses it into FMAs) may move a code by
+                    // one step: 1/8 of the value for fp8, one ulp for f16.
+                    const float tol = dt == quant::KvDType::FP8 ? 0.13f * std::fabs(want[d]) + 1e-6f
+                                      : dt == quant::KvDType::F16
+                                          ? 1e-3f * std::fabs(want[d]) + 1e-5f
+                                          : 1e-5f;
+                    ASSERT_NEAR(got[h * hd + d], want[d], tol) << name << " slot " << slot;
+                }
+            }
+        }
     }
 }
 

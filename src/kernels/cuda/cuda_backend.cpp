@@ -8,7 +8,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 #include <vector>
 
@@ -96,13 +98,7 @@ class CudaBackend final : public Backend {
     }
     // Products run in float, whatever the CPU's setting.
     Activations activations() const override { return Activations::F32; }
-    Status kv_support(quant::KvDType t) const override {
-        if (t == quant::KvDType::F32 || t == quant::KvDType::F16) return Status::Ok();
-        return make_error(
-            "the CUDA backend keeps its KV cache in f16 or f32, not {} (yet): use "
-            "--kv-dtype f16",
-            quant::kv_dtype_name(t));
-    }
+    // Every cache type the CPU keeps (f32, f16, int8, fp8): kv_support's default.
 
     // ---- memory -------------------------------------------------------------------------
     Tensor alloc(DType type, std::span<const int64_t> shape) override {
@@ -226,6 +222,8 @@ class CudaBackend final : public Backend {
     void kv_rotate_keys(const KvCacheView& kv, int layer, int32_t block, int rope_dim,
                         std::span<const float> cos_sin, RopeStyle style) override {
         const KvGeometry g = geometry(kv);
+        if (kv.dtype == quant::KvDType::Int8)
+            throw std::invalid_argument("kv_rotate_keys: int8 keys have fixed per-channel scales");
         if (static_cast<int>(cos_sin.size()) != rope_dim)
             throw std::invalid_argument("kv_rotate_keys: cos_sin must hold rope_dim / 2 pairs");
         const float* cs = floats_.put(cos_sin.data(), cos_sin.size(), stream_);
@@ -244,18 +242,27 @@ class CudaBackend final : public Backend {
                               static_cast<int32_t>(pos % kv.block_size), 0};
         }
         const KvSlot* slots = slots_.put(slots_host_.data(), slots_host_.size(), stream_);
+        unsigned long long* clipped = clip_counter(kv);
         cuda::kv_write(kv.k, kv.v, g, slots, k.data<float>(), v.data<float>(), b.n_tokens(),
-                       stream_);
+                       channel_scales(kv, layer), clipped, stream_);
+        if (clipped)
+            check(cudaMemcpyAsync(clips_[kv.k_clipped].host.get(), clipped, sizeof(*clipped),
+                                  cudaMemcpyDeviceToHost, stream_),
+                  "cudaMemcpyAsync (clipped keys)");
     }
     void kv_move_slots(const KvCacheView& kv, const BatchSeq& s,
                        std::span<const std::pair<int64_t, int64_t>> moves) override {
-        const KvGeometry g = geometry(kv);
-        const size_t eb = g.f16 ? 2 : 4;
+        geometry(kv);  // refuses what this backend cannot keep
+        const size_t eb = quant::kv_elem_bytes(kv.dtype);
         const int n_heads = kv.kv_dim / kv.head_dim;
+        const size_t scale_bytes = static_cast<size_t>(n_heads) * sizeof(float);
         for (int key = 0; key < 2; ++key) {
             std::vector<int64_t>& src = offs_host_[0];
             std::vector<int64_t>& dst = offs_host_[1];
             src.clear(), dst.clear();
+            // Per-token scales travel with their rows: [layer][move] ranges after the rows'.
+            const bool scaled = quant::kv_token_scales(kv.dtype, key != 0);
+            std::vector<int64_t> scale_src, scale_dst;
             for (int layer = 0; layer < kv.n_layer; ++layer) {
                 const std::span<const int32_t> table = kv.table(s, layer);
                 const size_t region = key ? kv.k_region : kv.v_region;
@@ -269,18 +276,31 @@ class CudaBackend final : public Backend {
                         dst.push_back(static_cast<int64_t>(
                             rt + (hs + (to % kv.block_size) * kv.layout.pos_stride) * eb));
                     }
+                    if (scaled) {
+                        scale_src.push_back(static_cast<int64_t>(
+                            rf + kv.layout.scale_offset + (from % kv.block_size) * scale_bytes));
+                        scale_dst.push_back(static_cast<int64_t>(
+                            rt + kv.layout.scale_offset + (to % kv.block_size) * scale_bytes));
+                    }
                 }
             }
             // Moves run in order (a later one may read a slot an earlier one wrote): one launch
             // per move keeps that, since a launch's copies run in parallel.
             std::byte* base = key ? kv.k : kv.v;
+            const size_t n_rows = src.size();
+            src.insert(src.end(), scale_src.begin(), scale_src.end());
+            dst.insert(dst.end(), scale_dst.begin(), scale_dst.end());
             const int64_t* ds = off_src_.put(src.data(), src.size(), stream_);
             const int64_t* dd = off_dst_.put(dst.data(), dst.size(), stream_);
             for (size_t m = 0; m < moves.size(); ++m) {
                 // Entries are [layer][move][head]: this move's rows, layer by layer.
                 for (int layer = 0; layer < kv.n_layer; ++layer) {
-                    const size_t at = (static_cast<size_t>(layer) * moves.size() + m) * n_heads;
+                    const size_t lm = static_cast<size_t>(layer) * moves.size() + m;
+                    const size_t at = lm * n_heads;
                     cuda::copy_ranges(base, ds + at, dd + at, n_heads, kv.head_dim * eb, stream_);
+                    if (scaled)
+                        cuda::copy_ranges(base, ds + n_rows + lm, dd + n_rows + lm, 1, scale_bytes,
+                                          stream_);
                 }
             }
         }
@@ -340,8 +360,9 @@ class CudaBackend final : public Backend {
             mass_host_.assign(static_cast<size_t>(mass_total), 0.0f);
             mass = floats_.put(mass_host_.data(), mass_host_.size(), stream_);
         }
-        cuda::attention(kv.k, kv.v, g, table, toks, b.n_tokens(), shape.n_head, shape.n_head_kv,
-                        shape.scale, q.data<float>(), out.data<float>(), mass, stream_);
+        cuda::attention(kv.k, kv.v, g, channel_scales(kv, layer), table, toks, b.n_tokens(),
+                        shape.n_head, shape.n_head_kv, shape.scale, q.data<float>(),
+                        out.data<float>(), mass, stream_);
         if (mass_total > 0) {
             check(cudaMemcpyAsync(mass_host_.data(), mass, mass_host_.size() * sizeof(float),
                                   cudaMemcpyDeviceToHost, stream_),
@@ -439,13 +460,52 @@ class CudaBackend final : public Backend {
 
     KvGeometry geometry(const KvCacheView& kv) const {
         if (Status s = kv_support(kv.dtype); !s) throw std::invalid_argument(s.error().message);
+        if (kv.dtype == quant::KvDType::Int8 && !kv.k_channel_scales)
+            throw std::invalid_argument("an int8 KV cache needs its keys' calibrated scales");
         return {kv.block_size,
                 kv.kv_dim,
                 kv.head_dim,
-                kv.dtype == quant::KvDType::F16,
+                static_cast<int>(kv.dtype),
                 static_cast<int64_t>(kv.layout.pos_stride),
-                static_cast<int64_t>(kv.layout.head_stride)};
+                static_cast<int64_t>(kv.layout.head_stride),
+                static_cast<int64_t>(kv.layout.scale_offset)};
     }
+    // This layer's int8 key scales on the device (null for other caches): kv_dim floats, small
+    // enough to send with each call, so a recalibration is never missed.
+    const float* channel_scales(const KvCacheView& kv, int layer) {
+        if (kv.dtype != quant::KvDType::Int8) return nullptr;
+        return channel_.put(kv.k_channel_scales + static_cast<size_t>(layer) * kv.kv_dim,
+                            static_cast<size_t>(kv.kv_dim), stream_);
+    }
+    // The device counter of clipped int8 key codes for one store, mirrored into pinned host
+    // memory after each write; what it has reached by the next write goes to kv.k_clipped, so
+    // the count lags the GPU by a step at most and never costs a synchronisation.
+    unsigned long long* clip_counter(const KvCacheView& kv) {
+        if (kv.dtype != quant::KvDType::Int8) return nullptr;
+        ClipCounter& c = clips_[kv.k_clipped];
+        if (!c.device) {
+            c.device = device_alloc(sizeof(unsigned long long));
+            check(cudaMemsetAsync(c.device.get(), 0, sizeof(unsigned long long), stream_),
+                  "cudaMemsetAsync");
+            void* h = nullptr;
+            check(cudaMallocHost(&h, sizeof(unsigned long long)), "cudaMallocHost");
+            c.host =
+                std::shared_ptr<unsigned long long>(static_cast<unsigned long long*>(h),
+                                                    [](unsigned long long* p) { cudaFreeHost(p); });
+            *c.host = 0;
+        }
+        const unsigned long long seen = *c.host;
+        if (seen > c.reported && kv.k_clipped)
+            kv.k_clipped->fetch_add(static_cast<int64_t>(seen - c.reported),
+                                    std::memory_order_relaxed);
+        c.reported = std::max(c.reported, seen);
+        return static_cast<unsigned long long*>(c.device.get());
+    }
+    struct ClipCounter {
+        std::shared_ptr<void> device;
+        std::shared_ptr<unsigned long long> host;
+        unsigned long long reported = 0;
+    };
 
     int device_;
     ThreadPool pool_;
@@ -457,6 +517,8 @@ class CudaBackend final : public Backend {
     std::vector<float> angles_host_, mass_host_;
     std::vector<KvSlot> slots_host_;
     std::vector<int64_t> table_host_;
+    Arena channel_;
+    std::map<std::atomic<int64_t>*, ClipCounter> clips_;
     std::vector<AttnToken> tokens_host_;
     std::vector<int64_t> offs_host_[2];
     std::vector<int32_t> argmax_host_;

@@ -60,13 +60,18 @@ struct KvGeometry {
     int block_size;
     int kv_dim;
     int head_dim;
-    bool f16;             // element type of the cache: f16, else f32
-    int64_t pos_stride;   // elements between slots of one head's rows
-    int64_t head_stride;  // elements between heads' rows
+    int dtype;             // quant::KvDType's value: 0 f32, 1 f16, 2 int8, 3 fp8
+    int64_t pos_stride;    // elements between slots of one head's rows
+    int64_t head_stride;   // elements between heads' rows
+    int64_t scale_offset;  // bytes from a region's start to its per-(slot, head) f32 scales
 };
+// k_channel: this layer's int8 key scales (kv_dim floats; int8 caches only); clipped counts
+// the int8 key codes clipped to 127 steps.
 void kv_write(std::byte* k_base, std::byte* v_base, const KvGeometry& g, const KvSlot* slots,
-              const float* k, const float* v, int64_t n_tokens, cudaStream_t s);
-// Rotates every key of one block region in place (rope_dim / 2 pairs in cos_sin).
+              const float* k, const float* v, int64_t n_tokens, const float* k_channel,
+              unsigned long long* clipped, cudaStream_t s);
+// Rotates every key of one block region in place (rope_dim / 2 pairs in cos_sin); fp8 rows get
+// a fresh scale, int8 keys (fixed channel scales) are the caller's to refuse.
 void kv_rotate(std::byte* region, const KvGeometry& g, const float* cos_sin, int rope_dim,
                bool neox, cudaStream_t s);
 
@@ -86,8 +91,9 @@ struct AttnToken {
 // out[t][h] = softmax(q[t][h] . K * scale) . V over each token's visible positions; mass, where
 // a token asks for it, += the softmax weights summed per block, per head.
 void attention(const std::byte* k_base, const std::byte* v_base, const KvGeometry& g,
-               const int64_t* table, const AttnToken* tokens, int64_t n_tokens, int n_head,
-               int n_head_kv, float scale, const float* q, float* out, float* mass, cudaStream_t s);
+               const float* k_channel, const int64_t* table, const AttnToken* tokens,
+               int64_t n_tokens, int n_head, int n_head_kv, float scale, const float* q, float* out,
+               float* mass, cudaStream_t s);
 
 // ---- the roofline's ceilings (probe.cu) --------------------------------------------------
 // GB/s reading `bytes` of device memory, the best of a few passes.
