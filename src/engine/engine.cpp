@@ -396,7 +396,15 @@ bool Engine::step() {
     // The step's cost, for the speculation plan: the pass and the verifications and draws after
     // it, everything that grows with the tokens a step carries.
     const auto t_exec = Clock::now();
-    const std::span<const float> logits = runner_->execute(out);
+    // Where every row wants only its most likely token, the device picks them and only ids
+    // come back (ModelRunner::execute_greedy); otherwise the rows' logits.
+    std::span<const float> logits;
+    std::span<const int32_t> ids;
+    const bool ids_only = greedy_ids_only(out, seqs);
+    if (ids_only)
+        ids = runner_->execute_greedy(out);
+    else
+        logits = runner_->execute(out);
     // Draft tokens count as computed only once verified.
     for (size_t i = 0; i < seqs.size(); ++i) {
         scheduler_->add_attention_mass(seqs[i], runner_->attention_mass(i));
@@ -408,7 +416,7 @@ bool Engine::step() {
     std::vector<Sequence*> targets;
     struct Pick {
         Sequence* seq;
-        const float* logits;
+        const float* logits;  // null where the device picked the token
         int32_t token = -1;
         std::string error;  // the draw threw
     };
@@ -418,12 +426,14 @@ bool Engine::step() {
         Sequence* seq = seqs[i];
         const int rows = s.num_logits();
         if (rows == 0) continue;
-        const float* base = logits.data() + row * n_vocab;
         const size_t first_row = row + static_cast<size_t>(rows - 1 - s.num_draft);
+        const float* base = ids.empty() ? logits.data() + row * n_vocab : nullptr;
+        const int32_t picked = ids.empty() ? -1 : ids[first_row];
         row += static_cast<size_t>(rows);
         Request& r = *seq->request;
         if (r.aborted || seq->status == SeqStatus::Finished) continue;
-        const float* l = base + static_cast<size_t>(rows - 1 - s.num_draft) * n_vocab;
+        const float* l =
+            base ? base + static_cast<size_t>(rows - 1 - s.num_draft) * n_vocab : nullptr;
         try {
             if (s.all_logits) record_prompt_logprobs(r, s, base);
             if (!s.wants_logits) continue;
@@ -445,7 +455,7 @@ bool Engine::step() {
             if (r.params.max_tokens == 0)  // scoring only: the prompt has run, nothing follows
                 finish(*t, FinishReason::Length, nullptr);
             else
-                picks.push_back({t, l, -1, {}});
+                picks.push_back({t, l, picked, {}});
         }
     }
     // A draw reads only its own sequence's logits, history and generator, so a batch's draws
@@ -454,6 +464,7 @@ bool Engine::step() {
     // A constrained sequence draws from its grammar's allowed tokens; the mask is computed
     // here, beside the other draws, and shared by every sequence in the same grammar state.
     auto draw_one = [&](Pick& p) {
+        if (!p.logits) return;  // the device's pick
         if (p.seq->matcher && p.seq->sampler->plain_greedy()) {
             p.token = masked_argmax(*p.seq->matcher->mask(), p.logits, n_vocab);
             return;  // -1: nothing can follow, the output ends here
@@ -506,12 +517,30 @@ bool Engine::step() {
     {
         std::lock_guard lock(metrics_mu_);
         ++metrics_.steps;
+        metrics_.greedy_id_steps += ids_only;
         metrics_.batched_tokens_total += out.total_tokens;
         metrics_.batched_seqs_total += out.seqs.size();
     }
     retire_finished();
     publish_metrics();
     return true;
+}
+
+bool Engine::greedy_ids_only(const SchedulerOutput& out, std::span<Sequence* const> seqs) const {
+    bool any = false;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        const ScheduledSeq& s = out.seqs[i];
+        if (s.num_logits() == 0) continue;
+        const Sequence& seq = *seqs[i];
+        const RequestParams& p = seq.request->params;
+        // Anything that reads a row's floats: prompt logprobs, a draft's verification, logprobs,
+        // a grammar's mask, a sampler that is more than argmax, scoring a prompt.
+        if (s.all_logits || s.num_draft > 0 || p.top_logprobs >= 0 || seq.matcher || !seq.sampler ||
+            !seq.sampler->plain_greedy() || p.max_tokens == 0)
+            return false;
+        any = true;
+    }
+    return any;
 }
 
 void Engine::fork(Request& req, Sequence& parent, std::vector<Sequence*>& out) {
@@ -763,7 +792,9 @@ void Engine::emit(Sequence& seq, int32_t tok, const float* logits) {
     Request& r = *seq.request;
     const RequestParams& p = r.params;
     const int n_vocab = runner_->n_vocab();
-    std::span<const float> row(logits, n_vocab);
+    // No row where the device picked the token (then no logprobs were asked for).
+    const std::span<const float> row =
+        logits ? std::span<const float>(logits, n_vocab) : std::span<const float>();
     const auto now = Clock::now();
 
     TokenEvent ev;

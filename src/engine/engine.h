@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -32,6 +33,7 @@ class ModelRunner;
 class Proposer;
 struct Request;
 struct ScheduledSeq;
+struct SchedulerOutput;
 struct Sequence;
 
 class Engine {
@@ -97,7 +99,10 @@ class Engine {
     // What counts against the context: every token, or under streaming eviction (which runs
     // past it) the positions its cache holds.
     int64_t context_len(const Sequence& s) const;
-    Status attach_draft();   // the draft model's proposer, sized to this engine's pool
+    Status attach_draft();  // the draft model's proposer, sized to this engine's pool
+    // Whether every row of the step wants only its most likely token (greedy, no logprobs,
+    // grammar or draft): then the device picks them and only ids cross to the host.
+    bool greedy_ids_only(const SchedulerOutput& out, std::span<Sequence* const> seqs) const;
     Status attach_medusa();  // the Medusa heads' proposer, when --medusa-heads names a file
     struct Live;
     void loop();

@@ -151,6 +151,11 @@ std::span<const float> ModelRunner::step(Copies copies, Copies window_copies,
                 mass_sum_[mass_sum_at_[i] + b] += mass_[mass_at_[i] + r * nb + b];
     }
     if (rows == 0) return {};
+    if (ids_only_) {
+        ids_.resize(static_cast<size_t>(rows));
+        backend_->argmax(logits_.slice(0, rows), ids_);
+        return {};
+    }
     const Tensor host = backend_->host_view(logits_.slice(0, rows));
     return {host.data<const float>(), static_cast<size_t>(rows * n_vocab)};
 }
@@ -192,6 +197,19 @@ void ModelRunner::pack(std::span<const Work> work, size_t first_item) {
                          mass_at_[item] == kNoMass ? nullptr : mass_.data() + mass_at_[item],
                          w.window_blocks, w.tree});
     }
+}
+
+std::span<const int32_t> ModelRunner::execute_greedy(const SchedulerOutput& out) {
+    ids_only_ = true;
+    ids_.clear();
+    try {
+        execute(out);
+    } catch (...) {
+        ids_only_ = false;
+        throw;
+    }
+    ids_only_ = false;
+    return ids_;
 }
 
 std::span<const float> ModelRunner::execute(const SchedulerOutput& out) {

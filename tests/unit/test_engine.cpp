@@ -63,6 +63,40 @@ TEST(Engine, MatchesSingleStreamGenerator) {
     EXPECT_EQ(got[0].tokens[0], expected);
 }
 
+// Greedy rows without logprobs or grammar end on the device (Backend::argmax; only ids cross to
+// the host), the rest as logits: the tokens are the same either way, and the counter says which
+// path each step took.
+TEST(Engine, DevicePickedGreedyTokensEqualTheLogitsPath) {
+    const int n = 12;
+    auto prompts = mixed_prompts(n, 3);
+    std::vector<RequestParams> plain, with_logprobs;
+    for (int i = 0; i < n; ++i) {
+        plain.push_back(greedy(3 + i % 7));
+        with_logprobs.push_back(plain.back());
+        with_logprobs.back().top_logprobs = 0;  // reads the row: the logits path
+    }
+    auto ids_engine = make_engine(small_config());
+    auto by_ids = run_all(*ids_engine, prompts, plain);
+    const auto m = ids_engine->metrics();
+    EXPECT_GT(m.greedy_id_steps, 0u);
+    // Prefill steps that finish no prompt want no token; every step that did took the ids path.
+    EXPECT_LE(m.greedy_id_steps, m.steps);
+    expect_all_free(*ids_engine);
+
+    auto logits_engine = make_engine(small_config());
+    auto by_logits = run_all(*logits_engine, prompts, with_logprobs);
+    EXPECT_EQ(logits_engine->metrics().greedy_id_steps, 0u);
+    for (int i = 0; i < n; ++i) ASSERT_EQ(by_ids[i].tokens[0], by_logits[i].tokens[0]) << i;
+
+    // One request that reads its row makes the whole step take the logits path, and the greedy
+    // neighbours in it still get the same tokens.
+    std::vector<RequestParams> mixed = plain;
+    mixed[0] = with_logprobs[0];
+    auto mixed_engine = make_engine(small_config());
+    auto by_mixed = run_all(*mixed_engine, prompts, mixed);
+    for (int i = 0; i < n; ++i) ASSERT_EQ(by_mixed[i].tokens[0], by_ids[i].tokens[0]) << i;
+}
+
 // Log-probabilities streamed with a token are the model's log-softmax, computed here in
 // double from the Generator's logits for the same prompt (and the top list is its best k).
 TEST(Engine, LogprobsAreTheModelsLogSoftmax) {

@@ -418,8 +418,9 @@ void CpuBackend::softmax(const Tensor& x) {
 void CpuBackend::argmax(const Tensor& x, std::span<int32_t> host_out) {
     const int64_t dim = x.cols();
     const float* p = x.data<float>();
-    for (int64_t t = 0, n = x.rows(); t < n; ++t)
+    per_row(x.rows(), [&](int64_t t) {
         host_out[static_cast<size_t>(t)] = static_cast<int32_t>(cpu::argmax(p + t * dim, dim));
+    });
 }
 
 double CpuBackend::measure_read_bandwidth_gbs() {
