@@ -36,6 +36,7 @@ struct EvalCmdOptions {
     bool json = false;
     KvDTypeOption kv_dtype{"f32"};  // of the model under test; --ref keeps f32
     ActivationsOption activations;  // for both models (a float --ref is not affected)
+    DeviceOption device;            // both models on it
     bool stream = false;            // one sequence through the engine (stream_eval.h)
     int chunk = 64;                 // --stream: tokens per step
     KvEvictionOption kv_eviction;
@@ -142,8 +143,7 @@ void eval(const EvalCmdOptions& o) {
     const int ranks = o.parallel.ranks();
     const int threads =
         o.threads == 0 && ranks > 1 ? std::max(1, physical_core_count() / ranks) : o.threads;
-    const auto backend = take(kernels::make_backend(
-        {.threads = resolve_threads(threads), .activations = o.activations.resolved()}));
+    const auto backend = o.device.backend(resolve_threads(threads), o.activations, ranks);
     const auto group = o.parallel.join();
     auto lm = take(engine::LoadedModel::load(take(resolve_model_path(o.model)), false, backend,
                                              std::nullopt, group));
@@ -248,6 +248,7 @@ void add_eval_command(CLI::App& app) {
     o->kv_eviction.add_to(*cmd);
     o->kv_dtype.add_to(*cmd);
     o->activations.add_to(*cmd);
+    o->device.add_to(*cmd);
     auto* stride =
         cmd->add_option("--stride", o->stride, "Window advance in tokens (default: ctx / 2)")
             ->check(CLI::Range(1, 1 << 24));

@@ -24,6 +24,7 @@ int sliding_layers(const model::LlamaConfig& c) {
 struct InfoOptions {
     std::string model = "default";
     bool json = false;
+    DeviceOption device;  // where the costs below are for (weights/token is the device's layout)
 };
 
 // The rope scaling the model runs with: the config's type and factor, or a GGUF's per-pair
@@ -39,7 +40,16 @@ std::string rope_scaling_text(const engine::LoadedModel& lm) {
 }
 
 void info(const InfoOptions& o) {
-    auto lm = take(engine::LoadedModel::load(take(resolve_model_path(o.model)), false));
+    auto lm = take(engine::LoadedModel::load(take(resolve_model_path(o.model)), false,
+                                             o.device.backend(resolve_threads(0), {}, 1)));
+    // The backend's own description: the GPU's name and memory, or the CPU's kernel level.
+    nlohmann::json device = nlohmann::json::object();
+    std::string device_text;
+    for (const auto& [k, v] : lm.backend->describe()) {
+        device[k] = v;
+        if (k != "backend")
+            device_text += fmt::format("{}{} {}", device_text.empty() ? "" : ", ", k, v);
+    }
     const auto& c = lm.model->config();
     const auto types = lm.weights->stored_types();
     size_t weight_bytes = 0;
@@ -94,6 +104,7 @@ void info(const InfoOptions& o) {
         {"kv_bytes_per_token_past_window_f16", kv_past_window(quant::KvDType::F16)},
         {"kv_cache_dtype", KvDTypeOption{}.name},
         {"chat_template", lm.chat_template ? "jinja" : "none"},
+        {"device", device},
         {"bos_token_id", lm.tokenizer->bos()},
         {"eos_token_id", lm.tokenizer->eos()},
     };
@@ -169,6 +180,8 @@ void info(const InfoOptions& o) {
             kv_past_window(quant::KvDType::F16) / 1024.0, global_layers);
     std::printf("chat template   %s\n",
                 lm.chat_template ? "jinja" : lm.chat_template_error.c_str());
+    std::printf("device          %s (%s)\n",
+                kernels::backend_property(*lm.backend, "backend").c_str(), device_text.c_str());
 }
 
 }  // namespace
@@ -180,6 +193,7 @@ void add_info_command(CLI::App& app) {
                     "GGUF model file, Hugging Face model directory, or 'default'")
         ->capture_default_str();
     cmd->add_flag("--json", o->json, "machine-readable output");
+    o->device.add_to(*cmd);
     cmd->callback([o] { info(*o); });
 }
 

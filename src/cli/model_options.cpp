@@ -46,11 +46,34 @@ void ModelOptions::add_to(CLI::App& cmd) {
         ->check(CLI::Range(0, 1 << 24));
     activations.add_to(cmd);
     parallel.add_to(cmd);
-    cmd.add_option("--device", device,
+    device.add_to(cmd);
+}
+
+void DeviceOption::add_to(CLI::App& cmd) {
+    cmd.add_option("--device", name,
                    "where the model runs: cpu, cuda (a build with -DFERRY_CUDA=ON, on a GPU) or "
                    "auto (a GPU if there is one)")
         ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
         ->capture_default_str();
+}
+
+std::shared_ptr<kernels::Backend> DeviceOption::backend(int threads,
+                                                        const ActivationsOption& activations,
+                                                        int ranks) const {
+    if (name != "cpu") {
+        auto gpu =
+            kernels::make_backend({.device = Device::CUDA, .threads = threads, .activations = {}});
+        if (gpu.ok()) {
+            // Options that only the CPU backend has are refused rather than ignored.
+            if (activations.resolved())
+                throw ExitError(
+                    "--activations applies to the CPU backend; on CUDA products run in float");
+            if (ranks > 1) throw ExitError("--tp / --pp run on the CPU backend only for now");
+            return std::move(*gpu);
+        }
+        if (name == "cuda") throw ExitError("--device cuda: " + gpu.error().message);
+    }
+    return take(kernels::make_backend({.threads = threads, .activations = activations.resolved()}));
 }
 
 int resolve_threads(int requested) {
@@ -81,22 +104,7 @@ int ModelOptions::resolved_ctx(const engine::LoadedModel& lm) const {
 }
 
 std::shared_ptr<kernels::Backend> ModelOptions::backend() const {
-    if (device != "cpu") {
-        auto gpu = kernels::make_backend(
-            {.device = Device::CUDA, .threads = resolved_threads(), .activations = {}});
-        if (gpu.ok()) {
-            // Options that only the CPU backend has are refused rather than ignored.
-            if (activations.resolved())
-                throw ExitError(
-                    "--activations applies to the CPU backend; on CUDA products run in float");
-            if (parallel.ranks() > 1)
-                throw ExitError("--tp / --pp run on the CPU backend only for now");
-            return std::move(*gpu);
-        }
-        if (device == "cuda") throw ExitError("--device cuda: " + gpu.error().message);
-    }
-    return take(kernels::make_backend(
-        {.threads = resolved_threads(), .activations = activations.resolved()}));
+    return device.backend(resolved_threads(), activations, parallel.ranks());
 }
 
 std::optional<DType> ModelOptions::weight_type() const {

@@ -32,6 +32,20 @@ struct ActivationsOption {
 // and oversubscribed they mostly wait for each other (-t 512 on 2 CPUs ran 50x slower).
 int resolve_threads(int requested);
 
+// --device cpu|cuda|auto: where the model runs (auto: a GPU where this build has CUDA and one is
+// present, else the CPU). The default stays cpu until the CUDA backend has been checked on a
+// GPU (docs/cuda.md).
+struct DeviceOption {
+    std::string name = "cpu";
+
+    void add_to(CLI::App& cmd);
+    // The backend for it, `threads` workers; options only the CPU backend has (--activations,
+    // --tp / --pp: ranks > 1) are refused on a GPU rather than ignored. Exits with the reason
+    // when --device cuda cannot be had.
+    std::shared_ptr<kernels::Backend> backend(int threads, const ActivationsOption& activations,
+                                              int ranks) const;
+};
+
 struct ModelOptions {
     std::string model = "default";
     int threads = 0;  // 0: physical cores
@@ -40,10 +54,7 @@ struct ModelOptions {
     std::string weights;  // --weights: every matrix rounded to this type at load; empty: as stored
     std::string chat_template;       // --chat-template FILE: replaces the model's own
     TensorParallelOptions parallel;  // --tp, --tp-timeout
-    // --device cpu|cuda|auto: where the model runs (auto: a GPU where this build has CUDA and
-    // one is present, else the CPU). The default stays cpu until the CUDA backend has been
-    // checked on a GPU (docs/cuda.md).
-    std::string device = "cpu";
+    DeviceOption device;
 
     void add_to(CLI::App& cmd);
     int resolved_threads() const;

@@ -1,4 +1,5 @@
 """The command line as a new user meets it: a prompt answered, a chat, clear errors."""
+import json
 import os
 import struct
 
@@ -291,6 +292,14 @@ def test_device_cuda_without_a_gpu_is_refused_and_auto_falls_back(model_path):
     assert auto.stdout == cpu.stdout and "Paris" in cpu.stdout
     bad = run_ferry("run", "--device", "tpu", "-p", "x")
     assert bad.returncode != 0 and "tpu" in (bad.stderr + bad.stdout)
+    # eval and info take it too; info names the device its costs are for.
+    text = os.path.join(os.path.dirname(__file__), "..", "..", "data", "eval", "lighthouse.txt")
+    expect_clean_error(run_ferry("eval", "--device", "cuda", "--max-tokens", "16", "--text", text),
+                       "--device cuda")
+    expect_clean_error(run_ferry("info", "--device", "cuda"), "--device cuda")
+    info = run_ferry("info", "--device", "auto", "--json")
+    assert info.returncode == 0, info.stderr
+    assert json.loads(info.stdout)["device"]["backend"] == "cpu"
 
 
 def test_gpu_memory_utilization_is_refused_where_it_would_mean_nothing(model_path):
