@@ -196,10 +196,11 @@ int64_t Engine::default_pool_bytes() {
     const int64_t step_tokens = std::min(max_model_len_, config_.max_num_batched_tokens);
     const int64_t blocks = (step_tokens + config_.block_size - 1) / config_.block_size;
     const uint64_t needed = static_cast<uint64_t>(blocks) * kv_bytes_per_block();
-    const int64_t logit_rows = std::min<int64_t>(
-        config_.max_num_batched_tokens, int64_t{config_.max_num_seqs} * (config_.spec.k + 1));
-    const uint64_t workspace =
-        step_workspace_bytes(model_.model->config(), config_.max_num_batched_tokens, logit_rows);
+    // Every token of a step may want its row of logits (prompt logprobs, a long draft), so the
+    // logits are sized for the whole step: on a large vocabulary a GiB the cache does not get,
+    // rather than a step that runs out of memory after the pool took the rest.
+    const uint64_t workspace = step_workspace_bytes(
+        model_.model->config(), config_.max_num_batched_tokens, config_.max_num_batched_tokens);
     auto pool = gpu_pool_bytes(
         {kernels::backend_property(be, "device"), be.memory_bytes(), be.memory_free_bytes()},
         config_.gpu_memory_utilization.value_or(0.9), workspace, needed);
@@ -427,8 +428,8 @@ bool Engine::step() {
         const int rows = s.num_logits();
         if (rows == 0) continue;
         const size_t first_row = row + static_cast<size_t>(rows - 1 - s.num_draft);
-        const float* base = ids.empty() ? logits.data() + row * n_vocab : nullptr;
-        const int32_t picked = ids.empty() ? -1 : ids[first_row];
+        const float* base = ids_only ? nullptr : logits.data() + row * n_vocab;
+        const int32_t picked = ids_only ? ids[first_row] : -1;
         row += static_cast<size_t>(rows);
         Request& r = *seq->request;
         if (r.aborted || seq->status == SeqStatus::Finished) continue;
@@ -988,8 +989,14 @@ EngineMetrics Engine::metrics() const {
         std::lock_guard lock(metrics_mu_);
         m = metrics_;
     }
-    // Read when asked (a scrape), not every step: /proc/meminfo or cudaMemGetInfo.
-    m.device_memory_free = model_.backend->memory_free_bytes();
+    // Read when asked (a scrape), not every step: /proc/meminfo or cudaMemGetInfo. A device in
+    // error shows 0 free rather than failing the scrape (the step that meets it fails its
+    // requests with the reason).
+    try {
+        m.device_memory_free = model_.backend->memory_free_bytes();
+    } catch (const std::exception&) {
+        m.device_memory_free = 0;
+    }
     return m;
 }
 

@@ -146,10 +146,14 @@ struct KvCacheView {
     quant::KvDType dtype = quant::KvDType::F32;
     size_t k_region = 0, v_region = 0;
     quant::KvBlockLayout layout{};
-    const float* k_channel_scales = nullptr;    // int8 keys: n_layer x kv_dim, else null
-    std::atomic<int64_t>* k_clipped = nullptr;  // int8 key elements clipped so far
-    const int64_t* layer_region = nullptr;      // per layer, or null: layer x n_blocks
-    const uint8_t* window_layer = nullptr;      // per layer, or null: none has its own table
+    // int8 keys: n_layer x kv_dim in the backend's memory (the device's), else null
+    const float* k_channel_scales = nullptr;
+    std::atomic<int64_t>* k_clipped = nullptr;  // int8 key elements clipped so far (host)
+    // The same count for a device backend, one int64 in its memory that its kernels add to
+    // atomically (the host's std::atomic is out of their reach); null: none
+    int64_t* k_clipped_device = nullptr;
+    const int64_t* layer_region = nullptr;  // per layer, or null: layer x n_blocks
+    const uint8_t* window_layer = nullptr;  // per layer, or null: none has its own table
     size_t region(int layer, int64_t block) const {
         const int64_t first =
             layer_region ? layer_region[layer] : static_cast<int64_t>(layer) * n_blocks;

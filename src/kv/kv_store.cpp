@@ -45,7 +45,16 @@ KvStore::KvStore(kernels::Backend& backend, int n_layer, int64_t n_blocks, int b
         const int64_t s_shape[] = {static_cast<int64_t>(fmt_.k_scales.size())};
         k_scales_ = backend_.alloc(DType::F32, s_shape);
         backend_.upload(fmt_.k_scales.data(), k_scales_);
+        const int64_t one[] = {1};
+        k_clipped_device_ = backend_.alloc(DType::I64, one);  // zeroed
     }
+}
+
+int64_t KvStore::k_clipped() const {
+    int64_t on_device = 0;
+    if (!k_clipped_device_.empty() && k_clipped_device_.device() != Device::CPU)
+        backend_.download(k_clipped_device_, &on_device);
+    return k_clipped_.load(std::memory_order_relaxed) + on_device;
 }
 
 kernels::KvCacheView KvStore::view() {
@@ -63,6 +72,7 @@ kernels::KvCacheView KvStore::view() {
     v.layout = layout();
     v.k_channel_scales = k_scales_.empty() ? nullptr : k_scales_.data<float>();
     v.k_clipped = &k_clipped_;
+    v.k_clipped_device = k_clipped_device_.empty() ? nullptr : k_clipped_device_.data<int64_t>();
     v.layer_region = layer_region_.data();
     v.window_layer = window_.on() ? window_.layers.data() : nullptr;
     return v;

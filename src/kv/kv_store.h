@@ -84,7 +84,8 @@ class KvStore {
     }
     // int8 key elements clipped at 127 steps of their channel's scale so far: how often the
     // calibration's headroom was not enough.
-    int64_t k_clipped() const { return k_clipped_.load(std::memory_order_relaxed); }
+    // (The CPU counts on the host, a GPU in device memory: this reads and adds both.)
+    int64_t k_clipped() const;
 
   private:
     size_t region_bytes(bool key) const {
@@ -103,6 +104,7 @@ class KvStore {
     Tensor k_scales_;                    // int8 keys' channel scales on the device
     Tensor staging_;                     // write()'s keys and values on the device
     std::atomic<int64_t> k_clipped_{0};  // kv_write runs for several slots at once
+    Tensor k_clipped_device_;            // int8: the device backends' count
 };
 
 }  // namespace ferry::kv

@@ -341,6 +341,7 @@ TEST_P(BackendOps, KvWriteAndAttentionFollowTheBlockTables) {
 
         // What the cache holds: each (position, KV head) row as the reference stores and reads
         // it back (a row's scale comes from the whole row, so this goes row by row).
+        int64_t clipped = 0;  // int8 key codes beyond 127 steps of their channel, as counted
         auto stored = [&](const std::vector<float>& x, bool key) {
             std::vector<float> out(x.size());
             std::vector<uint8_t> code(size_t(hd) * 4);
@@ -348,13 +349,19 @@ TEST_P(BackendOps, KvWriteAndAttentionFollowTheBlockTables) {
                 const float* cs =
                     key && !channel.empty() ? &channel[(r % n_head_kv) * hd] : nullptr;
                 float sc = 0;
-                quant::quantize_kv_row(dt, &x[r * hd], hd, code.data(), &sc, cs);
+                clipped += quant::quantize_kv_row(dt, &x[r * hd], hd, code.data(), &sc, cs);
                 quant::dequantize_kv_row(dt, code.data(), hd, sc, cs, &out[r * hd]);
             }
             return out;
         };
         const auto K0 = stored(k0, true), V0 = stored(v0, false);
         const auto K1 = stored(k1, true), V1 = stored(v1, false);
+        // Every key row went through kv_write (the cached ones by store.write), and each
+        // backend counts what it clipped where the store reads it.
+        if (dt == quant::KvDType::Int8) {
+            EXPECT_GT(clipped, 0);
+        }
+        EXPECT_EQ(store.k_clipped(), clipped) << quant::kv_dtype_name(dt);
         std::vector<float> rk(kv_dim), rv(kv_dim);
         for (int p = 0; p < 9; ++p) {
             store.read(0, blocks0[p / bs], p % bs, rk.data(), rv.data());

@@ -108,7 +108,8 @@ __global__ void kv_write_k(std::byte* k_base, std::byte* v_base, KvGeometry g, c
         const float* x = (key ? k : v) + t * g.kv_dim + h * hd;
         const int c = store_row_warp(row, scale_at(region, g, sl.slot, h),
                                      k_channel ? k_channel + h * hd : nullptr, x, hd, g.dtype, key);
-        if (c && (threadIdx.x & 31) == 0) atomicAdd(clipped, static_cast<unsigned long long>(c));
+        if (c && clipped && (threadIdx.x & 31) == 0)
+            atomicAdd(clipped, static_cast<unsigned long long>(c));
     }
 }
 

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <map>
 #include <stdexcept>
 #include <vector>
 
@@ -56,8 +55,9 @@ size_t tensor_bytes(DType type, std::span<const int64_t> shape) {
 struct Arena {
     std::shared_ptr<void> mem;
     size_t cap = 0;
+    // Room for n elements, contents undefined (an op's output).
     template <class T>
-    T* put(const T* host, size_t n, cudaStream_t s) {
+    T* room(size_t n, cudaStream_t s) {
         const size_t bytes = n * sizeof(T);
         if (bytes > cap) {
             check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
@@ -66,10 +66,16 @@ struct Arena {
             mem = device_alloc(grown);
             cap = grown;
         }
-        if (bytes)
-            check(cudaMemcpyAsync(mem.get(), host, bytes, cudaMemcpyHostToDevice, s),
-                  "cudaMemcpyAsync (op arguments)");
         return static_cast<T*>(mem.get());
+    }
+    // n host elements copied in, on the stream.
+    template <class T>
+    T* put(const T* host, size_t n, cudaStream_t s) {
+        T* p = room<T>(n, s);
+        if (n)
+            check(cudaMemcpyAsync(p, host, n * sizeof(T), cudaMemcpyHostToDevice, s),
+                  "cudaMemcpyAsync (op arguments)");
+        return p;
     }
 };
 
@@ -242,13 +248,11 @@ class CudaBackend final : public Backend {
                               static_cast<int32_t>(pos % kv.block_size), 0};
         }
         const KvSlot* slots = slots_.put(slots_host_.data(), slots_host_.size(), stream_);
-        unsigned long long* clipped = clip_counter(kv);
+        // Clipped int8 key codes go to the store's counter in device memory (atomics: the
+        // host's std::atomic is out of the GPU's reach); KvStore::k_clipped reads it.
         cuda::kv_write(kv.k, kv.v, g, slots, k.data<float>(), v.data<float>(), b.n_tokens(),
-                       channel_scales(kv, layer), clipped, stream_);
-        if (clipped)
-            check(cudaMemcpyAsync(clips_[kv.k_clipped].host.get(), clipped, sizeof(*clipped),
-                                  cudaMemcpyDeviceToHost, stream_),
-                  "cudaMemcpyAsync (clipped keys)");
+                       channel_scales(kv, layer),
+                       reinterpret_cast<unsigned long long*>(kv.k_clipped_device), stream_);
     }
     void kv_move_slots(const KvCacheView& kv, const BatchSeq& s,
                        std::span<const std::pair<int64_t, int64_t>> moves) override {
@@ -396,9 +400,7 @@ class CudaBackend final : public Backend {
     void argmax(const Tensor& x, std::span<int32_t> host_out) override {
         if (static_cast<int64_t>(host_out.size()) < x.rows())
             throw std::invalid_argument("argmax: fewer outputs than rows");
-        std::vector<int32_t>& zeros = argmax_host_;
-        zeros.assign(static_cast<size_t>(x.rows()), 0);
-        int32_t* idx = picks_.put(zeros.data(), zeros.size(), stream_);
+        int32_t* idx = picks_.room<int32_t>(static_cast<size_t>(x.rows()), stream_);
         cuda::argmax(x.data<float>(), x.rows(), x.cols(), idx, stream_);
         check(cudaMemcpyAsync(host_out.data(), idx, static_cast<size_t>(x.rows()) * 4,
                               cudaMemcpyDeviceToHost, stream_),
@@ -470,42 +472,12 @@ class CudaBackend final : public Backend {
                 static_cast<int64_t>(kv.layout.head_stride),
                 static_cast<int64_t>(kv.layout.scale_offset)};
     }
-    // This layer's int8 key scales on the device (null for other caches): kv_dim floats, small
-    // enough to send with each call, so a recalibration is never missed.
-    const float* channel_scales(const KvCacheView& kv, int layer) {
+    // This layer's int8 key scales (null for other caches): the store keeps them in the
+    // backend's memory, so on the device already.
+    static const float* channel_scales(const KvCacheView& kv, int layer) {
         if (kv.dtype != quant::KvDType::Int8) return nullptr;
-        return channel_.put(kv.k_channel_scales + static_cast<size_t>(layer) * kv.kv_dim,
-                            static_cast<size_t>(kv.kv_dim), stream_);
+        return kv.k_channel_scales + static_cast<size_t>(layer) * kv.kv_dim;
     }
-    // The device counter of clipped int8 key codes for one store, mirrored into pinned host
-    // memory after each write; what it has reached by the next write goes to kv.k_clipped, so
-    // the count lags the GPU by a step at most and never costs a synchronisation.
-    unsigned long long* clip_counter(const KvCacheView& kv) {
-        if (kv.dtype != quant::KvDType::Int8) return nullptr;
-        ClipCounter& c = clips_[kv.k_clipped];
-        if (!c.device) {
-            c.device = device_alloc(sizeof(unsigned long long));
-            check(cudaMemsetAsync(c.device.get(), 0, sizeof(unsigned long long), stream_),
-                  "cudaMemsetAsync");
-            void* h = nullptr;
-            check(cudaMallocHost(&h, sizeof(unsigned long long)), "cudaMallocHost");
-            c.host =
-                std::shared_ptr<unsigned long long>(static_cast<unsigned long long*>(h),
-                                                    [](unsigned long long* p) { cudaFreeHost(p); });
-            *c.host = 0;
-        }
-        const unsigned long long seen = *c.host;
-        if (seen > c.reported && kv.k_clipped)
-            kv.k_clipped->fetch_add(static_cast<int64_t>(seen - c.reported),
-                                    std::memory_order_relaxed);
-        c.reported = std::max(c.reported, seen);
-        return static_cast<unsigned long long*>(c.device.get());
-    }
-    struct ClipCounter {
-        std::shared_ptr<void> device;
-        std::shared_ptr<unsigned long long> host;
-        unsigned long long reported = 0;
-    };
 
     int device_;
     ThreadPool pool_;
@@ -517,11 +489,8 @@ class CudaBackend final : public Backend {
     std::vector<float> angles_host_, mass_host_;
     std::vector<KvSlot> slots_host_;
     std::vector<int64_t> table_host_;
-    Arena channel_;
-    std::map<std::atomic<int64_t>*, ClipCounter> clips_;
     std::vector<AttnToken> tokens_host_;
     std::vector<int64_t> offs_host_[2];
-    std::vector<int32_t> argmax_host_;
 };
 
 }  // namespace

@@ -2,8 +2,9 @@
 // any other type's own blocks (weight_decode.h turns 8 weights at a time into floats in
 // registers, so a Q4 matrix streams 4.5 bits a weight, not the 32 of a widened copy).
 //  - Up to 8 tokens (decode, a speculative verification): one warp per weight row, reading the
-//    row once with 16-byte loads for all the tokens: the step streams the weights, so this is
-//    the path that must run at the memory's rate.
+//    row once for all the tokens (f16 / f32 rows with 16-byte loads; block types a chunk of 8
+//    a lane, byte loads for now, wider ones the next step): the step streams the weights, so
+//    this is the path that must run at the memory's rate.
 //  - More tokens (prefill): 64 x 64 output tiles through shared memory. A plain tiled kernel,
 //    correct first; tensor cores (cuBLASLt, issue 18) are the next step for this path.
 #include <cuda_fp16.h>
