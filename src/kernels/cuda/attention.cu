@@ -6,8 +6,9 @@
 //
 // Attention: one thread block per (token, query head). Positions are taken 128 at a time, each
 // thread scoring one against the query; a streaming softmax (running maximum and sum) folds the
-// tile's weights into the output, each thread owning head_dim / 128 of its dimensions. Correct
-// first: a flash-decoding split over the context (issue 18) is the fast path still to come.
+// tile's weights into the output, each thread owning head_dim / 128 of its dimensions. Where the
+// (token, head) pairs are too few to fill the GPU (decode, few sequences, long contexts), the
+// span is split across more blocks (flash-decoding) and their partial softmaxes merged after.
 #include <cuda_fp16.h>
 
 #include <cmath>
@@ -185,10 +186,13 @@ __device__ float score(const float* q, const Row& k, int hd, int dtype, float sc
     return s * scale;
 }
 
+// gridDim.z > 1: flash-decoding. Block z takes the z-th share of each token's visible span and
+// leaves its running maximum, sum and unnormalised output in `part` ([m, l, acc[head_dim]] per
+// (token, head, share)) for attention_merge_k; with one share it writes the output itself.
 __global__ void attention_k(const std::byte* k_base, const std::byte* v_base, KvGeometry geo,
                             const float* k_channel, const int64_t* table, const AttnToken* tokens,
                             int n_head, int n_head_kv, float scale, const float* q, float* out,
-                            float* mass) {
+                            float* mass, float* part) {
     __shared__ float qs[kMaxHeadDim];
     __shared__ float w[kAttnThreads];
     __shared__ float red[32];
@@ -199,11 +203,14 @@ __global__ void attention_k(const std::byte* k_base, const std::byte* v_base, Kv
     for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = qh[d];
     __syncthreads();
 
+    const int64_t span = t.n_kv - t.kv_start, share = (span + gridDim.z - 1) / gridDim.z;
+    const int64_t p_begin = t.kv_start + blockIdx.z * share;
+    const int64_t p_end = p_begin + share < t.n_kv ? p_begin + share : t.n_kv;
     float m = -INFINITY, l = 0, acc[kDimsPerThread] = {};
-    for (int64_t p0 = t.kv_start; p0 < t.n_kv; p0 += kAttnThreads) {
+    for (int64_t p0 = p_begin; p0 < p_end; p0 += kAttnThreads) {
         const int64_t p = p0 + threadIdx.x;
         float s = -INFINITY;
-        if (visible(t, p))
+        if (p < p_end && visible(t, p))
             s = score(qs, kv_row(k_base, table, t, geo, p, g, true, k_channel), hd, geo.dtype,
                       scale);
         const float tile_max = block_reduce(s, red, true);
@@ -215,7 +222,7 @@ __global__ void attention_k(const std::byte* k_base, const std::byte* v_base, Kv
         l = l * c + block_reduce(e, red, false);
         m = m_new;
         __syncthreads();
-        const int64_t left = t.n_kv - p0;
+        const int64_t left = p_end - p0;
         const int n = static_cast<int>(left < kAttnThreads ? left : kAttnThreads);
 #pragma unroll
         for (int i = 0; i < kDimsPerThread; ++i) acc[i] *= c;
@@ -230,6 +237,16 @@ __global__ void attention_k(const std::byte* k_base, const std::byte* v_base, Kv
             }
         }
         __syncthreads();
+    }
+    if (part) {
+        float* pp = part + ((ti * n_head + h) * gridDim.z + blockIdx.z) * (hd + 2);
+        if (threadIdx.x == 0) pp[0] = m, pp[1] = l;
+#pragma unroll
+        for (int i = 0; i < kDimsPerThread; ++i) {
+            const int d = threadIdx.x + i * kAttnThreads;
+            if (d < hd) pp[2 + d] = acc[i];
+        }
+        return;
     }
     const float inv = l > 0 ? 1.0f / l : 0.0f;
     float* o = out + (ti * n_head + h) * hd;
@@ -247,6 +264,28 @@ __global__ void attention_k(const std::byte* k_base, const std::byte* v_base, Kv
                                       geo.dtype, scale);
                 atomicAdd(mrow + p / geo.block_size, expf(s - m) * inv);
             }
+    }
+}
+
+// The shares of attention_k merged: each rescaled to the largest maximum, summed, normalised.
+__global__ void attention_merge_k(const float* part, int shares, int hd, float* out) {
+    const int64_t row = blockIdx.x;  // token x n_head + head
+    const float* pr = part + row * shares * (hd + 2);
+    float mx = -INFINITY;
+    for (int z = 0; z < shares; ++z) mx = fmaxf(mx, pr[z * (hd + 2)]);
+    float l = 0;
+    for (int z = 0; z < shares; ++z) {
+        const float mz = pr[z * (hd + 2)];
+        if (mz != -INFINITY) l += pr[z * (hd + 2) + 1] * expf(mz - mx);
+    }
+    const float inv = l > 0 ? 1.0f / l : 0.0f;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float o = 0;
+        for (int z = 0; z < shares; ++z) {
+            const float mz = pr[z * (hd + 2)];
+            if (mz != -INFINITY) o += pr[z * (hd + 2) + 2 + d] * expf(mz - mx);
+        }
+        out[row * hd + d] = o * inv;
     }
 }
 
@@ -271,14 +310,23 @@ void kv_rotate(std::byte* region, const KvGeometry& g, const float* cos_sin, int
 void attention(const std::byte* k_base, const std::byte* v_base, const KvGeometry& g,
                const float* k_channel, const int64_t* table, const AttnToken* tokens,
                int64_t n_tokens, int n_head, int n_head_kv, float scale, const float* q, float* out,
-               float* mass, cudaStream_t s) {
+               float* mass, int shares, float* part, cudaStream_t s) {
     if (n_tokens <= 0) return;
     if (g.head_dim > kMaxHeadDim)
         throw std::invalid_argument("CUDA attention: head_dim above 256 is not supported yet");
-    const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_head));
+    if (shares > 1 && (mass || !part))
+        throw std::invalid_argument("CUDA attention: a split needs its workspace and no mass");
+    const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_head),
+                    static_cast<unsigned>(shares > 1 ? shares : 1));
     attention_k<<<grid, kAttnThreads, 0, s>>>(k_base, v_base, g, k_channel, table, tokens, n_head,
-                                              n_head_kv, scale, q, out, mass);
+                                              n_head_kv, scale, q, out, mass,
+                                              shares > 1 ? part : nullptr);
     check_launch("attention");
+    if (shares > 1) {
+        attention_merge_k<<<static_cast<unsigned>(n_tokens * n_head), 128, 0, s>>>(part, shares,
+                                                                                   g.head_dim, out);
+        check_launch("attention merge");
+    }
 }
 
 }  // namespace ferry::kernels::cuda

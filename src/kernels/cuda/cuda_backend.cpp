@@ -364,9 +364,25 @@ class CudaBackend final : public Backend {
             mass_host_.assign(static_cast<size_t>(mass_total), 0.0f);
             mass = floats_.put(mass_host_.data(), mass_host_.size(), stream_);
         }
+        // Flash-decoding: where the (token, head) pairs are too few to give every
+        // multiprocessor two blocks, each token's span is split, down to 256 positions a share
+        // (H2O's mass needs the whole span's softmax in one block, so it never splits).
+        int64_t longest = 0;
+        for (const AttnToken& at : tokens_host_) longest = std::max(longest, at.n_kv - at.kv_start);
+        const int64_t pairs = b.n_tokens() * shape.n_head;
+        int shares = 1;
+        if (mass_total == 0) {
+            const int64_t want = (2 * int64_t{props_.multiProcessorCount} + pairs - 1) / pairs;
+            shares =
+                static_cast<int>(std::clamp<int64_t>(std::min(want, (longest + 255) / 256), 1, 64));
+        }
+        float* part = shares > 1
+                          ? split_.room<float>(
+                                static_cast<size_t>(pairs * shares * (g.head_dim + 2)), stream_)
+                          : nullptr;
         cuda::attention(kv.k, kv.v, g, channel_scales(kv, layer), table, toks, b.n_tokens(),
                         shape.n_head, shape.n_head_kv, shape.scale, q.data<float>(),
-                        out.data<float>(), mass, stream_);
+                        out.data<float>(), mass, shares, part, stream_);
         if (mass_total > 0) {
             check(cudaMemcpyAsync(mass_host_.data(), mass, mass_host_.size() * sizeof(float),
                                   cudaMemcpyDeviceToHost, stream_),
@@ -489,6 +505,7 @@ class CudaBackend final : public Backend {
     std::vector<float> angles_host_, mass_host_;
     std::vector<KvSlot> slots_host_;
     std::vector<int64_t> table_host_;
+    Arena split_;  // flash-decoding's partial results
     std::vector<AttnToken> tokens_host_;
     std::vector<int64_t> offs_host_[2];
 };

@@ -89,11 +89,14 @@ struct AttnToken {
     int32_t pad;
 };
 // out[t][h] = softmax(q[t][h] . K * scale) . V over each token's visible positions; mass, where
-// a token asks for it, += the softmax weights summed per block, per head.
+// a token asks for it, += the softmax weights summed per block, per head. shares > 1: each
+// token's span split that many ways (flash-decoding: long contexts, few (token, head) pairs),
+// the partial results in `part` (n_tokens x n_head x shares x (head_dim + 2) floats) merged
+// after; not with mass.
 void attention(const std::byte* k_base, const std::byte* v_base, const KvGeometry& g,
                const float* k_channel, const int64_t* table, const AttnToken* tokens,
                int64_t n_tokens, int n_head, int n_head_kv, float scale, const float* q, float* out,
-               float* mass, cudaStream_t s);
+               float* mass, int shares, float* part, cudaStream_t s);
 
 // ---- the roofline's ceilings (probe.cu) --------------------------------------------------
 // GB/s reading `bytes` of device memory, the best of a few passes.
