@@ -406,54 +406,63 @@ TEST_P(BackendOps, KvWriteAndAttentionFollowTheBlockTables) {
     }
 }
 
-// One decode token over a long context, GQA 4:2: what a GPU splits across its multiprocessors
+// Decode over a long context, GQA 4:2: what a GPU splits across its multiprocessors
 // (flash-decoding, shares merged after) must equal one softmax over the whole span, computed here
-// in double; and again with a sliding window that starts mid-block.
+// in double; beside it in the same batch a 3-position sequence, whose later shares are empty;
+// and again with a sliding window that starts mid-block.
 TEST_P(BackendOps, LongContextAttentionEqualsOneSoftmax) {
     const int n_head = 4, n_head_kv = 2, hd = 64, bs = 16, kv_dim = n_head_kv * hd;
-    const int64_t n_ctx = 1500;
-    const int n_blocks = static_cast<int>((n_ctx + bs - 1) / bs);
-    kv::KvStore store(*be, 1, n_blocks + 2, bs, kv_dim, hd, {quant::KvDType::F32, {}});
-    std::vector<int32_t> blocks(n_blocks);
-    for (int i = 0; i < n_blocks; ++i) blocks[i] = (i * 7 + 3) % (n_blocks + 2);  // scattered
-    const auto k = random(n_ctx * kv_dim), v = random(n_ctx * kv_dim);
-    for (int64_t p = 0; p < n_ctx; ++p)
-        store.write(0, blocks[p / bs], p % bs, &k[p * kv_dim], &v[p * kv_dim]);
-    const auto q = random(n_head * hd, 0.3f);
+    const int64_t n_ctx[] = {1500, 3};
+    const int n_blocks = static_cast<int>((n_ctx[0] + bs - 1) / bs);
+    kv::KvStore store(*be, 1, n_blocks + 3, bs, kv_dim, hd, {quant::KvDType::F32, {}});
+    std::vector<int32_t> blocks0(n_blocks);
+    for (int i = 0; i < n_blocks; ++i) blocks0[i] = (i * 7 + 3) % (n_blocks + 2);  // scattered
+    const std::vector<int32_t> blocks1 = {n_blocks + 2};
+    const std::vector<int32_t>* tables[] = {&blocks0, &blocks1};
+    std::vector<float> k[2], v[2];
+    for (int s = 0; s < 2; ++s) {
+        k[s] = random(n_ctx[s] * kv_dim), v[s] = random(n_ctx[s] * kv_dim);
+        for (int64_t p = 0; p < n_ctx[s]; ++p)
+            store.write(0, (*tables[s])[p / bs], p % bs, &k[s][p * kv_dim], &v[s][p * kv_dim]);
+    }
+    const auto q = random(2 * n_head * hd, 0.3f);
     const float scale = 1.0f / std::sqrt(float(hd));
-    for (const int window : {0, 700}) {
-        const int32_t tokens[] = {1}, token_seq[] = {0};
-        const int64_t positions[] = {n_ctx - 1};
-        const kernels::BatchSeq seq{n_ctx - 1, 1, 0, blocks};
-        const kernels::Batch b{tokens, positions, token_seq, {&seq, 1}, {}};
-        Tensor tq = put(q, 1, n_head * hd),
-               tout = put(std::vector<float>(q.size()), 1, n_head * hd);
+    for (const int window : {0, 701}) {
+        const int32_t tokens[] = {1, 2}, token_seq[] = {0, 1};
+        const int64_t positions[] = {n_ctx[0] - 1, n_ctx[1] - 1};
+        const kernels::BatchSeq seqs[] = {{n_ctx[0] - 1, 1, 0, blocks0},
+                                          {n_ctx[1] - 1, 1, 1, blocks1}};
+        const kernels::Batch b{tokens, positions, token_seq, seqs, {}};
+        Tensor tq = put(q, 2, n_head * hd),
+               tout = put(std::vector<float>(q.size()), 2, n_head * hd);
         kernels::AttentionShape shape{n_head, n_head_kv, hd, scale};
         shape.window = window;
         be->attention(store.view(), 0, b, shape, tq, tout);
-        const int64_t first = window > 0 ? n_ctx - window : 0;
         std::vector<double> want(q.size());
-        for (int h = 0; h < n_head; ++h) {
-            const int g = h / (n_head / n_head_kv);
-            std::vector<double> sc;
-            double mx = -1e300;
-            for (int64_t p = first; p < n_ctx; ++p) {
-                double s = 0;
-                for (int d = 0; d < hd; ++d)
-                    s += double(q[h * hd + d]) * k[p * kv_dim + g * hd + d];
-                sc.push_back(s * scale);
-                mx = std::max(mx, sc.back());
-            }
-            double z = 0;
-            for (double& s : sc) z += (s = std::exp(s - mx));
-            for (int d = 0; d < hd; ++d) {
-                double o = 0;
-                for (int64_t p = first; p < n_ctx; ++p)
-                    o += sc[size_t(p - first)] / z * v[p * kv_dim + g * hd + d];
-                want[size_t(h) * hd + d] = o;
+        for (int t = 0; t < 2; ++t) {
+            const int64_t first = window > 0 ? std::max<int64_t>(0, n_ctx[t] - window) : 0;
+            for (int h = 0; h < n_head; ++h) {
+                const int g = h / (n_head / n_head_kv);
+                const float* qh = &q[(size_t(t) * n_head + h) * hd];
+                std::vector<double> sc;
+                double mx = -1e300;
+                for (int64_t p = first; p < n_ctx[t]; ++p) {
+                    double s = 0;
+                    for (int d = 0; d < hd; ++d) s += double(qh[d]) * k[t][p * kv_dim + g * hd + d];
+                    sc.push_back(s * scale);
+                    mx = std::max(mx, sc.back());
+                }
+                double z = 0;
+                for (double& s : sc) z += (s = std::exp(s - mx));
+                for (int d = 0; d < hd; ++d) {
+                    double o = 0;
+                    for (int64_t p = first; p < n_ctx[t]; ++p)
+                        o += sc[size_t(p - first)] / z * v[t][p * kv_dim + g * hd + d];
+                    want[(size_t(t) * n_head + h) * hd + d] = o;
+                }
             }
         }
-        expect_near(get(tout), want, 1e-4, window ? "window 700" : "whole context");
+        expect_near(get(tout), want, 1e-4, window ? "window 701" : "whole context");
     }
 }
 

@@ -312,8 +312,9 @@ class CudaBackend final : public Backend {
     void attention(const KvCacheView& kv, int layer, const Batch& b, const AttentionShape& shape,
                    const Tensor& q, const Tensor& out) override {
         const KvGeometry g = geometry(kv);
-        if (shape.n_head_kv <= 0 || shape.n_head % shape.n_head_kv)
+        if (shape.n_head <= 0 || shape.n_head_kv <= 0 || shape.n_head % shape.n_head_kv)
             throw std::invalid_argument("attention: query heads must be a multiple of KV heads");
+        if (b.n_tokens() == 0) return;
         // Each sequence's table as (key, value) region offsets, and each token's view of it.
         table_host_.clear();
         std::vector<int64_t> seq_off(b.seqs.size());
@@ -373,8 +374,7 @@ class CudaBackend final : public Backend {
         int shares = 1;
         if (mass_total == 0) {
             const int64_t want = (2 * int64_t{props_.multiProcessorCount} + pairs - 1) / pairs;
-            shares =
-                static_cast<int>(std::clamp<int64_t>(std::min(want, (longest + 255) / 256), 1, 64));
+            shares = static_cast<int>(std::clamp<int64_t>(std::min(want, longest / 256), 1, 64));
         }
         float* part = shares > 1
                           ? split_.room<float>(
