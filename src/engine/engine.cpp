@@ -103,7 +103,7 @@ Engine::Engine(const LoadedModel& model, EngineConfig config) : model_(model), c
     metrics_.block_size = config_.block_size;
     metrics_.kv_pool_bytes = static_cast<uint64_t>(n_blocks_) * kv_bytes_per_block() +
                              static_cast<uint64_t>(n_window_blocks_) * kv_window_bytes_per_block();
-    metrics_.device = model.backend->device() == Device::CPU ? "cpu" : "cuda";
+    metrics_.device = kernels::backend_property(*model.backend, "backend");
     metrics_.device_memory_total = model.backend->memory_bytes();
 }
 

@@ -256,7 +256,7 @@ class CudaBackend final : public Backend {
     }
     void kv_move_slots(const KvCacheView& kv, const BatchSeq& s,
                        std::span<const std::pair<int64_t, int64_t>> moves) override {
-        geometry(kv);  // refuses what this backend cannot keep
+        geometry(kv);  // refuses an int8 cache without its key scales
         const size_t eb = quant::kv_elem_bytes(kv.dtype);
         const int n_heads = kv.kv_dim / kv.head_dim;
         const size_t scale_bytes = static_cast<size_t>(n_heads) * sizeof(float);
@@ -477,7 +477,6 @@ class CudaBackend final : public Backend {
     }
 
     KvGeometry geometry(const KvCacheView& kv) const {
-        if (Status s = kv_support(kv.dtype); !s) throw std::invalid_argument(s.error().message);
         if (kv.dtype == quant::KvDType::Int8 && !kv.k_channel_scales)
             throw std::invalid_argument("an int8 KV cache needs its keys' calibrated scales");
         return {kv.block_size,
