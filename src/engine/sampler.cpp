@@ -13,6 +13,36 @@ namespace ferry::engine {
 Sampler::Sampler(const SamplingParams& params)
     : params_(params), rng_(params.has_seed ? params.seed : std::random_device{}()) {}
 
+std::unordered_map<int32_t, int> Sampler::penalty_counts(std::span<const int32_t> history) const {
+    const SamplingParams& p = params_;
+    std::unordered_map<int32_t, int> counts;
+    if (p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f)
+        return counts;
+    const size_t window =
+        p.penalty_last_n < 0 ? history.size() : std::min(history.size(), size_t(p.penalty_last_n));
+    for (size_t i = history.size() - window; i < history.size(); ++i) ++counts[history[i]];
+    return counts;
+}
+
+kernels::SampleRow Sampler::device_row(std::span<const int32_t> history,
+                                       std::vector<kernels::LogitEdit>& edits) {
+    const SamplingParams& p = params_;
+    kernels::SampleRow r;
+    r.temperature = p.greedy() ? 0.0f : p.temperature;
+    r.top_k = p.top_k;
+    r.top_p = p.top_p;
+    r.min_p = p.min_p;
+    r.repetition_penalty = p.repetition_penalty;
+    r.presence_penalty = p.presence_penalty;
+    r.frequency_penalty = p.frequency_penalty;
+    r.first_edit = static_cast<int32_t>(edits.size());
+    for (auto [id, bias] : p.logit_bias) edits.push_back({id, 0, bias});
+    for (auto [id, count] : penalty_counts(history)) edits.push_back({id, count, 0.0f});
+    r.n_edits = static_cast<int32_t>(edits.size()) - r.first_edit;
+    if (!p.greedy()) r.u = uniform();
+    return r;
+}
+
 std::span<const float> Sampler::adjusted(std::span<const float> logits,
                                          std::span<const int32_t> history,
                                          std::vector<float>& buf) const {
@@ -26,15 +56,9 @@ std::span<const float> Sampler::adjusted(std::span<const float> logits,
             if (id >= 0 && size_t(id) < buf.size()) buf[id] += bias;
         l = buf;
     }
-    const bool penalise =
-        p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-    if (penalise && !history.empty()) {
+    const auto counts = penalty_counts(history);
+    if (!counts.empty()) {
         if (l.data() != buf.data()) buf.assign(logits.begin(), logits.end());
-        const size_t window = p.penalty_last_n < 0
-                                  ? history.size()
-                                  : std::min(history.size(), size_t(p.penalty_last_n));
-        std::unordered_map<int32_t, int> counts;
-        for (size_t i = history.size() - window; i < history.size(); ++i) ++counts[history[i]];
         for (auto [id, count] : counts) {
             if (id < 0 || size_t(id) >= buf.size()) continue;
             float& v = buf[id];
@@ -79,6 +103,10 @@ std::vector<Sampler::Candidate> Sampler::candidates(std::span<const float> logit
     }
 
     std::vector<Candidate> c;
+    // The mass top-p keeps, in the units of the candidates' p: the whole softmax's float sum is
+    // 1 only to a few 1e-6, so without top-k the target is scaled by that sum, taken in double
+    // (as a device sampling the same row normalises; kernels/sample_row.h).
+    double top_p_mass = p.top_p;
     if (top_k_cuts(p, l.size())) {
         // The top k through a bounded heap (the worst kept on top) instead of sorting the
         // vocabulary, then their softmax at the temperature.
@@ -115,10 +143,13 @@ std::vector<Sampler::Candidate> Sampler::candidates(std::span<const float> logit
         const float pmax = prob[kernels::argmax(l.data(), n_vocab)];
         float floor = 0;
         if (p.top_p < 1.0f) {
+            double total = 0;
+            for (float x : prob) total += x;
+            top_p_mass = p.top_p * total;
             for (float t = pmax / 16; t >= std::numeric_limits<float>::min(); t /= 16) {
                 double mass = 0;
                 for (float x : prob) mass += x >= t ? x : 0.0f;
-                if (mass >= p.top_p) {
+                if (mass >= top_p_mass) {
                     floor = t;
                     break;
                 }
@@ -139,7 +170,7 @@ std::vector<Sampler::Candidate> Sampler::candidates(std::span<const float> logit
     if (p.top_p < 1.0f) {
         double mass = 0;
         size_t n = 0;
-        while (n < c.size() && mass < p.top_p) mass += c[n++].p;
+        while (n < c.size() && mass < top_p_mass) mass += c[n++].p;
         c.resize(std::max<size_t>(1, n));
     }
     // min-p: drop candidates less likely than min_p times the most likely one.
@@ -157,6 +188,7 @@ std::vector<Sampler::Candidate> Sampler::candidates(std::span<const float> logit
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
     const SamplingParams& p = params_;
+    if (p.greedy()) return candidates(logits, history).front().id;  // takes no number
     const bool untruncated = !p.greedy() && !top_k_cuts(p, logits.size()) && !mass_cuts(p);
     if (!untruncated) return draw(candidates(logits, history));
     // Plain sampling (OpenAI's defaults): a draw from the whole softmax needs no order, so
@@ -164,7 +196,12 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     std::vector<float> buf, prob;
     const std::span<const float> l = adjusted(logits, history, buf);
     softmax_at(l, p.temperature, prob);
-    const double r = uniform();
+    // The draw against the probabilities' own sum in double: the float sum the softmax divided
+    // by is 1 only to a few 1e-6, which would shift every boundary of the walk that much (a
+    // device sampling the same row normalises in double; kernels/sample_row.h).
+    double total = 0;
+    for (float x : prob) total += x;
+    const double r = uniform() * total;
     double acc = 0;
     int32_t last = -1;
     for (size_t i = 0; i < prob.size(); ++i) {
@@ -182,7 +219,6 @@ double Sampler::uniform() {
 }
 
 int32_t Sampler::draw(const std::vector<Candidate>& c) {
-    if (c.size() == 1) return c.front().id;
     double r = uniform(), acc = 0;
     for (const auto& x : c) {
         acc += x.p;

@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "grammar/vocabulary.h"
+#include "kernels/sample_row.h"
 
 namespace ferry::engine {
 
@@ -77,10 +79,21 @@ class Sampler {
 
     // A draw from candidates whose p sum to 1 (speculative verification draws from
     // distributions it builds itself), and a uniform number in [0, 1) from the same stream.
+    // Every draw takes one number, even from a single candidate, so the stream advances the
+    // same way whether the host or the device (device_row) picks.
     int32_t draw(const std::vector<Candidate>& c);
     double uniform();
 
+    // This token's draw made where the logits are (kernels::sample_row): the parameters, a
+    // uniform number from this generator (none when greedy, as sample() takes none), and the
+    // biases and penalties appended to `edits` as the row's slice. The device then picks what
+    // sample() would for the same generator state, up to rounding at a boundary.
+    kernels::SampleRow device_row(std::span<const int32_t> history,
+                                  std::vector<kernels::LogitEdit>& edits);
+
   private:
+    // The tokens the penalties count: each id in the window and how often it occurs there.
+    std::unordered_map<int32_t, int> penalty_counts(std::span<const int32_t> history) const;
     // The logits after bias and penalties: `logits` itself when neither applies, else buf.
     std::span<const float> adjusted(std::span<const float> logits, std::span<const int32_t> history,
                                     std::vector<float>& buf) const;

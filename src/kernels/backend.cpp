@@ -1,6 +1,9 @@
 #include "kernels/backend.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
+#include <stdexcept>
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/dispatch.h"
@@ -34,6 +37,21 @@ std::string backend_property(const Backend& b, std::string_view key) {
     for (const auto& [k, v] : b.describe())
         if (k == key) return v;
     return {};
+}
+
+void check_sample_args(const Tensor& logits, std::span<const SampleRow> rows,
+                       std::span<const LogitEdit> edits, std::span<const int32_t> host_out) {
+    if (logits.dtype() != DType::F32) throw std::invalid_argument("sample: the logits must be f32");
+    if (static_cast<int64_t>(rows.size()) > logits.rows() || host_out.size() < rows.size())
+        throw std::invalid_argument(
+            fmt::format("sample: {} rows asked for, {} rows of logits and {} outputs given",
+                        rows.size(), logits.rows(), host_out.size()));
+    for (const SampleRow& r : rows)
+        if (r.first_edit < 0 || r.n_edits < 0 ||
+            static_cast<size_t>(r.first_edit) + static_cast<size_t>(r.n_edits) > edits.size())
+            throw std::invalid_argument(
+                fmt::format("sample: a row's edits [{}, +{}) lie outside the {} given",
+                            r.first_edit, r.n_edits, edits.size()));
 }
 
 Expected<std::shared_ptr<Backend>> make_backend(const BackendOptions& o) {

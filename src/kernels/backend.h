@@ -25,6 +25,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "kernels/sample_row.h"
 #include "quant/kv_format.h"
 
 namespace ferry {
@@ -272,6 +273,10 @@ class Backend {
                                  std::span<const float> weights, const Tensor& y) = 0;
     virtual void softmax(const Tensor& x) = 0;                              // every row
     virtual void argmax(const Tensor& x, std::span<int32_t> host_out) = 0;  // every row's
+    // Row i's token drawn as rows[i] asks (sample_row.h: engine::Sampler's draw), its edits a
+    // slice of `edits`; the rows' logits are left edited (biases, penalties applied).
+    virtual void sample(const Tensor& logits, std::span<const SampleRow> rows,
+                        std::span<const LogitEdit> edits, std::span<int32_t> host_out) = 0;
 
     // ---- the host side ------------------------------------------------------------------
     // Threads for host work between steps (sampling): the CPU backend's own pool, which is
@@ -289,6 +294,11 @@ class Backend {
 
 // One value of describe() ("" when the backend does not report it).
 std::string backend_property(const Backend& b, std::string_view key);
+
+// Backend::sample's arguments, checked alike on every backend: a row of logits and an output
+// for each SampleRow, each row's edits inside `edits`. Throws std::invalid_argument.
+void check_sample_args(const Tensor& logits, std::span<const SampleRow> rows,
+                       std::span<const LogitEdit> edits, std::span<const int32_t> host_out);
 
 struct BackendOptions {
     Device device = Device::CPU;

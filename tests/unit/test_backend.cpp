@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/sampler.h"
 #include "kernel_levels.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/dispatch.h"
@@ -564,6 +565,159 @@ TEST_P(BackendOps, KvStoreRefusesTheCacheTypesTheBackendCannotKeep) {
             EXPECT_EQ(std::string(e.what()), ok.error().message);
         }
     }
+}
+
+// Sampling where the logits are (Backend::sample) picks what engine::Sampler, the host's
+// sampler, picks for the same uniform number. Each case's candidates come from the host
+// sampler with their probabilities; a draw at the middle of candidate j's interval of the
+// cumulative distribution must give candidate j, so a token kept or dropped wrongly by a
+// truncation, or an order that differs, shows as a wrong id. Greedy cases must give the
+// argmax after biases and penalties.
+TEST_P(BackendOps, SamplingPicksWhatTheHostSamplerPicks) {
+    const int n_vocab = 3001;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.0f, 2.5f);
+    std::vector<float> logits(n_vocab);
+    for (float& x : logits) x = normal(rng);
+    // Ties (which the order breaks by id), both zeros, and a clear favourite.
+    for (int i = 0; i < 40; ++i) logits[100 + i] = logits[2000 + i] = 3.25f;
+    logits[7] = -0.0f;
+    logits[8] = 0.0f;
+    logits[2999] = 9.0f;
+    std::vector<int32_t> history;
+    std::uniform_int_distribution<int32_t> any_token(0, n_vocab - 1);
+    for (int i = 0; i < 50; ++i) history.push_back(any_token(rng));
+    history.push_back(2999);  // the favourite penalised
+    history.push_back(2999);
+
+    struct Case {
+        const char* name;
+        engine::SamplingParams p;
+    };
+    auto params = [](float t, int k, float top_p, float min_p) {
+        engine::SamplingParams p;
+        p.temperature = t;
+        p.top_k = k;
+        p.top_p = top_p;
+        p.min_p = min_p;
+        return p;
+    };
+    std::vector<Case> cases = {
+        {"defaults", params(0.8f, 40, 0.95f, 0.05f)},
+        {"top-k", params(1.3f, 200, 1.0f, 0.0f)},
+        {"top-k into ties", params(1.0f, 120, 1.0f, 0.0f)},
+        {"top-p", params(0.7f, 0, 0.9f, 0.0f)},
+        {"top-p wide", params(2.0f, 0, 0.99f, 0.0f)},
+        {"min-p", params(1.0f, 0, 1.0f, 0.02f)},
+        {"min-p above one", params(1.0f, 0, 1.0f, 1.5f)},
+        {"top-p zero", params(1.0f, 50, 0.0f, 0.0f)},
+        {"top-k off by size", params(0.9f, n_vocab, 0.8f, 0.0f)},
+        {"untruncated", params(1.0f, 0, 1.0f, 0.0f)},
+        {"untruncated hot", params(3.0f, 0, 1.0f, 0.0f)},
+        {"greedy", params(0.0f, 40, 0.95f, 0.05f)},
+        {"top-k one", params(1.0f, 1, 1.0f, 0.0f)},
+    };
+    for (size_t i = 0, n = cases.size(); i < n; ++i) {
+        Case c = cases[i];
+        c.p.repetition_penalty = 1.3f;
+        c.p.presence_penalty = 0.5f;
+        c.p.frequency_penalty = 0.25f;
+        c.p.penalty_last_n = 24;
+        c.p.logit_bias = {{5, 4.0f}, {5, 1.5f}, {2000, -100.0f}, {n_vocab + 3, 7.0f}, {9, 12.0f}};
+        cases.push_back(c);
+    }
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+        const Case& c = cases[ci];
+        const std::string what = fmt::format("{}{}", c.name, ci >= 13 ? " + penalties" : "");
+        engine::Sampler host(c.p);
+        const auto cand = host.candidates(logits, history);
+        ASSERT_FALSE(cand.empty()) << what;
+        // The draws to check: every candidate's middle when there are few, else a spread.
+        std::vector<std::pair<double, int32_t>> draws;
+        double acc = 0;
+        const size_t stride = std::max<size_t>(1, cand.size() / 150);
+        for (size_t j = 0; j < cand.size(); ++j) {
+            // An interval narrower than the two sides' rounding (or empty: a probability that
+            // underflowed) is no test of anything.
+            if ((j % stride == 0 || j + 1 == cand.size()) && cand[j].p > 1e-5f)
+                draws.push_back({acc + cand[j].p / 2, cand[j].id});
+            acc += cand[j].p;
+        }
+        ASSERT_FALSE(draws.empty()) << what;
+        std::vector<kernels::SampleRow> rows;
+        std::vector<kernels::LogitEdit> edits;
+        for (const auto& [u, id] : draws) {
+            engine::Sampler s(c.p);
+            rows.push_back(s.device_row(history, edits));
+            rows.back().u = u;
+        }
+        std::vector<float> tiled;
+        for (size_t r = 0; r < rows.size(); ++r)
+            tiled.insert(tiled.end(), logits.begin(), logits.end());
+        Tensor t = put(tiled, static_cast<int64_t>(rows.size()), n_vocab);
+        std::vector<int32_t> got(rows.size(), -1);
+        be->sample(t, rows, edits, got);
+        for (size_t r = 0; r < rows.size(); ++r)
+            ASSERT_EQ(got[r], draws[r].second)
+                << what << ": draw " << r << " of " << rows.size() << " at u = " << draws[r].first;
+    }
+}
+
+// A seeded request gives the same tokens whichever side draws: the device draws with numbers
+// taken from the request's generator exactly as the host sampler takes them (one a draw, even
+// from a single candidate), and the penalties follow each side's own history.
+TEST_P(BackendOps, SeededDrawsFollowTheHostSamplersStream) {
+    const int n_vocab = 512, steps = 200;
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal(0.0f, 1.5f);
+    engine::SamplingParams p;
+    p.seed = 1234;
+    p.has_seed = true;
+    p.repetition_penalty = 1.1f;
+    std::vector<int32_t> host_tokens, device_tokens;
+    std::vector<float> logits(n_vocab);
+    // Each side keeps a sampler for the sampled steps and one for the greedy steps between.
+    engine::Sampler host_plain(p), device_plain(p);
+    engine::SamplingParams g = p;
+    g.temperature = 0;
+    engine::Sampler host_greedy(g), device_greedy(g);
+    int not_argmax = 0;
+    for (int step = 0; step < steps; ++step) {
+        for (float& x : logits) x = normal(rng);
+        const bool greedy = step % 4 == 3;
+        engine::Sampler& h = greedy ? host_greedy : host_plain;
+        engine::Sampler& d = greedy ? device_greedy : device_plain;
+        host_tokens.push_back(h.sample(logits, host_tokens));
+        not_argmax +=
+            host_tokens.back() != std::max_element(logits.begin(), logits.end()) - logits.begin();
+        std::vector<kernels::LogitEdit> edits;
+        const kernels::SampleRow row = d.device_row(device_tokens, edits);
+        Tensor t = put(logits, 1, n_vocab);
+        int32_t id = -1;
+        be->sample(t, {&row, 1}, edits, {&id, 1});
+        device_tokens.push_back(id);
+    }
+    EXPECT_EQ(device_tokens, host_tokens);
+    EXPECT_GT(not_argmax, steps / 4);  // the draws really drew
+}
+
+TEST_P(BackendOps, SamplingRefusesBadArgumentsAndNeverPicksNaN) {
+    Tensor t = put(std::vector<float>(2 * 16, 0.5f), 2, 16);
+    std::vector<int32_t> out(2);
+    kernels::SampleRow r;
+    r.first_edit = 1;
+    r.n_edits = 2;
+    const std::vector<kernels::LogitEdit> one(1);
+    EXPECT_THROW(be->sample(t, {&r, 1}, one, out), std::invalid_argument);
+    const std::vector<kernels::SampleRow> three(3);
+    EXPECT_THROW(be->sample(t, three, {}, out), std::invalid_argument);
+    // Equal logits: greedy takes the lowest id; a NaN never wins, as on the host.
+    std::vector<float> rows(2 * 16, 0.5f);
+    rows[16] = std::nanf("");
+    Tensor u = put(rows, 2, 16);
+    const std::vector<kernels::SampleRow> two(2);
+    be->sample(u, two, {}, out);
+    EXPECT_EQ(out, (std::vector<int32_t>{0, 1}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, BackendOps, ::testing::ValuesIn(params()), param_name);

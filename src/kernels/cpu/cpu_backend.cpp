@@ -423,6 +423,23 @@ void CpuBackend::argmax(const Tensor& x, std::span<int32_t> host_out) {
     });
 }
 
+// The reference: sample_row.h's walk on one thread per row. The engine samples on the host
+// with engine::Sampler when the logits are host memory already; this is for checking the
+// device's picks (and an engine that asks for them anyway).
+void CpuBackend::sample(const Tensor& logits, std::span<const SampleRow> rows,
+                        std::span<const LogitEdit> edits, std::span<int32_t> host_out) {
+    check_sample_args(logits, rows, edits, host_out);
+    const int64_t dim = logits.cols();
+    float* p = logits.data<float>();
+    per_row(static_cast<int64_t>(rows.size()), [&](int64_t t) {
+        const SampleRow& r = rows[static_cast<size_t>(t)];
+        float* l = p + t * dim;
+        sample::apply_edits(l, static_cast<int>(dim), r, edits.data());
+        sample::OneThread g;
+        host_out[static_cast<size_t>(t)] = sample::sample_row(g, l, static_cast<int>(dim), r);
+    });
+}
+
 double CpuBackend::measure_read_bandwidth_gbs() {
     return cpu::measure_read_bandwidth_gbs(pool_.size());
 }

@@ -59,6 +59,8 @@ class CpuBackend final : public Backend {
                          std::span<const float> weights, const Tensor& y) override;
     void softmax(const Tensor& x) override;
     void argmax(const Tensor& x, std::span<int32_t> host_out) override;
+    void sample(const Tensor& logits, std::span<const SampleRow> rows,
+                std::span<const LogitEdit> edits, std::span<int32_t> host_out) override;
 
     ThreadPool& host_pool() override { return pool_; }
     double measure_read_bandwidth_gbs() override;

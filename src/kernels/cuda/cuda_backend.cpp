@@ -424,6 +424,21 @@ class CudaBackend final : public Backend {
         check(cudaStreamSynchronize(stream_), "argmax");
     }
 
+    void sample(const Tensor& logits, std::span<const SampleRow> rows,
+                std::span<const LogitEdit> edits, std::span<int32_t> host_out) override {
+        check_sample_args(logits, rows, edits, host_out);
+        if (rows.empty()) return;
+        const SampleRow* r = sample_rows_.put(rows.data(), rows.size(), stream_);
+        const LogitEdit* e = edits_.put(edits.data(), edits.size(), stream_);
+        int32_t* idx = picks_.room<int32_t>(rows.size(), stream_);
+        cuda::sample(logits.data<float>(), static_cast<int64_t>(rows.size()), logits.cols(), r, e,
+                     idx, stream_);
+        check(
+            cudaMemcpyAsync(host_out.data(), idx, rows.size() * 4, cudaMemcpyDeviceToHost, stream_),
+            "sample");
+        check(cudaStreamSynchronize(stream_), "sample");
+    }
+
     // ---- the host side ------------------------------------------------------------------
     ThreadPool& host_pool() override { return pool_; }
     double measure_read_bandwidth_gbs() override {
@@ -499,7 +514,8 @@ class CudaBackend final : public Backend {
     cudaStream_t stream_ = nullptr;
     cudaDeviceProp props_{};
     std::vector<Arena> scratch_;
-    Arena tokens_, rows_, floats_, slots_, table_, attn_tokens_, off_src_, off_dst_, picks_;
+    Arena tokens_, rows_, floats_, slots_, table_, attn_tokens_, off_src_, off_dst_, picks_,
+        sample_rows_, edits_;
     std::vector<std::byte> host_stage_;
     std::vector<float> angles_host_, mass_host_;
     std::vector<KvSlot> slots_host_;

@@ -15,13 +15,7 @@ namespace ferry::kernels::cuda::kvq {
 constexpr float kInt8Max = 127.0f;  // quant::kInt8Max
 constexpr float kE4M3Max = 448.0f;  // quant::kE4M3Max
 
-FERRY_HD float div(float a, float b) {
-#if defined(__CUDA_ARCH__)
-    return __fdiv_rn(a, b);
-#else
-    return a / b;
-#endif
-}
+using exact::div;
 FERRY_HD float round_even(float x) {  // std::rint under the default rounding mode
 #if defined(__CUDA_ARCH__)
     return rintf(x);

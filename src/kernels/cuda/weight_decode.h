@@ -13,12 +13,10 @@
 #include <type_traits>
 
 #include "core/dtype.h"
+#include "kernels/host_device.h"
 
 #if defined(__CUDACC__)
 #include <cuda_fp16.h>
-#define FERRY_HD __host__ __device__ __forceinline__
-#else
-#define FERRY_HD inline
 #endif
 
 namespace ferry::kernels::cuda::decode {
@@ -74,20 +72,8 @@ FERRY_HD float e4m3_to_float(uint8_t v) {
 
 // a * b and a - b rounded once each, as the CPU's reference computes them: nvcc would otherwise
 // fuse d * q - m into one FMA and the GPU's weights would differ from the CPU's in the last bit.
-FERRY_HD float mul(float a, float b) {
-#if defined(__CUDA_ARCH__)
-    return __fmul_rn(a, b);
-#else
-    return a * b;
-#endif
-}
-FERRY_HD float add(float a, float b) {
-#if defined(__CUDA_ARCH__)
-    return __fadd_rn(a, b);
-#else
-    return a + b;
-#endif
-}
+using exact::add;
+using exact::mul;
 
 // Nibble j (0..31) of a 32-weight chunk packed as Q4_0: weight j in the low nibble of byte j,
 // weight j + 16 in the high nibble of byte j.

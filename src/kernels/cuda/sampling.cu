@@ -1,0 +1,106 @@
+// Sampling on the GPU: one block draws one row's token with sample_row.h's radix walk, the
+// same code the CPU backend runs on one thread, so only token ids cross to the host. The block's
+// combines go lane by lane through fixed shuffles, then warp by warp in order, so a seeded draw
+// gives the same token every run.
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/sample_row.h"
+
+namespace ferry::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+// sample_row.h's group: the block's threads.
+struct Block {
+    double* wd;  // [kWarps][16]
+    int* wc;     // [kWarps][16]
+    __device__ int rank() const { return static_cast<int>(threadIdx.x); }
+    __device__ int size() const { return kThreads; }
+
+    __device__ void sum(double (&w)[16], int (&c)[16]) const {
+        for (int b = 0; b < 16; ++b)
+            for (int o = 16; o > 0; o >>= 1) {
+                w[b] += __shfl_xor_sync(0xffffffffu, w[b], o);
+                c[b] += __shfl_xor_sync(0xffffffffu, c[b], o);
+            }
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        __syncthreads();  // the last combine's readers are done with the scratch
+        if (lane < 16) {
+            // Lane b publishes bucket b (a constant index per unrolled step keeps w in registers).
+            for (int b = 0; b < 16; ++b)
+                if (lane == b) wd[warp * 16 + b] = w[b], wc[warp * 16 + b] = c[b];
+        }
+        __syncthreads();
+        for (int b = 0; b < 16; ++b) {
+            double sw = 0;
+            int sc = 0;
+            for (int v = 0; v < kWarps; ++v) sw += wd[v * 16 + b], sc += wc[v * 16 + b];
+            w[b] = sw;
+            c[b] = sc;
+        }
+    }
+    __device__ double sum(double v) const {
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        __syncthreads();
+        if (lane == 0) wd[warp] = v;
+        __syncthreads();
+        double s = 0;
+        for (int w = 0; w < kWarps; ++w) s += wd[w];
+        return s;
+    }
+    __device__ float max(float v) const {
+        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        __syncthreads();
+        if (lane == 0) wd[warp] = v;
+        __syncthreads();
+        float m = -INFINITY;
+        for (int w = 0; w < kWarps; ++w) m = fmaxf(m, static_cast<float>(wd[w]));
+        return m;
+    }
+    __device__ uint64_t max(uint64_t v) const {
+        for (int o = 16; o > 0; o >>= 1) {
+            const auto other = static_cast<uint64_t>(
+                __shfl_xor_sync(0xffffffffu, static_cast<unsigned long long>(v), o));
+            v = other > v ? other : v;
+        }
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        __syncthreads();
+        auto* u = reinterpret_cast<unsigned long long*>(wd);
+        if (lane == 0) u[warp] = v;
+        __syncthreads();
+        uint64_t m = 0;
+        for (int w = 0; w < kWarps; ++w) m = u[w] > m ? u[w] : m;
+        return m;
+    }
+};
+
+__global__ void __launch_bounds__(kThreads)
+    sample_k(float* x, int64_t cols, const SampleRow* rows, const LogitEdit* edits, int32_t* out) {
+    __shared__ double wd[kWarps * 16];
+    __shared__ int wc[kWarps * 16];
+    float* l = x + blockIdx.x * cols;
+    const SampleRow r = rows[blockIdx.x];
+    // Edits are few (a bias list, a penalty window): one thread applies them in order.
+    if (threadIdx.x == 0) sample::apply_edits(l, static_cast<int>(cols), r, edits);
+    __syncthreads();
+    Block g{wd, wc};
+    const int32_t id = sample::sample_row(g, l, static_cast<int>(cols), r);
+    if (threadIdx.x == 0) out[blockIdx.x] = id;
+}
+
+}  // namespace
+
+void sample(float* x, int64_t n_rows, int64_t cols, const SampleRow* rows, const LogitEdit* edits,
+            int32_t* out, cudaStream_t s) {
+    if (n_rows <= 0) return;
+    sample_k<<<static_cast<unsigned>(n_rows), kThreads, 0, s>>>(x, cols, rows, edits, out);
+    check(cudaGetLastError(), "sample");
+}
+
+}  // namespace ferry::kernels::cuda
