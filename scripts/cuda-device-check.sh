@@ -9,7 +9,8 @@
 #   scripts/cuda-device-check.sh run     there, from the repository root: the backend's op tests
 #       and the model tests on the GPU (then again under compute-sanitizer's memcheck, where the
 #       toolkit has it), the same decode on the GPU and the CPU, the same greedy text with each
-#       KV cache type, and `ferry plan --device cuda`.
+#       KV cache type, the same seeded sampled text drawn on the GPU and on the host, decode
+#       speed with each, and `ferry plan --device cuda`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=.cuda-check
@@ -82,6 +83,23 @@ run() {
             "$DIR/ferry" run -m "$DIR/tiny.gguf" --device "$dev" "${act[@]}" --kv-dtype "$kv" \
                 -p "The ferry crossed" -n 24 --temperature 0 2>/dev/null || rc=1
         done
+    done
+    # Sampling on the GPU: a seeded, penalised, truncated draw gives the host sampler's text
+    # from the same device logits (the two differ only where a number lands within rounding of
+    # a boundary, which 48 tokens should not meet).
+    echo "== seeded sampling: drawn on the GPU, then on the host"
+    for where in device host; do
+        "$DIR/ferry" run -m "$DIR/tiny.gguf" --device cuda --sample-on "$where" \
+            -p "The ferry crossed" -n 48 --temperature 0.9 --top-k 40 --top-p 0.9 --min-p 0.02 \
+            --repeat-penalty 1.2 --seed 7 2>/dev/null | tee "/tmp/cuda-check-sample-$where.txt" ||
+            rc=1
+    done
+    cmp /tmp/cuda-check-sample-device.txt /tmp/cuda-check-sample-host.txt ||
+        { echo "sampled texts differ"; rc=1; }
+    for where in device host; do
+        echo "== bench decode on cuda, tokens picked on the $where"
+        "$DIR/ferry" bench decode -m "$DIR/tiny.gguf" --device cuda --sample-on "$where" -p 128 \
+            -n 64 -r 2 --json || rc=1
     done
     echo "== ferry plan --device cuda"
     "$DIR/ferry" plan -m "$DIR/tiny.gguf" --device cuda || rc=1

@@ -29,6 +29,7 @@ struct DecodeBenchOptions {
     ModelOptions model;
     SpecOptions spec;
     KvDTypeOption kv_dtype;
+    SampleOnOption sample_on;
     int prompt_tokens = 128;
     std::string prompt_file;
     bool chat = false;
@@ -114,6 +115,7 @@ void bench_decode(const DecodeBenchOptions& o) {
     const double peak_gflops = lm.backend->measure_peak_gflops_f32();
 
     engine::Generator gen(*lm.model, lm.backend, run_ctx, o.kv_dtype.format(lm));
+    gen.set_sample_on(o.sample_on.resolved());
     engine::SamplingParams greedy;
     greedy.temperature = 0;
     // With speculation, every repeat runs plain decoding and speculation back to back (A B A B),
@@ -234,6 +236,7 @@ void bench_decode(const DecodeBenchOptions& o) {
     j["roofline_with_kv_fraction"] = dc.median / roofline_kv;
     if (gen.kv_store().dtype() == quant::KvDType::Int8)
         j["kv_k_clipped"] = gen.kv_store().k_clipped();
+    j["sample_on"] = o.sample_on.name;
     j["spec_method"] = engine::spec_method_name(spec_cfg.method);
     if (speculate) {
         j["spec_k"] = spec_cfg.k;
@@ -384,6 +387,7 @@ void add_bench_command(CLI::App& app) {
         ->check(CLI::Range(1, 1000));
     dec->add_flag("--chat", o->chat, "wrap --prompt-file in the model's chat template");
     o->kv_dtype.add_to(*dec);
+    o->sample_on.add_to(*dec);
     o->spec.add_to(*dec, false);
     dec->add_flag("--json", o->json, "print JSON with stable keys");
     add_plot_option(*dec, o->plot);

@@ -46,6 +46,7 @@ void chat(const ChatOptions& o) {
         !s)
         throw ExitError(s.error().message);
     engine::Generator gen(*lm.model, lm.backend, ctx, o.kv_dtype.format(lm), eviction);
+    gen.set_sample_on(o.sampling.sample_on.resolved());
     LineEditor input("ferry", o.history_file);
     const bool tty = input.interactive();
     // At a terminal Ctrl-C stops a reply; reading a file, it ends the program as usual.

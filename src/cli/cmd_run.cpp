@@ -59,6 +59,7 @@ void run(const RunOptions& o) {
                         ids.size(), ctx, lm.model->config().n_ctx_train));
 
     engine::Generator gen(*lm.model, lm.backend, ctx, o.kv_dtype.format(lm), eviction);
+    gen.set_sample_on(o.sampling.sample_on.resolved());
     const auto spec_cfg = o.spec.resolved();
     const auto draft = o.spec.load_draft(!o.no_stats, lm.backend);
     auto proposer = o.spec.make(lm, draft ? &*draft : nullptr, ctx, o.kv_dtype.resolved());

@@ -37,6 +37,7 @@ void EngineOptions::add_to(CLI::App& cmd) {
                    "0.9; refused on the CPU)")
         ->check(kFinite)
         ->check(CLI::Range(0.0, 1.0));
+    sample_on.add_to(cmd);
     cmd.add_option("--block-size", e.block_size, "token slots per KV block")
         ->capture_default_str()
         ->check(CLI::Range(1, 1024));
@@ -71,6 +72,7 @@ engine::EngineConfig EngineOptions::resolved(int max_model_len,
     c.draft_model = draft;
     c.max_model_len = max_model_len;
     c.prefix_cache = prefix_cache == "on";
+    c.sample_on = sample_on.resolved();
     c.kv_window_pool = kv_window_pool == "on";
     c.kv_dtype = kv_dtype.resolved();
     c.batching = batching == "static" ? engine::EngineConfig::Batching::Static

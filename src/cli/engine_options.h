@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/kv_options.h"
+#include "cli/model_options.h"
 #include "cli/spec_options.h"
 #include "engine/engine.h"
 
@@ -15,6 +16,7 @@ namespace ferry::cli {
 struct EngineOptions {
     engine::EngineConfig config;
     std::string prefix_cache = "on";
+    SampleOnOption sample_on;
     std::string batching = "continuous";
     std::string kv = "paged";
     std::string kv_window_pool = "on";

@@ -57,6 +57,21 @@ void DeviceOption::add_to(CLI::App& cmd) {
         ->capture_default_str();
 }
 
+void SampleOnOption::add_to(CLI::App& cmd) {
+    cmd.add_option("--sample-on", name,
+                   "where tokens are drawn: device (beside the logits; only token ids cross to "
+                   "the host), host (the logits cross), auto (the device on a GPU; on the CPU "
+                   "greedy picks only)")
+        ->check(CLI::IsMember({"auto", "host", "device"}))
+        ->capture_default_str();
+}
+
+engine::SampleOn SampleOnOption::resolved() const {
+    if (name == "host") return engine::SampleOn::Host;
+    if (name == "device") return engine::SampleOn::Device;
+    return engine::SampleOn::Auto;
+}
+
 std::shared_ptr<kernels::Backend> DeviceOption::backend(int threads,
                                                         const ActivationsOption& activations,
                                                         int ranks) const {
@@ -170,6 +185,7 @@ void SamplingOptions::add_to(CLI::App& cmd) {
         ->check(kFinite & CLI::Range(-2.0, 2.0));
     cmd.add_option("--seed", seed, "random seed; the same seed gives the same output")
         ->check(CLI::Range(int64_t{0}, INT64_MAX));
+    sample_on.add_to(cmd);
 }
 
 engine::SamplingParams SamplingOptions::resolved() const {

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/tensor_parallel.h"
+#include "engine/engine_config.h"
 #include "engine/loaded_model.h"
 #include "engine/sampler.h"
 #include "kernels/backend.h"
@@ -46,6 +47,14 @@ struct DeviceOption {
                                               int ranks) const;
 };
 
+// --sample-on: where tokens are drawn (engine::SampleOn).
+struct SampleOnOption {
+    std::string name = "auto";
+
+    void add_to(CLI::App& cmd);
+    engine::SampleOn resolved() const;
+};
+
 struct ModelOptions {
     std::string model = "default";
     int threads = 0;  // 0: physical cores
@@ -73,6 +82,7 @@ struct ModelOptions {
 struct SamplingOptions {
     engine::SamplingParams params;
     int64_t seed = -1;
+    SampleOnOption sample_on;
 
     void add_to(CLI::App& cmd);
     engine::SamplingParams resolved() const;

@@ -397,15 +397,34 @@ bool Engine::step() {
     // The step's cost, for the speculation plan: the pass and the verifications and draws after
     // it, everything that grows with the tokens a step carries.
     const auto t_exec = Clock::now();
-    // Where every row wants only its most likely token, the device picks them and only ids
-    // come back (ModelRunner::execute_greedy); otherwise the rows' logits.
+    // Where every row wants only a token, the device picks them and only ids come back
+    // (ModelRunner::pick_next); otherwise the rows' logits.
     std::span<const float> logits;
     std::span<const int32_t> ids;
-    const bool ids_only = greedy_ids_only(out, seqs);
-    if (ids_only)
-        ids = runner_->execute_greedy(out);
-    else
+    const PickPath path = pick_path(out, seqs);
+    const bool ids_only = path != PickPath::Logits;
+    if (path == PickPath::Draw) {
+        // One row for each sequence that wants a token, its number from its own generator.
+        pick_rows_.clear();
+        pick_edits_.clear();
+        for (size_t i = 0; i < seqs.size(); ++i)
+            if (out.seqs[i].num_logits() > 0)
+                pick_rows_.push_back(seqs[i]->sampler->device_row(seqs[i]->tokens, pick_edits_));
+        runner_->pick_next(pick_rows_, pick_edits_);
+    } else if (path == PickPath::Argmax) {
+        runner_->pick_next();
+    }
+    if (ids_only) {
+        try {
+            runner_->execute(out);
+        } catch (...) {
+            runner_->cancel_pick();  // execute can throw before its step disarms it
+            throw;
+        }
+        ids = runner_->picked();
+    } else {
         logits = runner_->execute(out);
+    }
     // Draft tokens count as computed only once verified.
     for (size_t i = 0; i < seqs.size(); ++i) {
         scheduler_->add_attention_mass(seqs[i], runner_->attention_mass(i));
@@ -518,7 +537,7 @@ bool Engine::step() {
     {
         std::lock_guard lock(metrics_mu_);
         ++metrics_.steps;
-        metrics_.greedy_id_steps += ids_only;
+        metrics_.id_steps += ids_only;
         metrics_.batched_tokens_total += out.total_tokens;
         metrics_.batched_seqs_total += out.seqs.size();
     }
@@ -527,21 +546,30 @@ bool Engine::step() {
     return true;
 }
 
-bool Engine::greedy_ids_only(const SchedulerOutput& out, std::span<Sequence* const> seqs) const {
-    bool any = false;
+Engine::PickPath Engine::pick_path(const SchedulerOutput& out,
+                                   std::span<Sequence* const> seqs) const {
+    if (config_.sample_on == SampleOn::Host) return PickPath::Logits;
+    const bool draws = draws_on_device(config_.sample_on, runner_->backend().device());
+    bool any = false, all_argmax = true;
     for (size_t i = 0; i < seqs.size(); ++i) {
         const ScheduledSeq& s = out.seqs[i];
         if (s.num_logits() == 0) continue;
         const Sequence& seq = *seqs[i];
-        const RequestParams& p = seq.request->params;
+        const Request& r = *seq.request;
+        const RequestParams& p = r.params;
         // Anything that reads a row's floats: prompt logprobs, a draft's verification, logprobs,
-        // a grammar's mask, a sampler that is more than argmax, scoring a prompt.
+        // a grammar's mask, scoring a prompt, n > 1's first token (every copy draws from it).
         if (s.all_logits || s.num_draft > 0 || p.top_logprobs >= 0 || seq.matcher || !seq.sampler ||
-            !seq.sampler->plain_greedy() || p.max_tokens == 0)
-            return false;
+            p.max_tokens == 0 || (p.n > 1 && !r.forked && !seq.sampler->plain_greedy()))
+            return PickPath::Logits;
+        if (!seq.sampler->plain_greedy()) {
+            if (!draws) return PickPath::Logits;
+            all_argmax = false;
+        }
         any = true;
     }
-    return any;
+    if (!any) return PickPath::Logits;
+    return all_argmax ? PickPath::Argmax : PickPath::Draw;
 }
 
 void Engine::fork(Request& req, Sequence& parent, std::vector<Sequence*>& out) {

@@ -100,9 +100,11 @@ class Engine {
     // past it) the positions its cache holds.
     int64_t context_len(const Sequence& s) const;
     Status attach_draft();  // the draft model's proposer, sized to this engine's pool
-    // Whether every row of the step wants only its most likely token (greedy, no logprobs,
-    // grammar or draft): then the device picks them and only ids cross to the host.
-    bool greedy_ids_only(const SchedulerOutput& out, std::span<Sequence* const> seqs) const;
+    // How a step's tokens are picked: from the logits on the host, by the device's argmax
+    // (every row plain greedy), or by the device's draw (config's sample_on; every row wants
+    // only a token: no logprobs, grammar, draft, or n > 1 still to fork).
+    enum class PickPath { Logits, Argmax, Draw };
+    PickPath pick_path(const SchedulerOutput& out, std::span<Sequence* const> seqs) const;
     Status attach_medusa();  // the Medusa heads' proposer, when --medusa-heads names a file
     struct Live;
     void loop();
@@ -150,6 +152,8 @@ class Engine {
     std::vector<std::pair<RequestId, std::string>> failed_;  // callbacks that threw
     uint64_t next_arrival_ = 0;
     uint64_t next_seq_ = 0;
+    std::vector<kernels::SampleRow> pick_rows_;  // a Draw step's rows and edits (pick_path)
+    std::vector<kernels::LogitEdit> pick_edits_;
 
     // The inbox: what other threads hand to the engine thread.
     mutable std::mutex inbox_mu_;

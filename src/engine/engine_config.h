@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "core/tensor.h"
 #include "engine/kv_eviction.h"
 #include "engine/speculation.h"
 #include "quant/kv_format.h"
@@ -13,6 +14,18 @@
 namespace ferry::engine {
 
 struct LoadedModel;
+
+// Where a step's tokens are drawn. Device: the backend picks them beside the logits
+// (Backend::argmax / sample) and only ids cross to the host; Host: the logits cross and
+// engine::Sampler draws (the baseline that measures the difference). Auto: the device on a GPU;
+// on the CPU, where the logits are host memory already, only greedy argmax there. Rows that
+// read their floats (logprobs, grammars, drafts, n > 1's first token) take the host path
+// either way.
+enum class SampleOn { Auto, Host, Device };
+// Whether a draw that is more than an argmax runs on the device under `s` with backend `d`.
+inline bool draws_on_device(SampleOn s, Device d) {
+    return s == SampleOn::Device || (s == SampleOn::Auto && d != Device::CPU);
+}
 
 struct EngineConfig {
     int max_model_len = 0;             // 0: min(trained context, 4096)
@@ -34,6 +47,7 @@ struct EngineConfig {
     // memory (vLLM's --gpu-memory-utilization); unset: 0.9. Refused on the CPU and beside
     // kv_cache_memory, each of which would make it mean nothing.
     std::optional<double> gpu_memory_utilization;
+    SampleOn sample_on = SampleOn::Auto;
     int block_size = 16;  // token slots per KV block
     bool prefix_cache = true;
     // A model with both sliding-window and global layers (Gemma 3) keeps the sliding layers'

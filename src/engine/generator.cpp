@@ -106,6 +106,31 @@ std::span<const float> Generator::feed(std::span<const int32_t> tokens, int n_lo
     return logits;
 }
 
+int32_t Generator::feed_and_pick(std::span<const int32_t> tokens, Sampler& sampler,
+                                 bool on_device) {
+    if (!on_device) {
+        const std::span<const float> logits = feed(tokens, 1);
+        return sampler.sample(logits, history_);
+    }
+    if (sampler.plain_greedy()) {
+        runner_.pick_next();
+    } else {
+        // The penalties count the history as it will be once these tokens are in.
+        pick_history_.assign(history_.begin(), history_.end());
+        pick_history_.insert(pick_history_.end(), tokens.begin(), tokens.end());
+        pick_edits_.clear();
+        pick_row_ = sampler.device_row(pick_history_, pick_edits_);
+        runner_.pick_next({&pick_row_, 1}, pick_edits_);
+    }
+    try {
+        feed(tokens, 1);
+    } catch (...) {
+        runner_.cancel_pick();  // feed can throw before the step that would disarm it
+        throw;
+    }
+    return runner_.picked().front();
+}
+
 Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
                                               const SamplingParams& params, int max_tokens,
                                               const std::function<bool(int32_t)>& on_token,
@@ -133,17 +158,26 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
         if (const auto h = runner_.hidden_row(static_cast<size_t>(row)); !h.empty())
             spec.proposer->observe_hidden(0, h);
     };
+    // A plain step's token is drawn where the logits are when the device draws (a speculative
+    // step verifies against whole rows, so it always reads them).
+    const bool on_device =
+        !spec.proposer && sample_on_ != SampleOn::Host &&
+        (sampler.plain_greedy() || draws_on_device(sample_on_, runner_.backend().device()));
     auto t0 = std::chrono::steady_clock::now();
-    std::span<const float> logits;
+    // The first token from the prompt's last position; prefill_ms includes its draw.
+    int32_t first = -1;
     if (eviction_.on()) {  // in chunks, the last one's last logits kept, each a step
         for (size_t at = 0; at < prompt.size(); at += kEvictChunk) {
             const size_t n = std::min<size_t>(kEvictChunk, prompt.size() - at);
             const auto t_chunk = std::chrono::steady_clock::now();
-            logits = feed(prompt.subspan(at, n), at + n == prompt.size() ? 1 : 0);
+            if (at + n == prompt.size())
+                first = feed_and_pick(prompt.subspan(at, n), sampler, on_device);
+            else
+                feed(prompt.subspan(at, n), 0);
             planner_.record_step(static_cast<int64_t>(n), ms_since(t_chunk) * 1e-3);
         }
     } else {
-        logits = feed(prompt, 1);
+        first = feed_and_pick(prompt, sampler, on_device);
         planner_.record_step(static_cast<int64_t>(prompt.size()), ms_since(t0) * 1e-3);
     }
     st.prefill_ms = ms_since(t0);
@@ -153,7 +187,7 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
     st.finish_reason = "length";
     auto t_decode = std::chrono::steady_clock::now();
     // Tokens decided but not yet fed: one per plain step, up to K + 1 after a verification.
-    std::vector<int32_t> pending{sampler.sample({logits.data(), size_t(n_vocab)}, history_)};
+    std::vector<int32_t> pending{first};
     st.ttft_ms = ms_since(t0);
     t_decode = std::chrono::steady_clock::now();
     Draft draft;
@@ -222,10 +256,8 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
         const int64_t before = position();
         std::vector<int32_t> run{last};
         run.insert(run.end(), draft.tokens.begin(), draft.tokens.end());
-        logits = feed(run, static_cast<int>(run.size()),
-                      draft.is_tree() ? tree_masks(draft) : std::vector<uint64_t>{});
         if (draft.tokens.empty()) {
-            pending.assign(1, sampler.sample({logits.data(), size_t(n_vocab)}, history_));
+            pending.assign(1, feed_and_pick(run, sampler, on_device));
             show_hidden(0);
             planner_.record_step(1, ms_since(t_step) * 1e-3);
             if (spec.proposer) {
@@ -234,6 +266,9 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
             }
             continue;
         }
+        const std::span<const float> logits =
+            feed(run, static_cast<int>(run.size()),
+                 draft.is_tree() ? tree_masks(draft) : std::vector<uint64_t>{});
         // Roll back to the verified prefix: rejected positions are simply overwritten later.
         history_.resize(static_cast<size_t>(before + 1));
         std::vector<int32_t> hist = history_;

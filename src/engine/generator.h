@@ -9,6 +9,7 @@
 
 #include "core/status.h"
 #include "engine/block_manager.h"
+#include "engine/engine_config.h"
 #include "engine/kv_eviction.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
@@ -72,6 +73,9 @@ class Generator {
     int64_t evicted() const { return table_.evicted; }
     const kv::KvStore& kv_store() const { return runner_.kv(); }
     kernels::Backend& backend() { return runner_.backend(); }
+    // Where tokens are drawn (SampleOn; Auto unless set): on the device, a plain step (no
+    // speculation) sends back a token id instead of the logits row.
+    void set_sample_on(SampleOn where) { sample_on_ = where; }
     // What the speculation cost policy has learnt (step costs by width, acceptance).
     const SpecPlanner& spec_planner() const { return planner_; }
     // Forgets everything after the first n tokens (their cache slots are simply overwritten;
@@ -95,6 +99,9 @@ class Generator {
     // tree: a draft tree's masks (kernels::BatchSeq::tree), or empty.
     std::span<const float> feed(std::span<const int32_t> tokens, int n_logits,
                                 std::span<const uint64_t> tree = {});
+    // feed(tokens, 1) and the token `sampler` gives for the last position: drawn on the device
+    // when `on_device` (only the id crosses), else from the logits on the host.
+    int32_t feed_and_pick(std::span<const int32_t> tokens, Sampler& sampler, bool on_device);
     // Positions the cache holds: the history, but what eviction took out.
     int64_t cache_len() const { return position() - table_.evicted; }
     // What counts against n_ctx: the history, or under streaming eviction (which runs past it)
@@ -105,6 +112,11 @@ class Generator {
     int window_;  // the model's smallest sliding window (0: none), which a draft tree must fit
     KvEvictionConfig eviction_;
     ModelRunner runner_;
+    SampleOn sample_on_ = SampleOn::Auto;
+    // A device draw's arguments, kept until the step that reads them is done.
+    kernels::SampleRow pick_row_;
+    std::vector<kernels::LogitEdit> pick_edits_;
+    std::vector<int32_t> pick_history_;
     // Under eviction the stream's blocks are managed as the engine's are (small blocks, a
     // table); otherwise blocks_ is simply 0, 1, 2, ...
     std::unique_ptr<BlockManager> blocks_mgr_;

@@ -48,7 +48,7 @@ struct EngineMetrics {
     uint64_t kv_blocks_dropped = 0;     // given back out of every layer's sliding window
     uint64_t kv_evicted_tokens = 0;     // taken out of caches over --kv-budget (--kv-eviction)
     uint64_t steps = 0;
-    uint64_t greedy_id_steps = 0;       // of which the device picked every token: only ids crossed
+    uint64_t id_steps = 0;              // of which the device picked every token: only ids crossed
     uint64_t batched_tokens_total = 0;  // tokens run over all steps
     uint64_t batched_seqs_total = 0;    // sequences run over all steps
     std::map<std::string, uint64_t> finished;  // by finish reason

@@ -1,6 +1,9 @@
 #include "engine/model_runner.h"
 
+#include <fmt/format.h>
+
 #include <stdexcept>
+#include <utility>
 
 #include "engine/kv_calibration.h"
 #include "engine/step_message.h"
@@ -57,6 +60,12 @@ void ModelRunner::Tap::observe_head(const Tensor& rows) {
 std::span<const float> ModelRunner::step(Copies copies, Copies window_copies,
                                          std::span<const std::pair<int32_t, int64_t>> moves,
                                          std::span<const Work> work) {
+    // pick_next() arms this step only, whatever happens in it.
+    const bool ids_only = ids_only_;
+    const auto pick_rows = pick_rows_;
+    const auto pick_edits = pick_edits_;
+    cancel_pick();
+    ids_.clear();
     hidden_.clear();
     if (leads_group() &&
         (!copies.empty() || !window_copies.empty() || !moves.empty() || !work.empty())) {
@@ -151,9 +160,20 @@ std::span<const float> ModelRunner::step(Copies copies, Copies window_copies,
                 mass_sum_[mass_sum_at_[i] + b] += mass_[mass_at_[i] + r * nb + b];
     }
     if (rows == 0) return {};
-    if (ids_only_) {
+    if (ids_only) {
         ids_.resize(static_cast<size_t>(rows));
-        backend_->argmax(logits_.slice(0, rows), ids_);
+        if (pick_rows.empty())
+            backend_->argmax(logits_.slice(0, rows), ids_);
+        else if (static_cast<int64_t>(pick_rows.size()) != rows)
+            throw std::logic_error("ModelRunner: one sampling row for each logits row");
+        else
+            backend_->sample(logits_.slice(0, rows), pick_rows, pick_edits, ids_);
+        // A token outside the vocabulary would read past the embedding or end a stream as if
+        // nothing could follow: a device pick is checked before anyone uses it.
+        for (int32_t id : ids_)
+            if (id < 0 || id >= n_vocab)
+                throw std::runtime_error(fmt::format(
+                    "the device picked token {}, outside the vocabulary (0..{})", id, n_vocab - 1));
         return {};
     }
     const Tensor host = backend_->host_view(logits_.slice(0, rows));
@@ -199,17 +219,17 @@ void ModelRunner::pack(std::span<const Work> work, size_t first_item) {
     }
 }
 
-std::span<const int32_t> ModelRunner::execute_greedy(const SchedulerOutput& out) {
+void ModelRunner::pick_next(std::span<const kernels::SampleRow> rows,
+                            std::span<const kernels::LogitEdit> edits) {
     ids_only_ = true;
-    ids_.clear();
-    try {
-        execute(out);
-    } catch (...) {
-        ids_only_ = false;
-        throw;
-    }
+    pick_rows_ = rows;
+    pick_edits_ = edits;
+}
+
+void ModelRunner::cancel_pick() {
     ids_only_ = false;
-    return ids_;
+    pick_rows_ = {};
+    pick_edits_ = {};
 }
 
 std::span<const float> ModelRunner::execute(const SchedulerOutput& out) {

@@ -52,11 +52,17 @@ class ModelRunner {
     // An engine step: the block copies first, then the keys moved, then the scheduled
     // sequences, with 1 + num_draft logits rows for each that wants them.
     std::span<const float> execute(const SchedulerOutput& out);
-    // The same step when every row wanted only its most likely token: the device picks them
-    // (Backend::argmax) and only the ids cross to the host, not rows x n_vocab floats (on a
-    // GPU, megabytes a step for a large vocabulary). Ids in the rows' order; valid until the
-    // next call.
-    std::span<const int32_t> execute_greedy(const SchedulerOutput& out);
+    // Makes the next run() or execute() end in token ids rather than logits, for a step whose
+    // every row wants only a token: the device picks them and only the ids cross to the host,
+    // not rows x n_vocab floats (on a GPU, megabytes a step for a large vocabulary). With no
+    // `rows`, each row's most likely token (Backend::argmax); else row i drawn as rows[i] asks
+    // (Backend::sample; rows and edits must outlive that call). That call then returns no
+    // logits, and picked() holds the ids in the rows' order until the next call.
+    void pick_next(std::span<const kernels::SampleRow> rows = {},
+                   std::span<const kernels::LogitEdit> edits = {});
+    std::span<const int32_t> picked() const { return ids_; }
+    // Disarms pick_next() when the step it was for will not run (the caller threw first).
+    void cancel_pick();
     // Copies the keys and values of slot `from` to slot `to` of a sequence's table (and its
     // window table), every layer, pair by pair: a verified tree's accepted branch moving down
     // to the slots its positions own (kernels::Backend::kv_move_slots).
@@ -145,8 +151,11 @@ class ModelRunner {
     std::vector<float> mass_, mass_sum_;
     std::vector<std::pair<int32_t, int32_t>> copies_, window_copies_;
     std::vector<std::pair<int32_t, int64_t>> moves_;
-    Tensor logits_;          // on the device, grown to the largest step
-    bool ids_only_ = false;  // this step's rows end in argmax ids (execute_greedy)
+    Tensor logits_;  // on the device, grown to the largest step
+    // The next step's rows end in ids (pick_next): drawn as pick_rows_ asks, argmax if empty.
+    bool ids_only_ = false;
+    std::span<const kernels::SampleRow> pick_rows_;
+    std::span<const kernels::LogitEdit> pick_edits_;
     std::vector<int32_t> ids_;
     std::vector<std::byte> message_;  // the step as sent to the group
     std::chrono::steady_clock::time_point last_sent_{};

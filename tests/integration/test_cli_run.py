@@ -311,3 +311,24 @@ def test_gpu_memory_utilization_is_refused_where_it_would_mean_nothing(model_pat
     assert "--kv-cache-memory" in r.stderr
     bad = run_ferry("bench", "throughput", "--gpu-memory-utilization", "1.5", "--num-prompts", "2")
     assert bad.returncode != 0 and "gpu-memory-utilization" in (bad.stderr + bad.stdout)
+
+
+def test_sampling_on_the_device_gives_the_host_text(model_path):
+    # --sample-on device draws each token beside the logits (Backend::sample) with a number from
+    # the same seeded generator the host sampler uses: the same text, truncated or not,
+    # penalised or not. (On the CPU "auto" samples on the host, so this compares the two paths.)
+    settings = [
+        ("--temperature", "1.0", "--top-k", "0", "--top-p", "1", "--min-p", "0"),
+        ("--temperature", "0.8", "--top-k", "40", "--top-p", "0.9", "--min-p", "0.05"),
+        ("--temperature", "1.2", "--top-k", "0", "--top-p", "0.95", "--repeat-penalty", "1.3",
+         "--frequency-penalty", "0.5"),
+    ]
+    for s in settings:
+        args = ("run", "-p", "The old lighthouse keeper", "-n", "32", "--seed", "5", "--no-stats",
+                *s)
+        device = run_ferry(*args, "--sample-on", "device")
+        host = run_ferry(*args, "--sample-on", "host")
+        assert device.returncode == 0 and host.returncode == 0, device.stderr + host.stderr
+        assert device.stdout == host.stdout, s
+    bad = run_ferry("run", "-p", "x", "-n", "2", "--sample-on", "gpu")
+    assert bad.returncode != 0 and "--sample-on" in bad.stderr

@@ -191,6 +191,23 @@ def test_request_id_and_metrics(server, client):
     assert 0 < m["ferry:kv_cache_pool_bytes"] < total
 
 
+def test_sampling_on_the_device_gives_the_same_seeded_text(client):
+    # A server that draws on the device (Backend::sample; only ids leave the backend) gives a
+    # seeded request the text this one (the host's sampler, "auto" on the CPU) gives, and counts
+    # those steps as id steps.
+    kw = dict(prompt="Once upon a time", max_tokens=16, temperature=0.9, top_p=0.9, seed=77,
+              frequency_penalty=0.4)
+    want = client.completions.create(model=model_id(client), **kw).choices[0].text
+    s = Server("--sample-on", "device")
+    try:
+        other = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        got = other.completions.create(model=model_id(other), **kw).choices[0].text
+        assert got == want
+        assert s.metrics()["ferry:engine_id_steps_total"] > 0
+    finally:
+        assert s.stop() == 0
+
+
 def test_http_metrics_by_route_and_status(server):
     def count(route, status):
         m = server.metrics()

@@ -78,14 +78,14 @@ TEST(Engine, DevicePickedGreedyTokensEqualTheLogitsPath) {
     auto ids_engine = make_engine(small_config());
     auto by_ids = run_all(*ids_engine, prompts, plain);
     const auto m = ids_engine->metrics();
-    EXPECT_GT(m.greedy_id_steps, 0u);
+    EXPECT_GT(m.id_steps, 0u);
     // Prefill steps that finish no prompt want no token; every step that did took the ids path.
-    EXPECT_LE(m.greedy_id_steps, m.steps);
+    EXPECT_LE(m.id_steps, m.steps);
     expect_all_free(*ids_engine);
 
     auto logits_engine = make_engine(small_config());
     auto by_logits = run_all(*logits_engine, prompts, with_logprobs);
-    EXPECT_EQ(logits_engine->metrics().greedy_id_steps, 0u);
+    EXPECT_EQ(logits_engine->metrics().id_steps, 0u);
     for (int i = 0; i < n; ++i) ASSERT_EQ(by_ids[i].tokens[0], by_logits[i].tokens[0]) << i;
 
     // One request that reads its row makes the whole step take the logits path, and the greedy
@@ -95,6 +95,61 @@ TEST(Engine, DevicePickedGreedyTokensEqualTheLogitsPath) {
     auto mixed_engine = make_engine(small_config());
     auto by_mixed = run_all(*mixed_engine, prompts, mixed);
     for (int i = 0; i < n; ++i) ASSERT_EQ(by_mixed[i].tokens[0], by_ids[i].tokens[0]) << i;
+}
+
+// Seeded sampling drawn where the logits are (--sample-on device: Backend::sample, only ids
+// cross) gives the texts the host's sampler gives (--sample-on host), for every kind of
+// truncation, penalties and biases, with sampled and greedy requests sharing steps; a request
+// that reads its row (logprobs) moves its steps to the logits path without changing anyone's
+// tokens.
+TEST(Engine, DeviceDrawsGiveTheHostSamplersTexts) {
+    const int n = 10;
+    auto prompts = mixed_prompts(n, 5);
+    std::vector<RequestParams> params;
+    for (int i = 0; i < n; ++i) {
+        RequestParams p = greedy(6 + i % 5);
+        SamplingParams& s = p.sampling;
+        s.temperature = 0.6f + 0.1f * static_cast<float>(i);
+        s.seed = 100 + static_cast<uint64_t>(i);
+        s.has_seed = true;
+        s.top_k = i % 3 == 0 ? 0 : 40;
+        s.top_p = i % 4 == 1 ? 1.0f : 0.9f;
+        s.min_p = i % 2 ? 0.05f : 0.0f;
+        if (i % 5 == 2) s.top_k = 0, s.top_p = 1.0f, s.min_p = 0.0f;  // untruncated
+        if (i % 3 == 1) s.repetition_penalty = 1.2f, s.frequency_penalty = 0.3f;
+        if (i == 4) s.logit_bias = {{13, 5.0f}, {28, -100.0f}};
+        if (i == 9) s.temperature = 0;  // greedy beside the draws
+        params.push_back(p);
+    }
+    auto on = [](SampleOn where) {
+        auto cfg = small_config();
+        cfg.sample_on = where;
+        return cfg;
+    };
+    auto device_engine = make_engine(on(SampleOn::Device));
+    auto by_device = run_all(*device_engine, prompts, params);
+    EXPECT_GT(device_engine->metrics().id_steps, 0u);
+    expect_all_free(*device_engine);
+    auto host_engine = make_engine(on(SampleOn::Host));
+    auto by_host = run_all(*host_engine, prompts, params);
+    EXPECT_EQ(host_engine->metrics().id_steps, 0u);
+    int differs_from_greedy = 0;
+    auto greedy_engine = make_engine(small_config());
+    std::vector<RequestParams> greedy_params;
+    for (int i = 0; i < n; ++i) greedy_params.push_back(greedy(params[i].max_tokens));
+    auto by_greedy = run_all(*greedy_engine, prompts, greedy_params);
+    for (int i = 0; i < n; ++i) {
+        ASSERT_EQ(by_device[i].tokens[0], by_host[i].tokens[0]) << "request " << i;
+        differs_from_greedy += by_host[i].tokens[0] != by_greedy[i].tokens[0];
+    }
+    EXPECT_GE(differs_from_greedy, n / 2);  // the seeds really sampled
+
+    std::vector<RequestParams> mixed = params;
+    mixed[3].top_logprobs = 2;
+    auto mixed_engine = make_engine(on(SampleOn::Device));
+    auto by_mixed = run_all(*mixed_engine, prompts, mixed);
+    for (int i = 0; i < n; ++i)
+        ASSERT_EQ(by_mixed[i].tokens[0], by_host[i].tokens[0]) << "request " << i;
 }
 
 // Log-probabilities streamed with a token are the model's log-softmax, computed here in
