@@ -401,16 +401,47 @@ bool Engine::step() {
     // (ModelRunner::pick_next); otherwise the rows' logits.
     std::span<const float> logits;
     std::span<const int32_t> ids;
-    const PickPath path = pick_path(out, seqs);
+    PickPath path = pick_path(out, seqs);
+    if (path == PickPath::Draw) {
+        // The constrained rows' allowed tokens first (over the pool, as the logits path
+        // computes them beside its draws): a grammar that fails here sends the step to the
+        // logits path, which fails its request as usual, before any generator has moved.
+        const auto words = static_cast<size_t>(kernels::mask_words(runner_->n_vocab()));
+        std::vector<Sequence*> constrained;
+        for (size_t i = 0; i < seqs.size(); ++i)
+            if (out.seqs[i].num_logits() > 0 && seqs[i]->matcher) constrained.push_back(seqs[i]);
+        pick_masks_.assign(constrained.size() * words, 0);
+        std::atomic<bool> mask_failed{false};
+        auto mask_one = [&](int64_t j) {
+            try {
+                const auto m = constrained[static_cast<size_t>(j)]->matcher->mask();
+                std::copy_n(m->bits.begin(), std::min(words, m->bits.size()),
+                            pick_masks_.begin() +
+                                static_cast<std::ptrdiff_t>(static_cast<size_t>(j) * words));
+            } catch (...) {
+                mask_failed = true;
+            }
+        };
+        if (constrained.size() >= 2)
+            runner_->backend().host_pool().run_tasks(static_cast<int64_t>(constrained.size()),
+                                                     mask_one);
+        else if (!constrained.empty())
+            mask_one(0);
+        if (mask_failed) path = PickPath::Logits;
+    }
     const bool ids_only = path != PickPath::Logits;
     if (path == PickPath::Draw) {
         // One row for each sequence that wants a token, its number from its own generator.
         pick_rows_.clear();
         pick_edits_.clear();
-        for (size_t i = 0; i < seqs.size(); ++i)
-            if (out.seqs[i].num_logits() > 0)
-                pick_rows_.push_back(seqs[i]->sampler->device_row(seqs[i]->tokens, pick_edits_));
-        runner_->pick_next(pick_rows_, pick_edits_);
+        const auto words = static_cast<int32_t>(kernels::mask_words(runner_->n_vocab()));
+        int32_t masks = 0;
+        for (size_t i = 0; i < seqs.size(); ++i) {
+            if (out.seqs[i].num_logits() == 0) continue;
+            pick_rows_.push_back(seqs[i]->sampler->device_row(seqs[i]->tokens, pick_edits_));
+            if (seqs[i]->matcher) pick_rows_.back().mask_at = words * masks++;
+        }
+        runner_->pick_next(pick_rows_, pick_edits_, pick_masks_);
     } else if (path == PickPath::Argmax) {
         runner_->pick_next();
     }
@@ -558,11 +589,12 @@ Engine::PickPath Engine::pick_path(const SchedulerOutput& out,
         const Request& r = *seq.request;
         const RequestParams& p = r.params;
         // Anything that reads a row's floats: prompt logprobs, a draft's verification, logprobs,
-        // a grammar's mask, scoring a prompt, n > 1's first token (every copy draws from it).
-        if (s.all_logits || s.num_draft > 0 || p.top_logprobs >= 0 || seq.matcher || !seq.sampler ||
+        // scoring a prompt, n > 1's first token (every copy draws from it).
+        if (s.all_logits || s.num_draft > 0 || p.top_logprobs >= 0 || !seq.sampler ||
             p.max_tokens == 0 || (p.n > 1 && !r.forked && !seq.sampler->plain_greedy()))
             return PickPath::Logits;
-        if (!seq.sampler->plain_greedy()) {
+        // A grammar's mask goes with the draw (Backend::sample), not with the argmax.
+        if (!seq.sampler->plain_greedy() || seq.matcher) {
             if (!draws) return PickPath::Logits;
             all_argmax = false;
         }

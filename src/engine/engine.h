@@ -101,8 +101,9 @@ class Engine {
     int64_t context_len(const Sequence& s) const;
     Status attach_draft();  // the draft model's proposer, sized to this engine's pool
     // How a step's tokens are picked: from the logits on the host, by the device's argmax
-    // (every row plain greedy), or by the device's draw (config's sample_on; every row wants
-    // only a token: no logprobs, grammar, draft, or n > 1 still to fork).
+    // (every row plain greedy, no grammar), or by the device's draw (config's sample_on; every
+    // row wants only a token: no logprobs, draft, or n > 1 still to fork; a grammar's allowed
+    // tokens go with it as a mask).
     enum class PickPath { Logits, Argmax, Draw };
     PickPath pick_path(const SchedulerOutput& out, std::span<Sequence* const> seqs) const;
     Status attach_medusa();  // the Medusa heads' proposer, when --medusa-heads names a file
@@ -154,6 +155,7 @@ class Engine {
     uint64_t next_seq_ = 0;
     std::vector<kernels::SampleRow> pick_rows_;  // a Draw step's rows and edits (pick_path)
     std::vector<kernels::LogitEdit> pick_edits_;
+    std::vector<uint64_t> pick_masks_;
 
     // The inbox: what other threads hand to the engine thread.
     mutable std::mutex inbox_mu_;

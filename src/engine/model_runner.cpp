@@ -64,6 +64,7 @@ std::span<const float> ModelRunner::step(Copies copies, Copies window_copies,
     const bool ids_only = ids_only_;
     const auto pick_rows = pick_rows_;
     const auto pick_edits = pick_edits_;
+    const auto pick_masks = pick_masks_;
     cancel_pick();
     ids_.clear();
     hidden_.clear();
@@ -167,13 +168,17 @@ std::span<const float> ModelRunner::step(Copies copies, Copies window_copies,
         else if (static_cast<int64_t>(pick_rows.size()) != rows)
             throw std::logic_error("ModelRunner: one sampling row for each logits row");
         else
-            backend_->sample(logits_.slice(0, rows), pick_rows, pick_edits, ids_);
+            backend_->sample(logits_.slice(0, rows), pick_rows, pick_edits, pick_masks, ids_);
         // A token outside the vocabulary would read past the embedding or end a stream as if
-        // nothing could follow: a device pick is checked before anyone uses it.
-        for (int32_t id : ids_)
-            if (id < 0 || id >= n_vocab)
+        // nothing could follow: a device pick is checked before anyone uses it (-1 only where a
+        // mask allowed nothing).
+        for (size_t i = 0; i < ids_.size(); ++i) {
+            const int32_t id = ids_[i];
+            const bool none_allowed = id == -1 && !pick_rows.empty() && pick_rows[i].mask_at >= 0;
+            if ((id < 0 || id >= n_vocab) && !none_allowed)
                 throw std::runtime_error(fmt::format(
                     "the device picked token {}, outside the vocabulary (0..{})", id, n_vocab - 1));
+        }
         return {};
     }
     const Tensor host = backend_->host_view(logits_.slice(0, rows));
@@ -220,16 +225,19 @@ void ModelRunner::pack(std::span<const Work> work, size_t first_item) {
 }
 
 void ModelRunner::pick_next(std::span<const kernels::SampleRow> rows,
-                            std::span<const kernels::LogitEdit> edits) {
+                            std::span<const kernels::LogitEdit> edits,
+                            std::span<const uint64_t> masks) {
     ids_only_ = true;
     pick_rows_ = rows;
     pick_edits_ = edits;
+    pick_masks_ = masks;
 }
 
 void ModelRunner::cancel_pick() {
     ids_only_ = false;
     pick_rows_ = {};
     pick_edits_ = {};
+    pick_masks_ = {};
 }
 
 std::span<const float> ModelRunner::execute(const SchedulerOutput& out) {

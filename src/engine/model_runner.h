@@ -56,10 +56,12 @@ class ModelRunner {
     // every row wants only a token: the device picks them and only the ids cross to the host,
     // not rows x n_vocab floats (on a GPU, megabytes a step for a large vocabulary). With no
     // `rows`, each row's most likely token (Backend::argmax); else row i drawn as rows[i] asks
-    // (Backend::sample; rows and edits must outlive that call). That call then returns no
-    // logits, and picked() holds the ids in the rows' order until the next call.
+    // (Backend::sample; the arguments must outlive that call), -1 where its mask allows
+    // nothing. That call then returns no logits, and picked() holds the ids in the rows' order
+    // until the next call.
     void pick_next(std::span<const kernels::SampleRow> rows = {},
-                   std::span<const kernels::LogitEdit> edits = {});
+                   std::span<const kernels::LogitEdit> edits = {},
+                   std::span<const uint64_t> masks = {});
     std::span<const int32_t> picked() const { return ids_; }
     // Disarms pick_next() when the step it was for will not run (the caller threw first).
     void cancel_pick();
@@ -156,6 +158,7 @@ class ModelRunner {
     bool ids_only_ = false;
     std::span<const kernels::SampleRow> pick_rows_;
     std::span<const kernels::LogitEdit> pick_edits_;
+    std::span<const uint64_t> pick_masks_;
     std::vector<int32_t> ids_;
     std::vector<std::byte> message_;  // the step as sent to the group
     std::chrono::steady_clock::time_point last_sent_{};

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "grammar/vocabulary.h"
-#include "kernels/sample_row.h"
+#include "kernels/sample_args.h"
 
 namespace ferry::engine {
 

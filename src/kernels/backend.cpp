@@ -40,7 +40,8 @@ std::string backend_property(const Backend& b, std::string_view key) {
 }
 
 void check_sample_args(const Tensor& logits, std::span<const SampleRow> rows,
-                       std::span<const LogitEdit> edits, std::span<const int32_t> host_out) {
+                       std::span<const LogitEdit> edits, std::span<const uint64_t> masks,
+                       std::span<const int32_t> host_out) {
     if (logits.dtype() != DType::F32) throw std::invalid_argument("sample: the logits must be f32");
     if (static_cast<int64_t>(rows.size()) > logits.rows() || host_out.size() < rows.size())
         throw std::invalid_argument(
@@ -52,6 +53,13 @@ void check_sample_args(const Tensor& logits, std::span<const SampleRow> rows,
             throw std::invalid_argument(
                 fmt::format("sample: a row's edits [{}, +{}) lie outside the {} given",
                             r.first_edit, r.n_edits, edits.size()));
+    const auto words = static_cast<size_t>(mask_words(logits.cols()));
+    for (const SampleRow& r : rows)
+        if (r.mask_at < -1 ||
+            (r.mask_at >= 0 && static_cast<size_t>(r.mask_at) + words > masks.size()))
+            throw std::invalid_argument(
+                fmt::format("sample: a row's mask at word {} ({} words) lies outside the {} given",
+                            r.mask_at, words, masks.size()));
 }
 
 Expected<std::shared_ptr<Backend>> make_backend(const BackendOptions& o) {

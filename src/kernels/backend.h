@@ -25,7 +25,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
-#include "kernels/sample_row.h"
+#include "kernels/sample_args.h"
 #include "quant/kv_format.h"
 
 namespace ferry {
@@ -274,9 +274,11 @@ class Backend {
     virtual void softmax(const Tensor& x) = 0;                              // every row
     virtual void argmax(const Tensor& x, std::span<int32_t> host_out) = 0;  // every row's
     // Row i's token drawn as rows[i] asks (sample_row.h: engine::Sampler's draw), its edits a
-    // slice of `edits`; the rows' logits are left edited (biases, penalties applied).
+    // slice of `edits` and its allowed tokens (if it has a mask) words of `masks`; -1 where the
+    // mask allows nothing. The rows' logits are left edited (biases, penalties, the mask).
     virtual void sample(const Tensor& logits, std::span<const SampleRow> rows,
-                        std::span<const LogitEdit> edits, std::span<int32_t> host_out) = 0;
+                        std::span<const LogitEdit> edits, std::span<const uint64_t> masks,
+                        std::span<int32_t> host_out) = 0;
 
     // ---- the host side ------------------------------------------------------------------
     // Threads for host work between steps (sampling): the CPU backend's own pool, which is
@@ -296,9 +298,11 @@ class Backend {
 std::string backend_property(const Backend& b, std::string_view key);
 
 // Backend::sample's arguments, checked alike on every backend: a row of logits and an output
-// for each SampleRow, each row's edits inside `edits`. Throws std::invalid_argument.
+// for each SampleRow, each row's edits inside `edits` and its mask inside `masks`. Throws
+// std::invalid_argument.
 void check_sample_args(const Tensor& logits, std::span<const SampleRow> rows,
-                       std::span<const LogitEdit> edits, std::span<const int32_t> host_out);
+                       std::span<const LogitEdit> edits, std::span<const uint64_t> masks,
+                       std::span<const int32_t> host_out);
 
 struct BackendOptions {
     Device device = Device::CPU;

@@ -12,6 +12,9 @@
 //   down: per 4-bit digit, one pass sums each bucket's weight among the tokens that share the
 //   digits found so far, and the bucket where the sum reaches x is the next digit. A bucket
 //   left with one token ends the walk early, which for distinct logits is a few passes.
+//   Once a truncation has narrowed the candidates to kListCap or fewer (top-k, or the floor
+//   below which no token survives top-p and min-p), they are compacted into a list the later
+//   passes read instead of the vocabulary.
 //
 // Sums run in a different order from Sampler's sequential ones, and where the whole vocabulary's
 // softmax is taken (no top-k) the host's is the SIMD kernel's (its own exp, a float sum) where
@@ -22,7 +25,9 @@
 //   rank(), size(): this thread's place among them;
 //   sum(double (&)[16], int (&)[16]), sum(double), max(float), max(uint64_t): every thread's
 //   values combined, the result in every thread, in an order fixed by the group's shape (so a
-//   seeded draw repeats).
+//   seeded draw repeats);
+//   scan(int v, int* total): the sum of v over the threads before this one, and over all;
+//   list_l(), list_id(): kListCap candidates' room, shared by the group; sync(): a barrier.
 #pragma once
 
 #include <cmath>
@@ -30,29 +35,9 @@
 #include <cstring>
 
 #include "kernels/host_device.h"
+#include "kernels/sample_args.h"
 
 namespace ferry::kernels {
-
-// One row's draw, as engine::SamplingParams asks for it.
-struct SampleRow {
-    float temperature = 0;  // <= 0: greedy (also top_k == 1)
-    int32_t top_k = 0;      // <= 0 or >= n_vocab: off
-    float top_p = 1;        // >= 1: off
-    float min_p = 0;        // <= 0: off
-    float repetition_penalty = 1;
-    float presence_penalty = 0;
-    float frequency_penalty = 0;
-    double u = 0;  // uniform in [0, 1) from the sequence's generator; unused when greedy
-    int32_t first_edit = 0, n_edits = 0;  // the row's slice of the step's edits
-};
-
-// A change to one logit before the draw, applied in order: count == 0 adds bias (OpenAI's
-// logit_bias), count > 0 applies the penalties for a token seen count times in the window.
-struct LogitEdit {
-    int32_t id = 0;
-    int32_t count = 0;
-    float bias = 0;
-};
 
 namespace sample {
 
@@ -180,11 +165,43 @@ FERRY_HD double total(G& g, int n, F f) {
     return g.sum(s);
 }
 
-// top-p, min-p and the draw over a prefix `in` of the value order whose tokens have
-// probabilities p(i) (Sampler::candidates from its truncations on).
+// The candidates a walk runs over: the row's positions (id null: position i is token i), or a
+// list compacted out of it (token id[i] with logit l[i]), which later passes read instead of
+// the whole vocabulary.
+struct Cands {
+    const float* l;
+    const int32_t* id;
+    int n;
+    FERRY_HD int token(int i) const { return id ? id[i] : i; }
+    FERRY_HD uint64_t key(int i) const { return value_key(l[i], token(i)); }
+};
+
+// At most this many candidates are compacted into the group's list (a block's shared memory on
+// a GPU); a larger set is walked in place.
+constexpr int kListCap = 1024;
+
+// The row's tokens with in(i) as a list when they fit the group's, else the row itself.
+template <class G, class In>
+FERRY_HD Cands compact(G& g, const float* l, int n, In in) {
+    int mine = 0;
+    for (int i = g.rank(); i < n; i += g.size()) mine += in(i) ? 1 : 0;
+    int count = 0;
+    int at = g.scan(mine, &count);
+    if (count > kListCap) return {l, nullptr, n};
+    float* out_l = g.list_l();
+    int32_t* out_id = g.list_id();
+    for (int i = g.rank(); i < n; i += g.size())
+        if (in(i)) out_l[at] = l[i], out_id[at] = i, ++at;
+    g.sync();
+    return {out_l, out_id, count};
+}
+
+// top-p, min-p and the draw over the candidates `in` of c, a prefix of the value order whose
+// tokens have probabilities p(i) (Sampler::candidates from its truncations on).
 template <class G, class P, class In>
-FERRY_HD int32_t truncate_and_draw(G& g, const float* l, int n, const SampleRow& r, P p, In in) {
-    auto key = [&](int i) { return value_key(l[i], i); };
+FERRY_HD int32_t truncate_and_draw(G& g, const Cands& c, const SampleRow& r, P p, In in) {
+    const int n = c.n;
+    auto key = [&](int i) { return c.key(i); };
     auto one = [](int) { return 1.0; };
     auto mass = [&](int i) { return double(p(i)); };
     // top-p: the shortest prefix whose mass reaches top_p (all of it if rounding falls short).
@@ -193,13 +210,17 @@ FERRY_HD int32_t truncate_and_draw(G& g, const float* l, int n, const SampleRow&
         uint64_t k = 0;
         if (select(g, n, kValueTopShift, key, mass, in, r.top_p, false, &k)) cut = k;
     }
-    auto in1 = [&](int i) { return in(i) && key(i) >= cut; };
+    auto in1 = [&](int i) { return key(i) >= cut && in(i); };
     // min-p: tokens less likely than min_p times the first are dropped; the first always stays.
     uint64_t first = 0;
+    int first_at = -1;
     for (int i = g.rank(); i < n; i += g.size())
-        if (in1(i) && key(i) > first) first = key(i);
-    first = g.max(first);
-    const float floor = r.min_p > 0.0f ? exact::mul(r.min_p, p(key_id(first))) : 0.0f;
+        if (in1(i) && key(i) > first) first = key(i), first_at = i;
+    const uint64_t best = g.max(first);
+    // Its probability from the thread that holds it (the others hold less, or nothing).
+    const float p_first = g.max(first == best && first_at >= 0 ? p(first_at) : 0.0f);
+    first = best;
+    const float floor = r.min_p > 0.0f ? exact::mul(r.min_p, p_first) : 0.0f;
     auto in2 = [&](int i) { return in1(i) && (p(i) >= floor || key(i) == first); };
     // The draw from the renormalised survivors; past the end (rounding), the last of them.
     const double s = total(g, n, [&](int i) { return in2(i) ? double(p(i)) : 0.0; });
@@ -227,30 +248,60 @@ FERRY_HD int32_t sample_row(G& g, const float* l, int n, const SampleRow& r) {
     mx = g.max(mx);
 
     if (r.top_k > 0 && r.top_k < n) {
-        // The top k, then their softmax at the temperature.
+        // The top k (as a list when they fit), then their softmax at the temperature.
         select(g, n, kValueTopShift, key, one, all, double(r.top_k), false, &k);
         const uint64_t kth = k;
-        auto in = [&](int i) { return key(i) >= kth; };
-        auto e = [&](int i) { return exp_f(exact::div(exact::sub(l[i], mx), r.temperature)); };
-        const double s = total(g, n, [&](int i) { return in(i) ? double(e(i)) : 0.0; });
+        const Cands c = compact(g, l, n, [&](int i) { return key(i) >= kth; });
+        auto in = [&](int i) { return c.id != nullptr || c.key(i) >= kth; };
+        auto e = [&](int i) { return exp_f(exact::div(exact::sub(c.l[i], mx), r.temperature)); };
+        const double s = total(g, c.n, [&](int i) { return in(i) ? double(e(i)) : 0.0; });
         auto p = [&](int i) { return static_cast<float>(double(e(i)) / s); };
-        return truncate_and_draw(g, l, n, r, p, in);
+        return truncate_and_draw(g, c, r, p, in);
     }
 
     // The whole vocabulary's softmax at the temperature (Sampler's softmax_at).
     const float inv = exact::div(1.0f, r.temperature);
     const float top = exact::mul(mx, inv);
-    auto e = [&](int i) { return exp_f(exact::sub(exact::mul(l[i], inv), top)); };
-    const double z = total(g, n, [&](int i) { return double(e(i)); });
-    auto p = [&](int i) { return static_cast<float>(double(e(i)) / z); };
-    if (r.top_p < 1.0f || r.min_p > 0.0f) return truncate_and_draw(g, l, n, r, p, all);
+    auto e_at = [&](const float* ls, int i) {
+        return exp_f(exact::sub(exact::mul(ls[i], inv), top));
+    };
+    const double z = total(g, n, [&](int i) { return double(e_at(l, i)); });
+    auto p_row = [&](int i) { return static_cast<float>(double(e_at(l, i)) / z); };
+    if (r.top_p < 1.0f || r.min_p > 0.0f) {
+        // Only tokens above a floor can survive, as the host's sampler reasons: min-p's (the
+        // first token is the most likely), and one low enough that the tokens above it hold
+        // top-p's mass (those tokens are a prefix of the order, so top-p's prefix lies inside).
+        const float pmax = static_cast<float>(1.0 / z);  // the most likely token's: exp(0) / z
+        float floor = 0;
+        if (r.top_p < 1.0f) {
+            for (float t = pmax / 16; t >= 1.17549435e-38f; t /= 16) {
+                const double m = total(g, n, [&](int i) {
+                    const float pi = p_row(i);
+                    return pi >= t ? double(pi) : 0.0;
+                });
+                if (m >= r.top_p) {
+                    floor = t;
+                    break;
+                }
+            }
+        }
+        if (r.min_p > 0.0f) {
+            const float fm = exact::mul(r.min_p, pmax);
+            floor = fm > floor ? fm : floor;
+        }
+        if (floor > pmax) floor = pmax;  // min_p > 1: the first still stays
+        const Cands c = compact(g, l, n, [&](int i) { return p_row(i) >= floor; });
+        auto p = [&](int i) { return static_cast<float>(double(e_at(c.l, i)) / z); };
+        auto in = [&](int i) { return c.id != nullptr || p(i) >= floor; };
+        return truncate_and_draw(g, c, r, p, in);
+    }
 
     // Untruncated: the draw walks the tokens by id; past the end, the last token with mass.
-    auto mass = [&](int i) { return double(p(i)); };
+    auto mass = [&](int i) { return double(p_row(i)); };
     auto by_id = [](int i) { return id_key(i); };
     const int top_shift = id_top_shift(n);
     if (select(g, n, top_shift, by_id, mass, all, r.u, true, &k)) return key_id(k);
-    auto has_mass = [&](int i) { return p(i) > 0; };
+    auto has_mass = [&](int i) { return p_row(i) > 0; };
     const double n_mass = total(g, n, [&](int i) { return has_mass(i) ? 1.0 : 0.0; });
     if (n_mass > 0 && select(g, n, top_shift, by_id, one, has_mass, n_mass, false, &k))
         return key_id(k);
@@ -258,14 +309,45 @@ FERRY_HD int32_t sample_row(G& g, const float* l, int n, const SampleRow& r) {
     return key_id(k);
 }
 
-// The group of one host thread.
+// The whole of a row's pick: its edits in order (one thread), its mask (every thread), then the
+// draw; -1 when the mask allows nothing. The row is left edited.
+template <class G>
+FERRY_HD int32_t draw_row(G& g, float* l, int n, const SampleRow& r, const LogitEdit* edits,
+                          const uint64_t* masks) {
+    if (g.rank() == 0) apply_edits(l, n, r, edits);
+    g.sync();
+    if (r.mask_at >= 0) {
+        const uint64_t* m = masks + r.mask_at;
+        double allowed = 0;
+        for (int i = g.rank(); i < n; i += g.size()) {
+            if ((m[i >> 6] >> (i & 63)) & 1)
+                allowed += 1;
+            else
+                l[i] = -INFINITY;
+        }
+        if (g.sum(allowed) == 0) return -1;  // the sum's barrier also publishes the writes
+    }
+    return sample_row(g, l, n, r);
+}
+
+// The group of one host thread, with its own list.
 struct OneThread {
+    float list_l_[kListCap];
+    int32_t list_id_[kListCap];
+
     int rank() const { return 0; }
     int size() const { return 1; }
+    void sync() const {}
+    int scan(int v, int* total) const {
+        *total = v;
+        return 0;
+    }
     void sum(double (&)[16], int (&)[16]) const {}
     double sum(double v) const { return v; }
     float max(float v) const { return v; }
     uint64_t max(uint64_t v) const { return v; }
+    float* list_l() { return list_l_; }
+    int32_t* list_id() { return list_id_; }
 };
 
 }  // namespace sample

@@ -1,6 +1,7 @@
 """`ferry serve` against the official openai client, raw HTTP and hostile input (real model)."""
 import json
 import random
+import re
 import socket
 import threading
 import time
@@ -195,14 +196,18 @@ def test_sampling_on_the_device_gives_the_same_seeded_text(client):
     # A server that draws on the device (Backend::sample; only ids leave the backend) gives a
     # seeded request the text this one (the host's sampler, "auto" on the CPU) gives, and counts
     # those steps as id steps.
-    kw = dict(prompt="Once upon a time", max_tokens=16, temperature=0.9, top_p=0.9, seed=77,
-              frequency_penalty=0.4)
-    want = client.completions.create(model=model_id(client), **kw).choices[0].text
+    # A constrained request too: its grammar's mask goes to the device with the draw.
+    kws = [dict(prompt="Once upon a time", max_tokens=16, temperature=0.9, top_p=0.9, seed=77,
+                frequency_penalty=0.4),
+           dict(prompt="Her email address is", max_tokens=24, temperature=1.0, seed=5,
+                extra_body={"guided_regex": r"[a-z]{2,10}@[a-z]{2,8}\.(com|org)"})]
+    want = [client.completions.create(model=model_id(client), **kw).choices[0].text for kw in kws]
     s = Server("--sample-on", "device")
     try:
         other = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=120)
-        got = other.completions.create(model=model_id(other), **kw).choices[0].text
+        got = [other.completions.create(model=model_id(other), **kw).choices[0].text for kw in kws]
         assert got == want
+        assert re.fullmatch(r"[a-z]{2,10}@[a-z]{2,8}\.(com|org)", got[1]), got[1]
         assert s.metrics()["ferry:engine_id_steps_total"] > 0
     finally:
         assert s.stop() == 0

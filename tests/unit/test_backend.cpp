@@ -12,6 +12,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -612,6 +613,7 @@ TEST_P(BackendOps, SamplingPicksWhatTheHostSamplerPicks) {
         {"min-p above one", params(1.0f, 0, 1.0f, 1.5f)},
         {"top-p zero", params(1.0f, 50, 0.0f, 0.0f)},
         {"top-k off by size", params(0.9f, n_vocab, 0.8f, 0.0f)},
+        {"top-k past the list", params(1.1f, 1500, 0.97f, 0.01f)},
         {"untruncated", params(1.0f, 0, 1.0f, 0.0f)},
         {"untruncated hot", params(3.0f, 0, 1.0f, 0.0f)},
         {"greedy", params(0.0f, 40, 0.95f, 0.05f)},
@@ -628,7 +630,7 @@ TEST_P(BackendOps, SamplingPicksWhatTheHostSamplerPicks) {
     }
     for (size_t ci = 0; ci < cases.size(); ++ci) {
         const Case& c = cases[ci];
-        const std::string what = fmt::format("{}{}", c.name, ci >= 13 ? " + penalties" : "");
+        const std::string what = fmt::format("{}{}", c.name, ci >= 14 ? " + penalties" : "");
         engine::Sampler host(c.p);
         const auto cand = host.candidates(logits, history);
         ASSERT_FALSE(cand.empty()) << what;
@@ -656,7 +658,7 @@ TEST_P(BackendOps, SamplingPicksWhatTheHostSamplerPicks) {
             tiled.insert(tiled.end(), logits.begin(), logits.end());
         Tensor t = put(tiled, static_cast<int64_t>(rows.size()), n_vocab);
         std::vector<int32_t> got(rows.size(), -1);
-        be->sample(t, rows, edits, got);
+        be->sample(t, rows, edits, {}, got);
         for (size_t r = 0; r < rows.size(); ++r)
             ASSERT_EQ(got[r], draws[r].second)
                 << what << ": draw " << r << " of " << rows.size() << " at u = " << draws[r].first;
@@ -694,11 +696,75 @@ TEST_P(BackendOps, SeededDrawsFollowTheHostSamplersStream) {
         const kernels::SampleRow row = d.device_row(device_tokens, edits);
         Tensor t = put(logits, 1, n_vocab);
         int32_t id = -1;
-        be->sample(t, {&row, 1}, edits, {&id, 1});
+        be->sample(t, {&row, 1}, edits, {}, {&id, 1});
         device_tokens.push_back(id);
     }
     EXPECT_EQ(device_tokens, host_tokens);
     EXPECT_GT(not_argmax, steps / 4);  // the draws really drew
+}
+
+// A grammar's mask: the draw keeps to the allowed tokens exactly as the host's sampler over
+// logits masked to -inf does (midpoints of its candidates' intervals, as above), and a mask
+// that allows nothing gives -1.
+TEST_P(BackendOps, SamplingKeepsToTheMaskAsTheHostSamplerDoes) {
+    const int n_vocab = 1000;
+    const auto words = static_cast<size_t>(kernels::mask_words(n_vocab));
+    std::mt19937 rng(21);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    std::vector<float> logits(n_vocab);
+    for (float& x : logits) x = normal(rng);
+    std::vector<uint64_t> mask(words, 0);
+    for (int i = 0; i < n_vocab; ++i)
+        if (rng() % 3 == 0) mask[i >> 6] |= uint64_t{1} << (i & 63);
+    std::vector<float> masked = logits;
+    for (int i = 0; i < n_vocab; ++i)
+        if (!((mask[i >> 6] >> (i & 63)) & 1)) masked[i] = -INFINITY;
+    for (const auto& [t, k, top_p] : std::vector<std::tuple<float, int, float>>{
+             {0.0f, 0, 1.0f}, {1.0f, 40, 1.0f}, {0.8f, 0, 0.9f}, {1.0f, 0, 1.0f}}) {
+        engine::SamplingParams p;
+        p.temperature = t;
+        p.top_k = k;
+        p.top_p = top_p;
+        p.min_p = 0;
+        engine::Sampler host(p);
+        const auto cand = host.candidates(masked, {});
+        std::vector<std::pair<double, int32_t>> draws;
+        double acc = 0;
+        for (const auto& c : cand) {
+            if (c.p > 1e-5f) draws.push_back({acc + c.p / 2, c.id});
+            acc += c.p;
+        }
+        ASSERT_FALSE(draws.empty());
+        std::vector<kernels::SampleRow> rows;
+        std::vector<kernels::LogitEdit> edits;
+        std::vector<float> tiled;
+        for (const auto& [u, id] : draws) {
+            engine::Sampler s(p);
+            rows.push_back(s.device_row({}, edits));
+            rows.back().u = u;
+            rows.back().mask_at = 0;
+            tiled.insert(tiled.end(), logits.begin(), logits.end());
+        }
+        Tensor x = put(tiled, static_cast<int64_t>(rows.size()), n_vocab);
+        std::vector<int32_t> got(rows.size(), -2);
+        be->sample(x, rows, edits, mask, got);
+        for (size_t r = 0; r < rows.size(); ++r) {
+            ASSERT_EQ(got[r], draws[r].second) << "t " << t << " k " << k << " draw " << r;
+            ASSERT_TRUE((mask[got[r] >> 6] >> (got[r] & 63)) & 1);
+        }
+    }
+    // Nothing allowed: -1; a mask past the end of the list is refused.
+    const std::vector<uint64_t> none(words, 0);
+    kernels::SampleRow r;
+    r.temperature = 1.0f;
+    r.u = 0.5;
+    r.mask_at = 0;
+    Tensor x = put(logits, 1, n_vocab);
+    int32_t id = 0;
+    be->sample(x, {&r, 1}, {}, none, {&id, 1});
+    EXPECT_EQ(id, -1);
+    r.mask_at = 1;
+    EXPECT_THROW(be->sample(x, {&r, 1}, {}, none, {&id, 1}), std::invalid_argument);
 }
 
 TEST_P(BackendOps, SamplingRefusesBadArgumentsAndNeverPicksNaN) {
@@ -708,15 +774,15 @@ TEST_P(BackendOps, SamplingRefusesBadArgumentsAndNeverPicksNaN) {
     r.first_edit = 1;
     r.n_edits = 2;
     const std::vector<kernels::LogitEdit> one(1);
-    EXPECT_THROW(be->sample(t, {&r, 1}, one, out), std::invalid_argument);
+    EXPECT_THROW(be->sample(t, {&r, 1}, one, {}, out), std::invalid_argument);
     const std::vector<kernels::SampleRow> three(3);
-    EXPECT_THROW(be->sample(t, three, {}, out), std::invalid_argument);
+    EXPECT_THROW(be->sample(t, three, {}, {}, out), std::invalid_argument);
     // Equal logits: greedy takes the lowest id; a NaN never wins, as on the host.
     std::vector<float> rows(2 * 16, 0.5f);
     rows[16] = std::nanf("");
     Tensor u = put(rows, 2, 16);
     const std::vector<kernels::SampleRow> two(2);
-    be->sample(u, two, {}, out);
+    be->sample(u, two, {}, {}, out);
     EXPECT_EQ(out, (std::vector<int32_t>{0, 1}));
 }
 

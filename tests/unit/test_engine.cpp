@@ -6,7 +6,9 @@
 
 #include <map>
 #include <random>
+#include <regex>
 
+#include "engine/constraint.h"
 #include "engine/engine.h"
 #include "engine/generator.h"
 #include "engine/scheduler.h"
@@ -97,6 +99,28 @@ TEST(Engine, DevicePickedGreedyTokensEqualTheLogitsPath) {
     for (int i = 0; i < n; ++i) ASSERT_EQ(by_mixed[i].tokens[0], by_ids[i].tokens[0]) << i;
 }
 
+namespace {
+EngineConfig sampling_on(SampleOn where) {
+    auto cfg = small_config();
+    cfg.sample_on = where;
+    return cfg;
+}
+
+// The requests run by an engine that draws on the device (Backend::sample; every step that
+// wants tokens got ids) and by one that samples on the host, in that order.
+std::pair<std::vector<Collected>, std::vector<Collected>> run_on_each_side(
+    const std::vector<std::vector<int32_t>>& prompts, const std::vector<RequestParams>& params) {
+    auto device_engine = make_engine(sampling_on(SampleOn::Device));
+    auto by_device = run_all(*device_engine, prompts, params);
+    EXPECT_GT(device_engine->metrics().id_steps, 0u);
+    expect_all_free(*device_engine);
+    auto host_engine = make_engine(sampling_on(SampleOn::Host));
+    auto by_host = run_all(*host_engine, prompts, params);
+    EXPECT_EQ(host_engine->metrics().id_steps, 0u);
+    return {std::move(by_device), std::move(by_host)};
+}
+}  // namespace
+
 // Seeded sampling drawn where the logits are (--sample-on device: Backend::sample, only ids
 // cross) gives the texts the host's sampler gives (--sample-on host), for every kind of
 // truncation, penalties and biases, with sampled and greedy requests sharing steps; a request
@@ -121,18 +145,7 @@ TEST(Engine, DeviceDrawsGiveTheHostSamplersTexts) {
         if (i == 9) s.temperature = 0;  // greedy beside the draws
         params.push_back(p);
     }
-    auto on = [](SampleOn where) {
-        auto cfg = small_config();
-        cfg.sample_on = where;
-        return cfg;
-    };
-    auto device_engine = make_engine(on(SampleOn::Device));
-    auto by_device = run_all(*device_engine, prompts, params);
-    EXPECT_GT(device_engine->metrics().id_steps, 0u);
-    expect_all_free(*device_engine);
-    auto host_engine = make_engine(on(SampleOn::Host));
-    auto by_host = run_all(*host_engine, prompts, params);
-    EXPECT_EQ(host_engine->metrics().id_steps, 0u);
+    auto [by_device, by_host] = run_on_each_side(prompts, params);
     int differs_from_greedy = 0;
     auto greedy_engine = make_engine(small_config());
     std::vector<RequestParams> greedy_params;
@@ -146,10 +159,48 @@ TEST(Engine, DeviceDrawsGiveTheHostSamplersTexts) {
 
     std::vector<RequestParams> mixed = params;
     mixed[3].top_logprobs = 2;
-    auto mixed_engine = make_engine(on(SampleOn::Device));
+    auto mixed_engine = make_engine(sampling_on(SampleOn::Device));
     auto by_mixed = run_all(*mixed_engine, prompts, mixed);
     for (int i = 0; i < n; ++i)
         ASSERT_EQ(by_mixed[i].tokens[0], by_host[i].tokens[0]) << "request " << i;
+}
+
+// A constrained request's draws on the device take its grammar's allowed tokens along as a
+// mask: the same seeded texts as the host's masked sampler, every finished one in the grammar,
+// greedy and sampled requests side by side.
+TEST(Engine, DeviceDrawsKeepToTheGrammarAsTheHostDoes) {
+    Constraint c;
+    c.kind = Constraint::Kind::Regex;
+    c.text = R"([a-z]{2,12}@[a-z]{2,10}\.(com|org))";
+    ConstraintCompiler compiler(grammar_vocabulary(*model().tokenizer));
+    auto grammar = compiler.compile(c);
+    ASSERT_TRUE(grammar.ok()) << grammar.error().message;
+    const int n = 6;
+    auto prompts = mixed_prompts(n, 9);
+    std::vector<RequestParams> params;
+    for (int i = 0; i < n; ++i) {
+        RequestParams p = greedy(24);
+        p.grammar = *grammar;
+        SamplingParams& s = p.sampling;
+        s.temperature = i == 0 ? 0.0f : 1.1f;
+        s.top_k = i % 2 ? 0 : 40;
+        s.top_p = i == 3 ? 0.9f : 1.0f;
+        s.min_p = 0.0f;
+        s.seed = 7 + static_cast<uint64_t>(i);
+        s.has_seed = true;
+        params.push_back(p);
+    }
+    auto [by_device, by_host] = run_on_each_side(prompts, params);
+    const std::regex email(c.text);
+    int finished = 0;
+    for (int i = 0; i < n; ++i) {
+        ASSERT_EQ(by_device[i].tokens[0], by_host[i].tokens[0]) << "request " << i;
+        if (by_device[i].reason[0] == FinishReason::Stop) {
+            ++finished;
+            EXPECT_TRUE(std::regex_match(by_device[i].text[0], email)) << by_device[i].text[0];
+        }
+    }
+    EXPECT_GT(finished, n / 2);
 }
 
 // Log-probabilities streamed with a token are the model's log-softmax, computed here in

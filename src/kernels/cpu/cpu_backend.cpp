@@ -14,6 +14,7 @@
 #include "kernels/cpu/packed_weights.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/reference.h"
+#include "kernels/sample_row.h"
 
 namespace ferry::kernels::cpu {
 namespace {
@@ -427,16 +428,16 @@ void CpuBackend::argmax(const Tensor& x, std::span<int32_t> host_out) {
 // with engine::Sampler when the logits are host memory already; this is for checking the
 // device's picks (and an engine that asks for them anyway).
 void CpuBackend::sample(const Tensor& logits, std::span<const SampleRow> rows,
-                        std::span<const LogitEdit> edits, std::span<int32_t> host_out) {
-    check_sample_args(logits, rows, edits, host_out);
+                        std::span<const LogitEdit> edits, std::span<const uint64_t> masks,
+                        std::span<int32_t> host_out) {
+    check_sample_args(logits, rows, edits, masks, host_out);
     const int64_t dim = logits.cols();
     float* p = logits.data<float>();
     per_row(static_cast<int64_t>(rows.size()), [&](int64_t t) {
-        const SampleRow& r = rows[static_cast<size_t>(t)];
-        float* l = p + t * dim;
-        sample::apply_edits(l, static_cast<int>(dim), r, edits.data());
-        sample::OneThread g;
-        host_out[static_cast<size_t>(t)] = sample::sample_row(g, l, static_cast<int>(dim), r);
+        thread_local sample::OneThread g;  // its candidate list is 8 KiB: kept, not rebuilt
+        host_out[static_cast<size_t>(t)] =
+            sample::draw_row(g, p + t * dim, static_cast<int>(dim), rows[static_cast<size_t>(t)],
+                             edits.data(), masks.data());
     });
 }
 

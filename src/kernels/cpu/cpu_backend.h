@@ -60,7 +60,8 @@ class CpuBackend final : public Backend {
     void softmax(const Tensor& x) override;
     void argmax(const Tensor& x, std::span<int32_t> host_out) override;
     void sample(const Tensor& logits, std::span<const SampleRow> rows,
-                std::span<const LogitEdit> edits, std::span<int32_t> host_out) override;
+                std::span<const LogitEdit> edits, std::span<const uint64_t> masks,
+                std::span<int32_t> host_out) override;
 
     ThreadPool& host_pool() override { return pool_; }
     double measure_read_bandwidth_gbs() override;

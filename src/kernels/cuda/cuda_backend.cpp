@@ -425,14 +425,16 @@ class CudaBackend final : public Backend {
     }
 
     void sample(const Tensor& logits, std::span<const SampleRow> rows,
-                std::span<const LogitEdit> edits, std::span<int32_t> host_out) override {
-        check_sample_args(logits, rows, edits, host_out);
+                std::span<const LogitEdit> edits, std::span<const uint64_t> masks,
+                std::span<int32_t> host_out) override {
+        check_sample_args(logits, rows, edits, masks, host_out);
         if (rows.empty()) return;
         const SampleRow* r = sample_rows_.put(rows.data(), rows.size(), stream_);
         const LogitEdit* e = edits_.put(edits.data(), edits.size(), stream_);
+        const uint64_t* m = masks_.put(masks.data(), masks.size(), stream_);
         int32_t* idx = picks_.room<int32_t>(rows.size(), stream_);
         cuda::sample(logits.data<float>(), static_cast<int64_t>(rows.size()), logits.cols(), r, e,
-                     idx, stream_);
+                     m, idx, stream_);
         check(
             cudaMemcpyAsync(host_out.data(), idx, rows.size() * 4, cudaMemcpyDeviceToHost, stream_),
             "sample");
@@ -515,7 +517,7 @@ class CudaBackend final : public Backend {
     cudaDeviceProp props_{};
     std::vector<Arena> scratch_;
     Arena tokens_, rows_, floats_, slots_, table_, attn_tokens_, off_src_, off_dst_, picks_,
-        sample_rows_, edits_;
+        sample_rows_, edits_, masks_;
     std::vector<std::byte> host_stage_;
     std::vector<float> angles_host_, mass_host_;
     std::vector<KvSlot> slots_host_;

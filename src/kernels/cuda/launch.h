@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "kernels/sample_row.h"
+#include "kernels/sample_args.h"
 
 namespace ferry::kernels::cuda {
 
@@ -33,9 +33,10 @@ void softmax(float* x, int64_t rows, int64_t cols, cudaStream_t s);
 // out[r] = the lowest index of row r's largest value; NaN never wins (0 when all are NaN).
 void argmax(const float* x, int64_t rows, int64_t cols, int32_t* out, cudaStream_t s);
 // out[r] = the token row r of x draws as rows[r] asks (sample_row.h), after its edits (a slice
-// of `edits`) are applied to x in place; `rows` and `edits` in device memory.
+// of `edits`) and its mask (words of `masks`) are applied to x in place; -1 where the mask
+// allows nothing. `rows`, `edits` and `masks` in device memory.
 void sample(float* x, int64_t n_rows, int64_t cols, const SampleRow* rows, const LogitEdit* edits,
-            int32_t* out, cudaStream_t s);
+            const uint64_t* masks, int32_t* out, cudaStream_t s);
 // out[i] = x[rows[i]], rows of row_bytes bytes.
 void gather_rows(const std::byte* x, const int32_t* rows, int64_t n, size_t row_bytes,
                  std::byte* out, cudaStream_t s);

@@ -16,10 +16,34 @@ constexpr int kWarps = kThreads / 32;
 
 // sample_row.h's group: the block's threads.
 struct Block {
-    double* wd;  // [kWarps][16]
-    int* wc;     // [kWarps][16]
+    double* wd;    // [kWarps][16]
+    int* wc;       // [kWarps][16]
+    float* cl;     // [kListCap]: the compacted candidates' logits
+    int32_t* cid;  // [kListCap]: and their ids
     __device__ int rank() const { return static_cast<int>(threadIdx.x); }
     __device__ int size() const { return kThreads; }
+    __device__ void sync() const { __syncthreads(); }
+    __device__ float* list_l() const { return cl; }
+    __device__ int32_t* list_id() const { return cid; }
+
+    __device__ int scan(int v, int* total) const {
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        int x = v;  // inclusive within the warp
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, x, o);
+            if (lane >= o) x += y;
+        }
+        __syncthreads();
+        if (lane == 31) wc[warp] = x;
+        __syncthreads();
+        int before = 0, all = 0;
+        for (int w = 0; w < kWarps; ++w) {
+            if (w < warp) before += wc[w];
+            all += wc[w];
+        }
+        *total = all;
+        return before + x - v;
+    }
 
     __device__ void sum(double (&w)[16], int (&c)[16]) const {
         for (int b = 0; b < 16; ++b)
@@ -81,25 +105,24 @@ struct Block {
 };
 
 __global__ void __launch_bounds__(kThreads)
-    sample_k(float* x, int64_t cols, const SampleRow* rows, const LogitEdit* edits, int32_t* out) {
+    sample_k(float* x, int64_t cols, const SampleRow* rows, const LogitEdit* edits,
+             const uint64_t* masks, int32_t* out) {
     __shared__ double wd[kWarps * 16];
     __shared__ int wc[kWarps * 16];
-    float* l = x + blockIdx.x * cols;
-    const SampleRow r = rows[blockIdx.x];
-    // Edits are few (a bias list, a penalty window): one thread applies them in order.
-    if (threadIdx.x == 0) sample::apply_edits(l, static_cast<int>(cols), r, edits);
-    __syncthreads();
-    Block g{wd, wc};
-    const int32_t id = sample::sample_row(g, l, static_cast<int>(cols), r);
+    __shared__ float cl[sample::kListCap];
+    __shared__ int32_t cid[sample::kListCap];
+    Block g{wd, wc, cl, cid};
+    const int32_t id = sample::draw_row(g, x + blockIdx.x * cols, static_cast<int>(cols),
+                                        rows[blockIdx.x], edits, masks);
     if (threadIdx.x == 0) out[blockIdx.x] = id;
 }
 
 }  // namespace
 
 void sample(float* x, int64_t n_rows, int64_t cols, const SampleRow* rows, const LogitEdit* edits,
-            int32_t* out, cudaStream_t s) {
+            const uint64_t* masks, int32_t* out, cudaStream_t s) {
     if (n_rows <= 0) return;
-    sample_k<<<static_cast<unsigned>(n_rows), kThreads, 0, s>>>(x, cols, rows, edits, out);
+    sample_k<<<static_cast<unsigned>(n_rows), kThreads, 0, s>>>(x, cols, rows, edits, masks, out);
     check(cudaGetLastError(), "sample");
 }
 
