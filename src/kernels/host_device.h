@@ -10,6 +10,13 @@
 #else
 #define FERRY_HD inline
 #endif
+// A loop over a small fixed range unrolled on the device, so arrays it indexes stay in registers
+// instead of the stack (a host compiler decides for itself).
+#if defined(__CUDA_ARCH__)
+#define FERRY_UNROLL _Pragma("unroll")
+#else
+#define FERRY_UNROLL
+#endif
 
 namespace ferry::kernels::exact {
 

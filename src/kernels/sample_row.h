@@ -114,6 +114,7 @@ FERRY_HD bool select(G& g, int n, int top_shift, Key key, Weight weight, In in, 
     for (int shift = top_shift; shift >= 0; shift -= 4) {
         double w[16];
         int c[16];
+        FERRY_UNROLL
         for (int b = 0; b < 16; ++b) w[b] = 0, c[b] = 0;
         for (int i = g.rank(); i < n; i += g.size()) {
             const uint64_t k = key(i);
@@ -122,6 +123,7 @@ FERRY_HD bool select(G& g, int n, int top_shift, Key key, Weight weight, In in, 
             const double wi = weight(i);
             // Every bucket updated with a predicate rather than w[d]: registers, not a stack
             // array indexed at run time, on a GPU.
+            FERRY_UNROLL
             for (int b = 0; b < 16; ++b) {
                 w[b] += d == b ? wi : 0.0;
                 c[b] += d == b;
@@ -129,15 +131,18 @@ FERRY_HD bool select(G& g, int n, int top_shift, Key key, Weight weight, In in, 
         }
         g.sum(w, c);
         int chosen = -1, chosen_count = 0;
-        for (int d = 15; d >= 0; --d) {
-            if (c[d] == 0) continue;
+        bool done = false;
+        FERRY_UNROLL
+        for (int d = 15; d >= 0; --d) {  // no break: the unrolled loop keeps w, c in registers
+            if (done || c[d] == 0) continue;
             const double reach = before + w[d];
             if (strict ? reach > x : reach >= x) {
                 chosen = d;
                 chosen_count = c[d];
-                break;
+                done = true;
+            } else {
+                before = reach;
             }
-            before = reach;
         }
         if (chosen < 0) return false;
         prefix |= uint64_t(chosen) << shift;

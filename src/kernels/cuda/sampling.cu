@@ -46,7 +46,9 @@ struct Block {
     }
 
     __device__ void sum(double (&w)[16], int (&c)[16]) const {
+#pragma unroll
         for (int b = 0; b < 16; ++b)
+#pragma unroll
             for (int o = 16; o > 0; o >>= 1) {
                 w[b] += __shfl_xor_sync(0xffffffffu, w[b], o);
                 c[b] += __shfl_xor_sync(0xffffffffu, c[b], o);
@@ -55,10 +57,12 @@ struct Block {
         __syncthreads();  // the last combine's readers are done with the scratch
         if (lane < 16) {
             // Lane b publishes bucket b (a constant index per unrolled step keeps w in registers).
+#pragma unroll
             for (int b = 0; b < 16; ++b)
                 if (lane == b) wd[warp * 16 + b] = w[b], wc[warp * 16 + b] = c[b];
         }
         __syncthreads();
+#pragma unroll
         for (int b = 0; b < 16; ++b) {
             double sw = 0;
             int sc = 0;
