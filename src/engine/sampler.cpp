@@ -212,7 +212,9 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     double acc = 0;
     int32_t last = -1;
     for (size_t i = 0; i < prob.size(); ++i) {
-        if (!(prob[i] > 0)) continue;
+        // The vector exp gives -inf (a grammar's ban) ~1e-38, not 0: such a token is never the
+        // one a walk that ran past the end falls back on.
+        if (!(prob[i] > 0) || l[i] == -std::numeric_limits<float>::infinity()) continue;
         acc += prob[i];
         last = static_cast<int32_t>(i);
         if (r < acc) return last;
@@ -231,7 +233,11 @@ int32_t Sampler::draw(const std::vector<Candidate>& c) {
         acc += x.p;
         if (r < acc) return x.id;
     }
-    return c.back().id;
+    // Rounding left r past the end: the last candidate with mass (one of probability 0 may be
+    // a token a grammar forbids).
+    for (auto it = c.rbegin(); it != c.rend(); ++it)
+        if (it->p > 0) return it->id;
+    return c.front().id;
 }
 
 int32_t masked_argmax(const grammar::TokenMask& mask, const float* logits, int n_vocab) {

@@ -229,11 +229,16 @@ FERRY_HD int32_t truncate_and_draw(G& g, const Cands& c, const SampleRow& r, P p
     auto in2 = [&](int i) { return in1(i) && (p(i) >= floor || key(i) == first); };
     // The draw from the renormalised survivors; past the end (rounding), the last of them.
     const double s = total(g, n, [&](int i) { return in2(i) ? double(p(i)) : 0.0; });
+    // No mass to draw from (an infinite or NaN logit made the softmax NaN): the first.
+    if (!(s > 0)) return key_id(first);
     auto q = [&](int i) { return double(static_cast<float>(double(p(i)) / s)); };
     uint64_t k = first;  // the fallback's answer should every select fall short
     if (select(g, n, kValueTopShift, key, q, in2, r.u, true, &k)) return key_id(k);
-    const double kept = total(g, n, [&](int i) { return in2(i) ? 1.0 : 0.0; });
-    select(g, n, kValueTopShift, key, one, in2, kept, false, &k);
+    // Rounding left u past the end: the last survivor with mass (never a token of probability
+    // 0, which a grammar's mask may have forbidden).
+    auto with_mass = [&](int i) { return in2(i) && q(i) > 0; };
+    const double kept = total(g, n, [&](int i) { return with_mass(i) ? 1.0 : 0.0; });
+    if (kept > 0) select(g, n, kValueTopShift, key, one, with_mass, kept, false, &k);
     return key_id(k);
 }
 
@@ -296,6 +301,10 @@ FERRY_HD int32_t sample_row(G& g, const float* l, int n, const SampleRow& r) {
         }
         if (floor > pmax) floor = pmax;  // min_p > 1: the first still stays
         const Cands c = compact(g, l, n, [&](int i) { return p_row(i) >= floor; });
+        if (c.n == 0) {  // nothing above any floor: a NaN softmax; the most likely, as the host
+            select(g, n, kValueTopShift, key, one, all, 1.0, false, &k);
+            return key_id(k);
+        }
         auto p = [&](int i) { return static_cast<float>(double(e_at(c.l, i)) / z); };
         auto in = [&](int i) { return c.id != nullptr || p(i) >= floor; };
         return truncate_and_draw(g, c, r, p, in);

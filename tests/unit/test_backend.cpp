@@ -707,7 +707,7 @@ TEST_P(BackendOps, SeededDrawsFollowTheHostSamplersStream) {
 // logits masked to -inf does (midpoints of its candidates' intervals, as above), and a mask
 // that allows nothing gives -1.
 TEST_P(BackendOps, SamplingKeepsToTheMaskAsTheHostSamplerDoes) {
-    const int n_vocab = 1000;
+    const int n_vocab = 4000;  // a third allowed: more than sample_row.h's list holds
     const auto words = static_cast<size_t>(kernels::mask_words(n_vocab));
     std::mt19937 rng(21);
     std::normal_distribution<float> normal(0.0f, 2.0f);
@@ -719,8 +719,11 @@ TEST_P(BackendOps, SamplingKeepsToTheMaskAsTheHostSamplerDoes) {
     std::vector<float> masked = logits;
     for (int i = 0; i < n_vocab; ++i)
         if (!((mask[i >> 6] >> (i & 63)) & 1)) masked[i] = -INFINITY;
-    for (const auto& [t, k, top_p] : std::vector<std::tuple<float, int, float>>{
-             {0.0f, 0, 1.0f}, {1.0f, 40, 1.0f}, {0.8f, 0, 0.9f}, {1.0f, 0, 1.0f}}) {
+    for (const auto& [t, k, top_p] : std::vector<std::tuple<float, int, float>>{{0.0f, 0, 1.0f},
+                                                                                {1.0f, 40, 1.0f},
+                                                                                {0.8f, 0, 0.9f},
+                                                                                {2.0f, 0, 0.99f},
+                                                                                {1.0f, 0, 1.0f}}) {
         engine::SamplingParams p;
         p.temperature = t;
         p.top_k = k;
@@ -784,6 +787,25 @@ TEST_P(BackendOps, SamplingRefusesBadArgumentsAndNeverPicksNaN) {
     const std::vector<kernels::SampleRow> two(2);
     be->sample(u, two, {}, {}, out);
     EXPECT_EQ(out, (std::vector<int32_t>{0, 1}));
+    // A NaN in a truncated draw's row makes its softmax NaN: the most likely of the others, as
+    // the host's sampler picks.
+    std::vector<float> row(16, 0.5f);
+    row[3] = std::nanf("");
+    row[9] = 2.0f;
+    engine::SamplingParams sp;
+    sp.temperature = 1.0f;
+    sp.top_k = 0;
+    sp.top_p = 0.9f;
+    sp.min_p = 0.0f;
+    engine::Sampler host(sp), device(sp);
+    const int32_t want = host.sample(row, {});
+    EXPECT_EQ(want, 9);
+    std::vector<kernels::LogitEdit> edits;
+    const kernels::SampleRow nan_row = device.device_row({}, edits);
+    Tensor v = put(row, 1, 16);
+    int32_t got = -2;
+    be->sample(v, {&nan_row, 1}, edits, {}, {&got, 1});
+    EXPECT_EQ(got, want);
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, BackendOps, ::testing::ValuesIn(params()), param_name);
