@@ -402,45 +402,9 @@ bool Engine::step() {
     std::span<const float> logits;
     std::span<const int32_t> ids;
     PickPath path = pick_path(out, seqs);
-    if (path == PickPath::Draw) {
-        // The constrained rows' allowed tokens first (over the pool, as the logits path
-        // computes them beside its draws): a grammar that fails here sends the step to the
-        // logits path, which fails its request as usual, before any generator has moved.
-        const auto words = static_cast<size_t>(kernels::mask_words(runner_->n_vocab()));
-        std::vector<Sequence*> constrained;
-        for (size_t i = 0; i < seqs.size(); ++i)
-            if (out.seqs[i].num_logits() > 0 && seqs[i]->matcher) constrained.push_back(seqs[i]);
-        pick_masks_.assign(constrained.size() * words, 0);
-        std::atomic<bool> mask_failed{false};
-        auto mask_one = [&](int64_t j) {
-            try {
-                const auto m = constrained[static_cast<size_t>(j)]->matcher->mask();
-                std::copy_n(m->bits.begin(), std::min(words, m->bits.size()),
-                            pick_masks_.begin() +
-                                static_cast<std::ptrdiff_t>(static_cast<size_t>(j) * words));
-            } catch (...) {
-                mask_failed = true;
-            }
-        };
-        if (constrained.size() >= 2)
-            runner_->backend().host_pool().run_tasks(static_cast<int64_t>(constrained.size()),
-                                                     mask_one);
-        else if (!constrained.empty())
-            mask_one(0);
-        if (mask_failed) path = PickPath::Logits;
-    }
+    if (path == PickPath::Draw && !prepare_draws(out, seqs)) path = PickPath::Logits;
     const bool ids_only = path != PickPath::Logits;
     if (path == PickPath::Draw) {
-        // One row for each sequence that wants a token, its number from its own generator.
-        pick_rows_.clear();
-        pick_edits_.clear();
-        const auto words = static_cast<int32_t>(kernels::mask_words(runner_->n_vocab()));
-        int32_t masks = 0;
-        for (size_t i = 0; i < seqs.size(); ++i) {
-            if (out.seqs[i].num_logits() == 0) continue;
-            pick_rows_.push_back(seqs[i]->sampler->device_row(seqs[i]->tokens, pick_edits_));
-            if (seqs[i]->matcher) pick_rows_.back().mask_at = words * masks++;
-        }
         runner_->pick_next(pick_rows_, pick_edits_, pick_masks_);
     } else if (path == PickPath::Argmax) {
         runner_->pick_next();
@@ -579,8 +543,7 @@ bool Engine::step() {
 
 Engine::PickPath Engine::pick_path(const SchedulerOutput& out,
                                    std::span<Sequence* const> seqs) const {
-    if (config_.sample_on == SampleOn::Host) return PickPath::Logits;
-    const bool draws = draws_on_device(config_.sample_on, runner_->backend().device());
+    const Device device = runner_->backend().device();
     bool any = false, all_argmax = true;
     for (size_t i = 0; i < seqs.size(); ++i) {
         const ScheduledSeq& s = out.seqs[i];
@@ -594,14 +557,49 @@ Engine::PickPath Engine::pick_path(const SchedulerOutput& out,
             p.max_tokens == 0 || (p.n > 1 && !r.forked && !seq.sampler->plain_greedy()))
             return PickPath::Logits;
         // A grammar's mask goes with the draw (Backend::sample), not with the argmax.
-        if (!seq.sampler->plain_greedy() || seq.matcher) {
-            if (!draws) return PickPath::Logits;
-            all_argmax = false;
-        }
+        const bool argmax_only = seq.sampler->plain_greedy() && !seq.matcher;
+        if (!picks_on_device(config_.sample_on, device, argmax_only)) return PickPath::Logits;
+        all_argmax = all_argmax && argmax_only;
         any = true;
     }
     if (!any) return PickPath::Logits;
     return all_argmax ? PickPath::Argmax : PickPath::Draw;
+}
+
+bool Engine::prepare_draws(const SchedulerOutput& out, std::span<Sequence* const> seqs) {
+    const auto words = static_cast<size_t>(kernels::mask_words(runner_->n_vocab()));
+    // The constrained rows' allowed tokens first (over the pool, as the logits path computes
+    // them beside its draws), so a grammar that fails leaves every generator where it was.
+    std::vector<Sequence*> constrained;
+    for (size_t i = 0; i < seqs.size(); ++i)
+        if (out.seqs[i].num_logits() > 0 && seqs[i]->matcher) constrained.push_back(seqs[i]);
+    pick_masks_.assign(constrained.size() * words, 0);
+    std::atomic<bool> mask_failed{false};
+    auto mask_one = [&](int64_t j) {
+        try {
+            const auto m = constrained[static_cast<size_t>(j)]->matcher->mask();
+            std::copy_n(m->bits.begin(), std::min(words, m->bits.size()),
+                        pick_masks_.begin() + static_cast<std::ptrdiff_t>(size_t(j) * words));
+        } catch (...) {
+            mask_failed = true;
+        }
+    };
+    if (constrained.size() >= 2)
+        runner_->backend().host_pool().run_tasks(static_cast<int64_t>(constrained.size()),
+                                                 mask_one);
+    else if (!constrained.empty())
+        mask_one(0);
+    if (mask_failed) return false;
+    // One row for each sequence that wants a token, its number from its own generator.
+    pick_rows_.clear();
+    pick_edits_.clear();
+    size_t masks = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        if (out.seqs[i].num_logits() == 0) continue;
+        pick_rows_.push_back(seqs[i]->sampler->device_row(seqs[i]->tokens, pick_edits_));
+        if (seqs[i]->matcher) pick_rows_.back().mask_at = static_cast<int32_t>(words * masks++);
+    }
+    return true;
 }
 
 void Engine::fork(Request& req, Sequence& parent, std::vector<Sequence*>& out) {

@@ -106,6 +106,9 @@ class Engine {
     // tokens go with it as a mask).
     enum class PickPath { Logits, Argmax, Draw };
     PickPath pick_path(const SchedulerOutput& out, std::span<Sequence* const> seqs) const;
+    // A Draw step's arguments into pick_rows_, pick_edits_ and pick_masks_; false (no
+    // generator moved) when a grammar's mask failed, and the step reads logits instead.
+    bool prepare_draws(const SchedulerOutput& out, std::span<Sequence* const> seqs);
     Status attach_medusa();  // the Medusa heads' proposer, when --medusa-heads names a file
     struct Live;
     void loop();

@@ -22,9 +22,12 @@ struct LoadedModel;
 // read their floats (logprobs, grammars, drafts, n > 1's first token) take the host path
 // either way.
 enum class SampleOn { Auto, Host, Device };
-// Whether a draw that is more than an argmax runs on the device under `s` with backend `d`.
-inline bool draws_on_device(SampleOn s, Device d) {
-    return s == SampleOn::Device || (s == SampleOn::Auto && d != Device::CPU);
+// Whether a row's token is picked on the device under `s` with backend `d`: an argmax (plain
+// greedy, nothing to mask) wherever the host is not asked for, a draw only under Device or on
+// a GPU.
+inline bool picks_on_device(SampleOn s, Device d, bool argmax_only) {
+    if (s == SampleOn::Host) return false;
+    return argmax_only || s == SampleOn::Device || d != Device::CPU;
 }
 
 struct EngineConfig {

@@ -115,9 +115,13 @@ int32_t Generator::feed_and_pick(std::span<const int32_t> tokens, Sampler& sampl
     if (sampler.plain_greedy()) {
         runner_.pick_next();
     } else {
-        // The penalties count the history as it will be once these tokens are in.
-        pick_history_.assign(history_.begin(), history_.end());
-        pick_history_.insert(pick_history_.end(), tokens.begin(), tokens.end());
+        // The penalties count the history as it will be once these tokens are in (a copy only
+        // where they read it).
+        pick_history_.clear();
+        if (sampler.penalises()) {
+            pick_history_.assign(history_.begin(), history_.end());
+            pick_history_.insert(pick_history_.end(), tokens.begin(), tokens.end());
+        }
         pick_edits_.clear();
         pick_row_ = sampler.device_row(pick_history_, pick_edits_);
         runner_.pick_next({&pick_row_, 1}, pick_edits_);
@@ -160,9 +164,8 @@ Expected<GenerationStats> Generator::generate(std::span<const int32_t> prompt,
     };
     // A plain step's token is drawn where the logits are when the device draws (a speculative
     // step verifies against whole rows, so it always reads them).
-    const bool on_device =
-        !spec.proposer && sample_on_ != SampleOn::Host &&
-        (sampler.plain_greedy() || draws_on_device(sample_on_, runner_.backend().device()));
+    const bool on_device = !spec.proposer && picks_on_device(sample_on_, runner_.backend().device(),
+                                                             sampler.plain_greedy());
     auto t0 = std::chrono::steady_clock::now();
     // The first token from the prompt's last position; prefill_ms includes its draw.
     int32_t first = -1;

@@ -61,11 +61,7 @@ std::span<const float> ModelRunner::step(Copies copies, Copies window_copies,
                                          std::span<const std::pair<int32_t, int64_t>> moves,
                                          std::span<const Work> work) {
     // pick_next() arms this step only, whatever happens in it.
-    const bool ids_only = ids_only_;
-    const auto pick_rows = pick_rows_;
-    const auto pick_edits = pick_edits_;
-    const auto pick_masks = pick_masks_;
-    cancel_pick();
+    const std::optional<Pick> pick = std::exchange(pick_, std::nullopt);
     ids_.clear();
     hidden_.clear();
     if (leads_group() &&
@@ -161,14 +157,15 @@ std::span<const float> ModelRunner::step(Copies copies, Copies window_copies,
                 mass_sum_[mass_sum_at_[i] + b] += mass_[mass_at_[i] + r * nb + b];
     }
     if (rows == 0) return {};
-    if (ids_only) {
+    if (pick) {
+        const auto& pick_rows = pick->rows;
         ids_.resize(static_cast<size_t>(rows));
         if (pick_rows.empty())
             backend_->argmax(logits_.slice(0, rows), ids_);
         else if (static_cast<int64_t>(pick_rows.size()) != rows)
             throw std::logic_error("ModelRunner: one sampling row for each logits row");
         else
-            backend_->sample(logits_.slice(0, rows), pick_rows, pick_edits, pick_masks, ids_);
+            backend_->sample(logits_.slice(0, rows), pick_rows, pick->edits, pick->masks, ids_);
         // A token outside the vocabulary would read past the embedding or end a stream as if
         // nothing could follow: a device pick is checked before anyone uses it (-1 only where a
         // mask allowed nothing).
@@ -227,17 +224,11 @@ void ModelRunner::pack(std::span<const Work> work, size_t first_item) {
 void ModelRunner::pick_next(std::span<const kernels::SampleRow> rows,
                             std::span<const kernels::LogitEdit> edits,
                             std::span<const uint64_t> masks) {
-    ids_only_ = true;
-    pick_rows_ = rows;
-    pick_edits_ = edits;
-    pick_masks_ = masks;
+    pick_ = Pick{rows, edits, masks};
 }
 
 void ModelRunner::cancel_pick() {
-    ids_only_ = false;
-    pick_rows_ = {};
-    pick_edits_ = {};
-    pick_masks_ = {};
+    pick_.reset();
 }
 
 std::span<const float> ModelRunner::execute(const SchedulerOutput& out) {

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -154,11 +155,13 @@ class ModelRunner {
     std::vector<std::pair<int32_t, int32_t>> copies_, window_copies_;
     std::vector<std::pair<int32_t, int64_t>> moves_;
     Tensor logits_;  // on the device, grown to the largest step
-    // The next step's rows end in ids (pick_next): drawn as pick_rows_ asks, argmax if empty.
-    bool ids_only_ = false;
-    std::span<const kernels::SampleRow> pick_rows_;
-    std::span<const kernels::LogitEdit> pick_edits_;
-    std::span<const uint64_t> pick_masks_;
+    // Set: the next step's rows end in ids (pick_next), drawn as rows asks, argmax if empty.
+    struct Pick {
+        std::span<const kernels::SampleRow> rows;
+        std::span<const kernels::LogitEdit> edits;
+        std::span<const uint64_t> masks;
+    };
+    std::optional<Pick> pick_;
     std::vector<int32_t> ids_;
     std::vector<std::byte> message_;  // the step as sent to the group
     std::chrono::steady_clock::time_point last_sent_{};

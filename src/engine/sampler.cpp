@@ -16,8 +16,7 @@ Sampler::Sampler(const SamplingParams& params)
 std::unordered_map<int32_t, int> Sampler::penalty_counts(std::span<const int32_t> history) const {
     const SamplingParams& p = params_;
     std::unordered_map<int32_t, int> counts;
-    if (p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f)
-        return counts;
+    if (!penalises()) return counts;
     const size_t window =
         p.penalty_last_n < 0 ? history.size() : std::min(history.size(), size_t(p.penalty_last_n));
     for (size_t i = history.size() - window; i < history.size(); ++i) ++counts[history[i]];
@@ -198,7 +197,7 @@ std::vector<Sampler::Candidate> Sampler::candidates(std::span<const float> logit
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
     const SamplingParams& p = params_;
     if (p.greedy()) return candidates(logits, history).front().id;  // takes no number
-    const bool untruncated = !p.greedy() && !top_k_cuts(p, logits.size()) && !mass_cuts(p);
+    const bool untruncated = !top_k_cuts(p, logits.size()) && !mass_cuts(p);
     if (!untruncated) return draw(candidates(logits, history));
     // Plain sampling (OpenAI's defaults): a draw from the whole softmax needs no order, so
     // the tokens are walked by id. The same distribution as draw(candidates()), one pass.

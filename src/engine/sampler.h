@@ -60,9 +60,12 @@ class Sampler {
     // Greedy with nothing that changes the logits first (no bias, no penalty): the pick is the
     // argmax of the logits as they are.
     bool plain_greedy() const {
-        return params_.greedy() && params_.logit_bias.empty() &&
-               params_.repetition_penalty == 1.0f && params_.presence_penalty == 0.0f &&
-               params_.frequency_penalty == 0.0f;
+        return params_.greedy() && params_.logit_bias.empty() && !penalises();
+    }
+    // Whether the penalties read the history at all.
+    bool penalises() const {
+        return params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+               params_.frequency_penalty != 0.0f;
     }
 
     struct Candidate {

@@ -47,19 +47,19 @@ void check_sample_args(const Tensor& logits, std::span<const SampleRow> rows,
         throw std::invalid_argument(
             fmt::format("sample: {} rows asked for, {} rows of logits and {} outputs given",
                         rows.size(), logits.rows(), host_out.size()));
-    for (const SampleRow& r : rows)
+    const auto words = static_cast<size_t>(mask_words(logits.cols()));
+    for (const SampleRow& r : rows) {
         if (r.first_edit < 0 || r.n_edits < 0 ||
             static_cast<size_t>(r.first_edit) + static_cast<size_t>(r.n_edits) > edits.size())
             throw std::invalid_argument(
                 fmt::format("sample: a row's edits [{}, +{}) lie outside the {} given",
                             r.first_edit, r.n_edits, edits.size()));
-    const auto words = static_cast<size_t>(mask_words(logits.cols()));
-    for (const SampleRow& r : rows)
         if (r.mask_at < -1 ||
             (r.mask_at >= 0 && static_cast<size_t>(r.mask_at) + words > masks.size()))
             throw std::invalid_argument(
                 fmt::format("sample: a row's mask at word {} ({} words) lies outside the {} given",
                             r.mask_at, words, masks.size()));
+    }
 }
 
 Expected<std::shared_ptr<Backend>> make_backend(const BackendOptions& o) {

@@ -30,6 +30,7 @@
 //   list_l(), list_id(): kListCap candidates' room, shared by the group; sync(): a barrier.
 #pragma once
 
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -170,6 +171,15 @@ FERRY_HD double total(G& g, int n, F f) {
     return g.sum(s);
 }
 
+// The last token with in(i) in the order key (the fallback of a draw that rounding carried past
+// the end); false: none.
+template <class G, class Key, class In>
+FERRY_HD bool last_of(G& g, int n, int top_shift, Key key, In in, uint64_t* out) {
+    const double count = total(g, n, [&](int i) { return in(i) ? 1.0 : 0.0; });
+    return count > 0 && select(
+                            g, n, top_shift, key, [](int) { return 1.0; }, in, count, false, out);
+}
+
 // The candidates a walk runs over: the row's positions (id null: position i is token i), or a
 // list compacted out of it (token id[i] with logit l[i]), which later passes read instead of
 // the whole vocabulary.
@@ -207,7 +217,6 @@ template <class G, class P, class In>
 FERRY_HD int32_t truncate_and_draw(G& g, const Cands& c, const SampleRow& r, P p, In in) {
     const int n = c.n;
     auto key = [&](int i) { return c.key(i); };
-    auto one = [](int) { return 1.0; };
     auto mass = [&](int i) { return double(p(i)); };
     // top-p: the shortest prefix whose mass reaches top_p (all of it if rounding falls short).
     uint64_t cut = 0;
@@ -236,9 +245,8 @@ FERRY_HD int32_t truncate_and_draw(G& g, const Cands& c, const SampleRow& r, P p
     if (select(g, n, kValueTopShift, key, q, in2, r.u, true, &k)) return key_id(k);
     // Rounding left u past the end: the last survivor with mass (never a token of probability
     // 0, which a grammar's mask may have forbidden).
-    auto with_mass = [&](int i) { return in2(i) && q(i) > 0; };
-    const double kept = total(g, n, [&](int i) { return with_mass(i) ? 1.0 : 0.0; });
-    if (kept > 0) select(g, n, kValueTopShift, key, one, with_mass, kept, false, &k);
+    last_of(
+        g, n, kValueTopShift, key, [&](int i) { return in2(i) && q(i) > 0; }, &k);
     return key_id(k);
 }
 
@@ -249,10 +257,12 @@ FERRY_HD int32_t sample_row(G& g, const float* l, int n, const SampleRow& r) {
     auto one = [](int) { return 1.0; };
     auto key = [&](int i) { return value_key(l[i], i); };
     uint64_t k = 0;
-    if (greedy(r)) {
+    // The most likely token (the lowest id on ties; NaN last).
+    auto argmax = [&] {
         select(g, n, kValueTopShift, key, one, all, 1.0, false, &k);
         return key_id(k);
-    }
+    };
+    if (greedy(r)) return argmax();
     float mx = -INFINITY;
     for (int i = g.rank(); i < n; i += g.size()) mx = l[i] > mx ? l[i] : mx;
     mx = g.max(mx);
@@ -284,7 +294,7 @@ FERRY_HD int32_t sample_row(G& g, const float* l, int n, const SampleRow& r) {
         const float pmax = static_cast<float>(1.0 / z);  // the most likely token's: exp(0) / z
         float floor = 0;
         if (r.top_p < 1.0f) {
-            for (float t = pmax / 16; t >= 1.17549435e-38f; t /= 16) {
+            for (float t = pmax / 16; t >= FLT_MIN; t /= 16) {
                 const double m = total(g, n, [&](int i) {
                     const float pi = p_row(i);
                     return pi >= t ? double(pi) : 0.0;
@@ -301,10 +311,7 @@ FERRY_HD int32_t sample_row(G& g, const float* l, int n, const SampleRow& r) {
         }
         if (floor > pmax) floor = pmax;  // min_p > 1: the first still stays
         const Cands c = compact(g, l, n, [&](int i) { return p_row(i) >= floor; });
-        if (c.n == 0) {  // nothing above any floor: a NaN softmax; the most likely, as the host
-            select(g, n, kValueTopShift, key, one, all, 1.0, false, &k);
-            return key_id(k);
-        }
+        if (c.n == 0) return argmax();  // nothing above any floor: a NaN softmax, as the host
         auto p = [&](int i) { return static_cast<float>(double(e_at(c.l, i)) / z); };
         auto in = [&](int i) { return c.id != nullptr || p(i) >= floor; };
         return truncate_and_draw(g, c, r, p, in);
@@ -314,13 +321,11 @@ FERRY_HD int32_t sample_row(G& g, const float* l, int n, const SampleRow& r) {
     auto mass = [&](int i) { return double(p_row(i)); };
     auto by_id = [](int i) { return id_key(i); };
     const int top_shift = id_top_shift(n);
-    if (select(g, n, top_shift, by_id, mass, all, r.u, true, &k)) return key_id(k);
-    auto has_mass = [&](int i) { return p_row(i) > 0; };
-    const double n_mass = total(g, n, [&](int i) { return has_mass(i) ? 1.0 : 0.0; });
-    if (n_mass > 0 && select(g, n, top_shift, by_id, one, has_mass, n_mass, false, &k))
+    if (select(g, n, top_shift, by_id, mass, all, r.u, true, &k) ||
+        last_of(
+            g, n, top_shift, by_id, [&](int i) { return p_row(i) > 0; }, &k))
         return key_id(k);
-    select(g, n, kValueTopShift, key, one, all, 1.0, false, &k);
-    return key_id(k);
+    return argmax();
 }
 
 // The whole of a row's pick: its edits in order (one thread), its mask (every thread), then the

@@ -130,8 +130,8 @@ std::string render_prometheus(const engine::EngineMetrics& m, const ServerCounte
               "Steps the cost policy ran without drafts because they would not have paid.");
     w.counter("ferry:engine_steps_total", double(m.steps), "Forward steps run.");
     w.counter("ferry:engine_id_steps_total", double(m.id_steps),
-              "Steps whose every token the device picked (its argmax or its draw; no logprobs, "
-              "grammar or draft): only token ids crossed to the host, not logits.");
+              "Steps whose every token the device picked (its argmax or its draw, a grammar's "
+              "mask included; no logprobs or draft): only token ids crossed to the host.");
     w.histogram("ferry:time_to_first_token_seconds", m.ttft, "Time to first token.");
     w.histogram("ferry:inter_token_latency_seconds", m.itl, "Time between generated tokens.");
     w.histogram("ferry:e2e_request_latency_seconds", m.e2e, "End-to-end request latency.");

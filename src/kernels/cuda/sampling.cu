@@ -4,6 +4,8 @@
 // gives the same token every run.
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/sample_row.h"
@@ -72,39 +74,37 @@ struct Block {
         }
     }
     __device__ double sum(double v) const {
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-        __syncthreads();
-        if (lane == 0) wd[warp] = v;
-        __syncthreads();
-        double s = 0;
-        for (int w = 0; w < kWarps; ++w) s += wd[w];
-        return s;
+        return combine(v, [](double a, double b) { return a + b; });
     }
     __device__ float max(float v) const {
-        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-        __syncthreads();
-        if (lane == 0) wd[warp] = v;
-        __syncthreads();
-        float m = -INFINITY;
-        for (int w = 0; w < kWarps; ++w) m = fmaxf(m, static_cast<float>(wd[w]));
-        return m;
+        return combine(v, [](float a, float b) { return fmaxf(a, b); });
     }
     __device__ uint64_t max(uint64_t v) const {
-        for (int o = 16; o > 0; o >>= 1) {
-            const auto other = static_cast<uint64_t>(
-                __shfl_xor_sync(0xffffffffu, static_cast<unsigned long long>(v), o));
-            v = other > v ? other : v;
-        }
+        return combine(v, [](uint64_t a, uint64_t b) { return a > b ? a : b; });
+    }
+
+    // v combined over the block with op: across each warp by shuffles, then warp by warp in
+    // order, every thread reading the same slots (so every thread gets the same bits).
+    template <class T, class Op>
+    __device__ T combine(T v, Op op) const {
+        static_assert(sizeof(T) <= sizeof(double));
+        for (int o = 16; o > 0; o >>= 1) v = op(v, shuffle_xor(v, o));
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        T* slot = reinterpret_cast<T*>(wd);
+        __syncthreads();  // the last combine's readers are done with the scratch
+        if (lane == 0) slot[warp] = v;
         __syncthreads();
-        auto* u = reinterpret_cast<unsigned long long*>(wd);
-        if (lane == 0) u[warp] = v;
-        __syncthreads();
-        uint64_t m = 0;
-        for (int w = 0; w < kWarps; ++w) m = u[w] > m ? u[w] : m;
-        return m;
+        T r = slot[0];
+        for (int w = 1; w < kWarps; ++w) r = op(r, slot[w]);
+        return r;
+    }
+    template <class T>
+    __device__ static T shuffle_xor(T v, int o) {
+        if constexpr (sizeof(T) == 8 && !std::is_floating_point_v<T>)
+            return static_cast<T>(
+                __shfl_xor_sync(0xffffffffu, static_cast<unsigned long long>(v), o));
+        else
+            return __shfl_xor_sync(0xffffffffu, v, o);
     }
 };
 
