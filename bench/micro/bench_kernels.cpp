@@ -1,7 +1,7 @@
 // Kernel micro-benchmarks: matmul per weight type at decode (1 token) and prefill (64 tokens)
 // shapes of the default model, the pool's wake-up + barrier, and attention. Counters: GB/s of
 // weights read, GFLOP/s of multiply-adds (2 flops each). FERRY_CPU_LEVEL picks the level,
-// FERRY_ACTIVATIONS the activations Q4_0/Q4_1/Q8_0 meet (int16 by default).
+// FERRY_ACTIVATIONS the activations the block types meet (int16 by default).
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -99,6 +99,11 @@ FERRY_MATMUL(int4s_g64_1536x576, DType::INT4S_G64, 1536, 576);
 FERRY_MATMUL(q8_0_32768x2048, DType::Q8_0, 32768, 2048);
 FERRY_MATMUL(q4_k_65536x2048, DType::Q4_K, 65536, 2048);
 FERRY_MATMUL(q6_k_32768x2048, DType::Q6_K, 32768, 2048);
+// The Q5s (Q5_K_M files' most matrices, and llama.cpp's fallbacks): 5.5-6 bits a weight.
+FERRY_MATMUL(q5_k_65536x2048, DType::Q5_K, 65536, 2048);
+FERRY_MATMUL(q5_0_65536x2048, DType::Q5_0, 65536, 2048);
+FERRY_MATMUL(q5_1_65536x2048, DType::Q5_1, 65536, 2048);
+FERRY_MATMUL(q5_k_1536x768, DType::Q5_K, 1536, 768);
 FERRY_MATMUL(q4_0_14336x4096, DType::Q4_0, 14336, 4096);
 FERRY_MATMUL(q8_0_49152x576, DType::Q8_0, 49152, 576);
 FERRY_MATMUL(q8_0_1536x576, DType::Q8_0, 1536, 576);

@@ -15,7 +15,7 @@ namespace ferry::cli {
 
 void ActivationsOption::add_to(CLI::App& cmd) {
     cmd.add_option("--activations", name,
-                   "what Q4_0/Q4_1/Q8_0/Q4_K/Q6_K/int4 weights meet: int16 (default; integer "
+                   "what q4/q5/q8_0, k-quant and int4 weights meet: int16 (default; integer "
                    "products, logits "
                    "within ~0.01 of exact), int8 (fastest, coarse) or f32 (exact float math)")
         ->check(CLI::IsMember({"f32", "int16", "int8"}));

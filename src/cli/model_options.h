@@ -19,8 +19,9 @@ namespace ferry::cli {
 // A number option's value must be finite: CLI::Range alone lets NaN through.
 extern const CLI::Validator kFinite;
 
-// --activations f32|int16|int8: what Q4_0/Q4_1/Q8_0/Q4_K/Q6_K/int4 weights meet their activations
-// as (kernels::Activations); unset keeps the default (int16, or FERRY_ACTIVATIONS).
+// --activations f32|int16|int8: what the block types' weights (Q4, Q5, Q8_0, Q4_K-Q6_K, int4) meet
+// their activations as (kernels::Activations); unset keeps the default (int16, or
+// FERRY_ACTIVATIONS).
 struct ActivationsOption {
     std::string name;
 

@@ -34,7 +34,7 @@ class ThreadPool;
 
 namespace ferry::kernels {
 
-// What quantized weights (Q4_0/Q4_1/Q8_0/Q4_K/Q6_K/int4) meet their activations as
+// What quantized weights (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K/int4) meet their activations as
 // (docs/performance.md says why the default is Int16):
 //  - F32: float activations against weights widened to floats (exact float32 math);
 //  - Int16: each block of 32 activations rounded to a 16-bit grid (amax / 16256 steps), in

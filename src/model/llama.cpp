@@ -45,7 +45,7 @@ class Binder {
         out = m;
         if (!quantize_it) return Status::Ok();
         if (quantize_to_ && *quantize_to_ != m.dtype()) return quantize(name, out);
-        return widen(name, out);
+        return Status::Ok();
     }
 
     // A matrix of `cols` inputs whose rows are several matrices one after another (Phi-3's
@@ -60,9 +60,8 @@ class Binder {
         for (const auto& [n, out] : parts) {
             *out = whole.slice(r0, n);
             r0 += n;
-            Status s = quantize_to_ && *quantize_to_ != out->dtype() ? quantize(name, *out)
-                                                                     : widen(name, *out);
-            if (!s) return s;
+            if (quantize_to_ && *quantize_to_ != out->dtype())
+                if (Status s = quantize(name, *out); !s) return s;
         }
         return Status::Ok();
     }
@@ -92,9 +91,8 @@ class Binder {
             } else if (Status s = matrix(name = one(e), cols, rows, o, false); !s) {
                 return s;
             }
-            Status s =
-                quantize_to_ && *quantize_to_ != o.dtype() ? quantize(name, o) : widen(name, o);
-            if (!s) return s;
+            if (quantize_to_ && *quantize_to_ != o.dtype())
+                if (Status s = quantize(name, o); !s) return s;
         }
         return Status::Ok();
     }
@@ -131,17 +129,12 @@ class Binder {
         std::vector<std::string> out;
         for (const auto& [what, n] : fallbacks_)
             out.push_back(fmt::format("{} matrices {}", n, what));
-        for (const auto& [type, n] : widened_)
-            out.push_back(fmt::format(
-                "{} {} matrices computed as q8_0{}", n, type,
-                type == "q5_0" ? " (the same values)" : " (re-rounded to its 8-bit grid)"));
         return out;
     }
 
   private:
     // `m` rounded to the load's type row by row (through f32), as `ferry quantize` would: a
-    // matrix whose rows do not split into the type's blocks takes the same fallback type, and is
-    // then computed as a file of it would be (q4_k's q5_0 fallback as q8_0: widen).
+    // matrix whose rows do not split into the type's blocks takes the same fallback type.
     Status quantize(const std::string& name, Tensor& m) {
         const int64_t cols = m.dim(1);
         const DType to = quant::type_for_tensor(*quantize_to_, name, 2, cols);
@@ -149,11 +142,10 @@ class Binder {
         if (quant::fallback_for(*quantize_to_, cols) != *quantize_to_)
             ++fallbacks_[fmt::format("as {} (rows of {} are not whole {}-element blocks)",
                                      dtype_name(to), cols, dtype_info(*quantize_to_).block_size)];
-        if (to != m.dtype())
-            if (Status s = convert(name, m, to); !s) return s;
-        return widen(name, m);
+        if (to != m.dtype()) return convert(name, m, to);
+        return Status::Ok();
     }
-    // m as `to`, row by row: Q5_0 to Q8_0 value for value, anything else through floats.
+    // m as `to`, row by row, through floats.
     Status convert(const std::string& name, Tensor& m, DType to) {
         const int64_t rows = m.dim(0), cols = m.dim(1);
         Tensor q = owned_tensor(to, {rows, cols});
@@ -161,10 +153,6 @@ class Binder {
         for (int64_t r = 0; r < rows; ++r) {
             const auto* src = static_cast<const uint8_t*>(m.raw()) + m.stride(0) * r;
             auto* dst = static_cast<uint8_t*>(q.raw()) + q.stride(0) * r;
-            if (m.dtype() == DType::Q5_0 && to == DType::Q8_0) {
-                quant::q5_0_to_q8_0(src, dst, cols);
-                continue;
-            }
             if (Status s = quant::dequantize_row(m.dtype(), src, row.data(), cols); !s)
                 return make_error("{}: tensor '{}': {}", f_.path(), name, s.error().message);
             if (Status s = quant::quantize_row(to, row.data(), dst, cols); !s)
@@ -172,14 +160,6 @@ class Binder {
         }
         m = q;
         return Status::Ok();
-    }
-    // A matrix of a type ferry reads but has no kernels for, in the type it computes with
-    // (quant::compute_type): Q5_0 value for value, the other Q5s through floats.
-    Status widen(const std::string& name, Tensor& m) {
-        const DType to = quant::compute_type(m.dtype());
-        if (to == m.dtype()) return Status::Ok();
-        ++widened_[std::string(dtype_name(m.dtype()))];
-        return convert(name, m, to);
     }
     static std::string shape_str(const Tensor& t) {
         std::string s = "[";
@@ -190,7 +170,6 @@ class Binder {
     const WeightFile& f_;
     std::optional<DType> quantize_to_;
     std::map<std::string, int> fallbacks_;
-    std::map<std::string, int> widened_;
 };
 
 // A mixture's MLP (model/moe.h): the router, each expert's gate, up and down (stacked as GGUF

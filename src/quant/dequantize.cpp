@@ -118,20 +118,16 @@ void dequant_q4_k(const void* src, float* dst, int64_t n) {
 }
 
 void dequant_q5_k(const void* src, float* dst, int64_t n) {
-    uint8_t sc[8], m[8];
+    uint8_t q[QK_K], sc[8], m[8];
     for (int64_t i = 0; i < n / QK_K; ++i) {
         const auto b = load_block<BlockQ5_K>(src, i);
         const float d = fp16_to_fp32(b.d);
         const float dmin = fp16_to_fp32(b.dmin);
-        q4_k_scale_mins(b.scales, sc, m);
+        q5_k_ints(b, q, sc, m);
         for (int s = 0; s < 8; ++s) {
             const float ds = d * sc[s], ms = dmin * m[s];
-            const uint8_t* ql = b.qs + 32 * (s / 2);
-            for (int l = 0; l < 32; ++l) {
-                const int lo = s % 2 ? ql[l] >> 4 : ql[l] & 0x0F;
-                const int q = lo + ((b.qh[l] >> s) & 1) * 16;
-                dst[i * QK_K + 32 * s + l] = ds * static_cast<float>(q) - ms;
-            }
+            for (int l = 0; l < 32; ++l)
+                dst[i * QK_K + 32 * s + l] = ds * static_cast<float>(q[32 * s + l]) - ms;
         }
     }
 }
@@ -212,6 +208,27 @@ void q4_k_ints(const BlockQ4_K& b, uint8_t q[256], uint8_t sc[8], uint8_t m[8]) 
             q[64 * c + l] = b.qs[32 * c + l] & 0xF;
             q[64 * c + 32 + l] = b.qs[32 * c + l] >> 4;
         }
+}
+
+// Sub-block s's element l: the low nibble (s even) or high nibble of qs[32 (s / 2) + l], and
+// bit s of qh[l] as the fifth.
+void q5_k_ints(const BlockQ5_K& b, uint8_t q[256], uint8_t sc[8], uint8_t m[8]) {
+    q4_k_scale_mins(b.scales, sc, m);
+    for (int s = 0; s < 8; ++s)
+        for (int l = 0; l < 32; ++l) {
+            const uint8_t lo = b.qs[32 * (s / 2) + l] >> (4 * (s % 2)) & 0xF;
+            q[32 * s + l] = static_cast<uint8_t>(lo | ((b.qh[l] >> s) & 1) << 4);
+        }
+}
+
+void q5_ints(DType type, const void* block, uint8_t q[32]) {
+    if (type == DType::Q5_0) {
+        const auto b = load_block<BlockQ5_0>(block, 0);
+        for (int j = 0; j < QK; ++j) q[j] = static_cast<uint8_t>(q5_value(b, j));
+    } else {
+        const auto b = load_block<BlockQ5_1>(block, 0);
+        for (int j = 0; j < QK; ++j) q[j] = static_cast<uint8_t>(q5_value(b, j));
+    }
 }
 
 // Two halves of 128 elements; in each, element l + 32k takes its low 4 bits from ql (nibble

@@ -577,32 +577,4 @@ DType type_for_tensor(DType target, const std::string& name, size_t n_dims, int6
     return fallback_for(target, row);
 }
 
-DType compute_type(DType stored) {
-    switch (stored) {
-        case DType::Q5_0:
-        case DType::Q5_1:
-        case DType::Q5_K:
-            return DType::Q8_0;
-        default:
-            return stored;
-    }
-}
-
-void q5_0_to_q8_0(const void* src, void* dst, int64_t n) {
-    for (int64_t i = 0; i < n / QK; ++i) {
-        BlockQ5_0 a;
-        std::memcpy(&a, static_cast<const uint8_t*>(src) + i * sizeof(a), sizeof(a));
-        uint32_t qh;
-        std::memcpy(&qh, a.qh, 4);
-        BlockQ8_0 b;
-        b.d = a.d;
-        for (int j = 0; j < QK / 2; ++j) {
-            b.qs[j] = static_cast<int8_t>(((a.qs[j] & 0x0F) | (((qh >> j) & 1u) << 4)) - 16);
-            b.qs[j + QK / 2] =
-                static_cast<int8_t>(((a.qs[j] >> 4) | (((qh >> (j + QK / 2)) & 1u) << 4)) - 16);
-        }
-        std::memcpy(static_cast<uint8_t*>(dst) + i * sizeof(b), &b, sizeof(b));
-    }
-}
-
 }  // namespace ferry::quant

@@ -23,15 +23,6 @@ Status quantize_row(DType type, const float* src, void* dst, int64_t n);
 // Convenience: quantize_row into a fresh buffer.
 Expected<std::vector<uint8_t>> quantize(DType type, const float* src, int64_t n);
 
-// What a matrix of a type ferry reads but does not multiply (Q5_0, Q5_1, Q5_K: llama.cpp's
-// fallbacks in Q4_K_M / Q5_K_M files) is computed as: Q8_0. Q5_0 goes over exactly
-// (requantize_exact); the others through floats, within half of a Q8_0 step of their value.
-// Every other type: itself.
-DType compute_type(DType stored);
-// Q5_0 rows as Q8_0, value for value: the same fp16 scale and each element's five bits minus 16
-// as int8. n elements, a multiple of 32.
-void q5_0_to_q8_0(const void* src, void* dst, int64_t n);
-
 // The type a matrix with rows of `row` elements is written as when `target` is asked for: the
 // target where its blocks fit, else the best type that does: for the k-quants llama.cpp's
 // choice (Q4_K: Q5_0, Q5_K: Q5_1, Q6_K: Q8_0, then F16); int4 and int3 first try their smaller

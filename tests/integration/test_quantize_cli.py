@@ -106,6 +106,24 @@ def test_eval_of_q8_0_requantization(model_path, q8_file):
     assert abs(j["delta_ppl_percent"]) < 3
 
 
+@pytest.mark.parametrize("qtype", ["q5_0", "q5_k_m"])
+def test_a_q5_file_is_multiplied_in_its_own_bits(model_path, tmp_path, qtype):
+    """The Q5s (q5_0; q5_k_m's q5_1 and q5_k) meet the int16 activations as they are: against the
+    same file's exact floats (quantize --type f32 dequantizes them), only the activations'
+    rounding is left. Computed as q8_0, as ferry once did, the KL was ~4000 times larger."""
+    q5, f32 = tmp_path / "q5.gguf", tmp_path / "f32.gguf"
+    assert run_ferry("quantize", model_path, q5, "--type", qtype, "-q").returncode == 0
+    types = {t.tensor_type.name for t in gguf.GGUFReader(str(q5)).tensors}
+    assert {"Q5_0"} <= types if qtype == "q5_0" else {"Q5_1", "Q5_K"} <= types, types
+    assert run_ferry("quantize", q5, f32, "--type", "f32", "-q").returncode == 0
+    r = run_ferry("eval", "-m", q5, "--ref", f32, "--text", EVAL_TEXT, "--ctx", "128",
+                  "--max-tokens", "256", "--activations", "int16", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["kl_mean"] < 1e-5 and j["top1_agreement"] >= 0.99, j
+    assert "computed as" not in r.stderr, r.stderr
+
+
 def _limited(max_bytes):
     """preexec_fn for a child that may write files of at most max_bytes (a full disk, for it):
     writes past it fail with EFBIG instead of raising SIGXFSZ."""

@@ -111,21 +111,32 @@ TEST(Dequantize, MatchesGgufPyOnRealModelRows) {
     EXPECT_EQ(checked, 2);  // blk.0.attn_q.weight (q4_1), token_embd.weight (q8_0)
 }
 
-// The model computes Q5_0 matrices as Q8_0 (quant::compute_type): the same values, bit for bit,
-// on gguf-py's blocks with their edge-case scales.
-TEST(Dequantize, Q5_0AsQ8_0KeepsEveryValue) {
+// The five-bit levels the integer kernels read (q5_ints, the packed layout's source) are the
+// ones gguf-py's blocks dequantize from: (q - 16) * d for Q5_0, q * d + m for Q5_1, bit for bit.
+TEST(Dequantize, Q5LevelsGiveTheDequantizedValues) {
     const std::filesystem::path dir = ferry::testing::golden_dir() + "/dequant";
-    const std::vector<uint8_t> raw = read_file(dir / "q5_0.bin");
-    const int64_t n = static_cast<int64_t>(raw.size() / 22 * 32);
-    ASSERT_GT(n, 0);
-    EXPECT_EQ(compute_type(DType::Q5_0), DType::Q8_0);
-    EXPECT_EQ(compute_type(DType::Q4_K), DType::Q4_K);
-    std::vector<uint8_t> q8(row_bytes(DType::Q8_0, n));
-    q5_0_to_q8_0(raw.data(), q8.data(), n);
-    std::vector<float> want(n), got(n);
-    ASSERT_TRUE(dequantize_row(DType::Q5_0, raw.data(), want.data(), n).ok());
-    ASSERT_TRUE(dequantize_row(DType::Q8_0, q8.data(), got.data(), n).ok());
-    expect_same(want, got, "q5_0 as q8_0");
+    for (DType type : {DType::Q5_0, DType::Q5_1}) {
+        const bool q50 = type == DType::Q5_0;
+        const std::vector<uint8_t> raw = read_file(dir / (q50 ? "q5_0.bin" : "q5_1.bin"));
+        const size_t bb = q50 ? sizeof(BlockQ5_0) : sizeof(BlockQ5_1);
+        const int64_t n = static_cast<int64_t>(raw.size() / bb * 32);
+        ASSERT_GT(n, 0);
+        std::vector<float> want(n), got(n);
+        ASSERT_TRUE(dequantize_row(type, raw.data(), want.data(), n).ok());
+        for (int64_t b = 0; b < n / 32; ++b) {
+            const uint8_t* blk = raw.data() + b * bb;
+            uint8_t q[32];
+            q5_ints(type, blk, q);
+            uint16_t d, m = 0;
+            std::memcpy(&d, blk, 2);
+            if (!q50) std::memcpy(&m, blk + 2, 2);
+            for (int j = 0; j < 32; ++j)
+                got[b * 32 + j] =
+                    q50 ? static_cast<float>(q[j] - 16) * fp16_to_fp32(d)
+                        : static_cast<float>(q[j]) * fp16_to_fp32(d) + fp16_to_fp32(m);
+        }
+        expect_same(want, got, q50 ? "q5_0 levels" : "q5_1 levels");
+    }
 }
 
 TEST(Dequantize, F32IsACopy) {

@@ -68,16 +68,19 @@ std::vector<uint8_t> random_row(DType type, int64_t cols, std::mt19937& rng, Sca
             for (int64_t i = 0; i < cols; ++i) put16(2 * i, quant::fp32_to_bf16(u(rng)));
             break;
         case DType::Q4_0:
+        case DType::Q5_0:
         case DType::Q8_0:
             for (int64_t b = 0; b < nb; ++b) put16(b * info.block_bytes, scale(0.05f));
             break;
         case DType::Q4_1:
+        case DType::Q5_1:
             for (int64_t b = 0; b < nb; ++b) {
                 put16(b * info.block_bytes, scale(0.05f));
                 put16(b * info.block_bytes + 2, scale(0.3f));
             }
             break;
         case DType::Q4_K:
+        case DType::Q5_K:
             for (int64_t b = 0; b < nb; ++b) {
                 put16(b * info.block_bytes, scale(0.01f));
                 put16(b * info.block_bytes + 2, scale(0.01f));
@@ -185,7 +188,11 @@ void check_matmul(const Matrix& m, const std::vector<float>& x, int64_t nt, Thre
 }
 
 const DType kAllTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,
-                           DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K};
+                           DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
+                           DType::Q4_K, DType::Q5_K, DType::Q6_K};
+// The block types the integer kernels read (packed_weights.h), every tile format once.
+const DType kPackedTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                              DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 TEST(Kernels, MatmulMatchesReferenceOnOddShapes) {
     LevelGuard guard;
@@ -224,8 +231,8 @@ TEST(Kernels, MatmulPrefillAcrossTokenBlocks) {
     for (const auto& [level, act] : levels_and_modes()) {
         kernels::cpu::set_cpu_level(level);
         ActivationsGuard ag(act);
-        for (DType type :
-             {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16, DType::Q4_K, DType::Q6_K}) {
+        for (DType type : kAllTypes) {
+            if (type == DType::F32 || type == DType::BF16) continue;
             const int64_t cols = dtype_info(type).block_size == 256 ? 256 : 160;
             const Matrix m = random_matrix(type, 37, cols, rng);
             const auto x = random_floats(70 * cols, rng);
@@ -275,7 +282,7 @@ TEST(Kernels, MatmulZeroAndExtremeScales) {
     for (const auto& [level, act] : levels_and_modes()) {
         kernels::cpu::set_cpu_level(level);
         ActivationsGuard ag(act);
-        for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+        for (DType type : kPackedTypes) {
             const int64_t cols = dtype_info(type).block_size == 256 ? 256 : 64;
             for (Scales sc : {Scales::Zero, Scales::Huge, Scales::Tiny}) {
                 const Matrix m = random_matrix(type, 9, cols, rng, sc);
@@ -600,7 +607,7 @@ TEST(Kernels, IntegerProductIsWithinTheActivationGrid) {
         ActivationsGuard ag(act);
         const double vmax =
             act == Activations::Int16 ? kernels::cpu::kActMax16 : kernels::cpu::kActMax8;
-        for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+        for (DType type : kPackedTypes) {
             const int64_t cols = dtype_info(type).block_size == 256 ? 768 : 576;
             const Matrix m = random_matrix(type, 33, cols, rng);
             auto x = random_floats(3 * cols, rng);
@@ -722,12 +729,68 @@ TEST(Kernels, PackedKQuantLayoutIsAsDocumented) {
     }
 }
 
+// The Q5 tiles: each element's five bits read back from the nibble chunks and the fifth-bit
+// chunk where the header says are the file's (q5_ints, q5_k_ints), and the scales beside them.
+TEST(Kernels, PackedQ5LayoutIsAsDocumented) {
+    std::mt19937 rng(14);
+    for (DType type : {DType::Q5_0, DType::Q5_1, DType::Q5_K}) {
+        const bool k = type == DType::Q5_K;
+        const int64_t cols = k ? 512 : 96;
+        const int64_t tiles = cols / kernels::cpu::packed_tile_cols(type);
+        const Matrix m = random_matrix(type, 17, cols, rng);
+        const size_t tile = kernels::cpu::packed_tile_bytes(type);
+        ASSERT_EQ(tile, k ? 2880u : 16 * dtype_info(type).block_bytes);
+        ASSERT_EQ(m.packed.size(), 2 * tiles * tile);
+        for (int64_t r = 0; r < 32; ++r)
+            for (int64_t ti = 0; ti < tiles; ++ti) {
+                const uint8_t* t = m.packed.data() + ((r / 16) * tiles + ti) * tile;
+                const int i = static_cast<int>(r % 16);
+                const uint8_t* src = r < 17 ? m.w.row(r) + ti * dtype_info(type).block_bytes
+                                            : nullptr;  // a padding row: zeros
+                uint8_t q[256] = {}, sc[8] = {}, mn[8] = {};
+                uint16_t d = 0, dmin = 0;
+                if (src && k) {
+                    quant::BlockQ5_K b;
+                    std::memcpy(&b, src, sizeof(b));
+                    quant::q5_k_ints(b, q, sc, mn);
+                    d = b.d, dmin = b.dmin;
+                } else if (src) {
+                    quant::q5_ints(type, src, q);
+                    std::memcpy(&d, src, 2);
+                    if (type == DType::Q5_1) std::memcpy(&dmin, src + 2, 2);
+                }
+                for (int e = 0; e < (k ? 256 : 32); ++e) {
+                    const int blk = e / 32, w = e % 32, c = (w % 16) / 4, kk = w % 4, nib = w / 16;
+                    const uint8_t* bt = t + 320 * blk;
+                    const uint8_t byte = bt[64 * c + 4 * i + kk];
+                    const int v = 2 * c + nib;  // the weight vector of element w
+                    const int got =
+                        (nib ? byte >> 4 : byte & 0xF) | ((bt[256 + 4 * i + kk] >> v) & 1) << 4;
+                    ASSERT_EQ(got, q[e]) << dtype_name(type) << " row " << r << " element " << e;
+                }
+                const size_t so = k ? 8 * 320 : 320;
+                uint16_t td;
+                std::memcpy(&td, t + so + 2 * i, 2);
+                ASSERT_EQ(td, d) << dtype_name(type);
+                if (type != DType::Q5_0) {
+                    std::memcpy(&td, t + so + 32 + 2 * i, 2);
+                    ASSERT_EQ(td, dmin) << dtype_name(type);
+                }
+                if (k)
+                    for (int s2 = 0; s2 < 8; ++s2) {
+                        ASSERT_EQ(t[so + 64 + 16 * s2 + i], sc[s2]);
+                        ASSERT_EQ(t[so + 64 + 128 + 16 * s2 + i], mn[s2]);
+                    }
+            }
+    }
+}
+
 // A Weight nobody packed takes the reference's integer product: the same numbers, only slower.
 TEST(Kernels, UnpackedWeightGivesThePackedResult) {
     std::mt19937 rng(12);
     ThreadPool pool(2);
     ActivationsGuard ag(Activations::Int16);
-    for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    for (DType type : kPackedTypes) {
         const Matrix m = random_matrix(type, 21, 256, rng);
         kernels::cpu::Weight plain = m.w;
         plain.packed = nullptr;
@@ -787,7 +850,7 @@ TEST(Kernels, AmxTilesEqualTheVnniKernelBitForBit) {
     ThreadPool pool(2);
     for (Activations act : {Activations::Int16, Activations::Int8}) {
         ActivationsGuard ag(act);
-        for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+        for (DType type : kPackedTypes) {
             for (int64_t cols : {int64_t{256}, int64_t{4096}}) {
                 const Matrix m = random_matrix(type, 35, cols, rng);
                 for (int64_t nt : {8, 12, 13, 16, 31, 48, 129}) {

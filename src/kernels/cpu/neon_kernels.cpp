@@ -5,7 +5,7 @@
 // It follows x86_kernels.inc's shapes with 4-float vectors: float activations meet weights
 // widened in a per-thread buffer (long batches) or in registers (short ones), with the same
 // values and summation order on both paths so a token's output never depends on the batch; with
-// integer activations (Activations::Int16 / Int8, the default) Q4_0/Q4_1/Q8_0/Q4_K/Q6_K/int4 use
+// integer activations (Activations::Int16 / Int8, the default) the block types and int4 use
 // integer dot products over the packed layout (SDOT where the target has it, widening
 // multiplies otherwise).
 #include "kernels/cpu/simd.h"
@@ -152,9 +152,11 @@ inline vf i8x4_to_f32(const uint8_t* p) {
 
 template <DType T, bool k16>
 void group_packed(const uint8_t* tiles, int64_t n_tiles, const ActBlock* x, float* y, int n_rows) {
-    constexpr bool kQ8 = T == DType::Q8_0, kQ6 = T == DType::Q6_K;
-    constexpr bool kK = T == DType::Q4_K || T == DType::Q6_K;
-    constexpr bool kMin = T == DType::Q4_1 || T == DType::Q4_K;
+    constexpr bool kQ8 = T == DType::Q8_0, kQ6 = T == DType::Q6_K, kQ5 = packed_q5(T);
+    constexpr bool kK = packed_tile_cols(T) == 256;
+    constexpr bool kKMin = T == DType::Q4_K || T == DType::Q5_K;  // 6-bit scales under d, dmin
+    constexpr bool kMin = T == DType::Q4_1 || T == DType::Q5_1 || kKMin;
+    using KScales = PackedKScales<packed_block_bytes(T)>;
     constexpr int kBlocks = kK ? 8 : 1, kBlockBytes = packed_block_bytes(T);
     constexpr size_t kTile = packed_tile_bytes(T);
     auto off = [](int v) { return packed_act_offset(T, v); };
@@ -176,6 +178,14 @@ void group_packed(const uint8_t* tiles, int64_t n_tiles, const ActBlock* x, floa
                     for (int c = 0; c < 4; ++c) {
                         const uint8x16_t v = vld1q_u8(bp + 64 * c + 16 * q);
                         uint8x16_t lo = vandq_u8(v, vdupq_n_u8(0x0F)), hi = vshrq_n_u8(v, 4);
+                        if constexpr (kQ5) {
+                            // Fifth bits: bit v of the chunk's bytes belongs to vector v, shifted
+                            // to bit 4 (a negative count shifts right).
+                            const uint8x16_t h = vld1q_u8(bp + kPackedQ5High + 16 * q);
+                            const uint8x16_t m = vdupq_n_u8(0x10);
+                            lo = vorrq_u8(lo, vandq_u8(vshlq_u8(h, vdupq_n_s8(4 - 2 * c)), m));
+                            hi = vorrq_u8(hi, vandq_u8(vshlq_u8(h, vdupq_n_s8(3 - 2 * c)), m));
+                        }
                         if constexpr (kQ6) {
                             // High 2 bits: chunk g's bits 2t, 2t+1 belong to vector 4g + t.
                             const int g = c / 2, t = 2 * (c % 2);
@@ -224,16 +234,17 @@ void group_packed(const uint8_t* tiles, int64_t n_tiles, const ActBlock* x, floa
                 int32x4_t p = vaddq_s32(pe, po);
                 if constexpr (k16) p = vaddq_s32(vshlq_n_s32(p, 7), vaddq_s32(le, lo));
                 if constexpr (T == DType::Q4_0) p = vsubq_s32(p, vdupq_n_s32(8 * a.s));
+                if constexpr (T == DType::Q5_0) p = vsubq_s32(p, vdupq_n_s32(16 * a.s));
                 if constexpr (packed_int4(T))  // q - z per row
                     p = vmlsq_n_s32(
                         p, vreinterpretq_s32_u32(u8x4_to_u32(tp + kPackedInt4Zero + 4 * q)), a.s);
                 vf dw, mw = vzero();
-                if constexpr (T == DType::Q4_K) {
-                    const uint16_t* dd = reinterpret_cast<const uint16_t*>(tp + PackedQ4K::d);
-                    const uint16_t* dm = reinterpret_cast<const uint16_t*>(tp + PackedQ4K::dmin);
-                    dw = vmulq_f32(u8x4_to_f32(tp + PackedQ4K::sc + 16 * b + 4 * q),
+                if constexpr (kKMin) {
+                    const uint16_t* dd = reinterpret_cast<const uint16_t*>(tp + KScales::d);
+                    const uint16_t* dm = reinterpret_cast<const uint16_t*>(tp + KScales::dmin);
+                    dw = vmulq_f32(u8x4_to_f32(tp + KScales::sc + 16 * b + 4 * q),
                                    vload_f16(dd + 4 * q));
-                    mw = vmulq_f32(u8x4_to_f32(tp + PackedQ4K::m + 16 * b + 4 * q),
+                    mw = vmulq_f32(u8x4_to_f32(tp + KScales::m + 16 * b + 4 * q),
                                    vload_f16(dm + 4 * q));
                 } else {
                     const uint16_t* sc =
@@ -248,9 +259,9 @@ void group_packed(const uint8_t* tiles, int64_t n_tiles, const ActBlock* x, floa
     }
     float out[16];
     for (int q = 0; q < 4; ++q)
-        vst1q_f32(out + 4 * q, T == DType::Q4_1   ? vaddq_f32(facc[q], macc[q])
-                               : T == DType::Q4_K ? vsubq_f32(facc[q], macc[q])
-                                                  : facc[q]);
+        vst1q_f32(out + 4 * q, kKMin  ? vsubq_f32(facc[q], macc[q])
+                               : kMin ? vaddq_f32(facc[q], macc[q])
+                                      : facc[q]);
     for (int i = 0; i < n_rows; ++i) y[i] = out[i];
 }
 
@@ -283,6 +294,12 @@ bool matmul_packed(const Weight& w, const ActBlock* x, Activations a, int64_t nt
             return matmul_packed_a<DType::Q4_0>(w, x, a, nt, y, ldy, r0, r1), true;
         case DType::Q4_1:
             return matmul_packed_a<DType::Q4_1>(w, x, a, nt, y, ldy, r0, r1), true;
+        case DType::Q5_0:
+            return matmul_packed_a<DType::Q5_0>(w, x, a, nt, y, ldy, r0, r1), true;
+        case DType::Q5_1:
+            return matmul_packed_a<DType::Q5_1>(w, x, a, nt, y, ldy, r0, r1), true;
+        case DType::Q5_K:
+            return matmul_packed_a<DType::Q5_K>(w, x, a, nt, y, ldy, r0, r1), true;
         case DType::INT4_G32:
         case DType::INT4_G64:
         case DType::INT4_G128:

@@ -15,6 +15,8 @@ static_assert(packed_tile_bytes(DType::Q4_0) == kPackRows * sizeof(BlockQ4_0));
 static_assert(packed_tile_bytes(DType::Q4_1) == kPackRows * sizeof(BlockQ4_1));
 static_assert(packed_tile_bytes(DType::Q8_0) == kPackRows * sizeof(BlockQ8_0));
 static_assert(packed_tile_bytes(DType::Q6_K) == kPackRows * sizeof(BlockQ6_K));
+static_assert(packed_tile_bytes(DType::Q5_0) == kPackRows * sizeof(BlockQ5_0));
+static_assert(packed_tile_bytes(DType::Q5_1) == kPackRows * sizeof(BlockQ5_1));
 
 void put16(uint8_t* dst, int i, uint16_t v) {
     std::memcpy(dst + 2 * i, &v, 2);
@@ -26,6 +28,30 @@ void put_nibbles(uint8_t* chunks, int i, const uint8_t* q) {
         for (int k = 0; k < 4; ++k)
             chunks[64 * c + 4 * i + k] =
                 static_cast<uint8_t>((q[4 * c + k] & 0xF) | (q[16 + 4 * c + k] & 0xF) << 4);
+}
+
+// Row i's part of a block of 5-bit values q[0..32) in the Q5 layout: nibbles as Q4_0's, then
+// the fifth bits, bit v of byte 4i + k for weight vector v's weight k.
+void put_q5(DType type, uint8_t* block, int i, const uint8_t* q) {
+    put_nibbles(block, i, q);
+    for (int k = 0; k < 4; ++k) {
+        uint8_t h = 0;
+        for (int v = 0; v < 8; ++v)
+            h |= static_cast<uint8_t>((q[packed_act_offset(type, v) + k] >> 4 & 1) << v);
+        block[kPackedQ5High + 4 * i + k] = h;
+    }
+}
+
+// Row i's super-block scales in a Q4_K or Q5_K tile: d, dmin and the 6-bit sc[8], m[8] as bytes.
+template <class KScales>
+void put_k_scales(uint8_t* t, int i, uint16_t d, uint16_t dmin, const uint8_t* sc,
+                  const uint8_t* m) {
+    put16(t + KScales::d, i, d);
+    put16(t + KScales::dmin, i, dmin);
+    for (int s = 0; s < 8; ++s) {
+        t[KScales::sc + 16 * s + i] = sc[s];
+        t[KScales::m + 16 * s + i] = m[s];
+    }
 }
 
 // Row i's bytes qs[0 .. 4 * chunks) as its part of chunks 64-byte chunks (xor: Q8_0's + 128).
@@ -47,6 +73,16 @@ void pack_block(DType type, const uint8_t* row, int64_t tile, uint8_t* t, int i)
             uint8_t* scales = t + 64 * chunks;
             std::memcpy(scales + 2 * i, src, 2);                                    // d
             if (type == DType::Q4_1) std::memcpy(scales + 32 + 2 * i, src + 2, 2);  // m
+            break;
+        }
+        case DType::Q5_0:
+        case DType::Q5_1: {
+            uint8_t q[32];
+            q5_ints(type, src, q);
+            put_q5(type, t, i, q);
+            uint8_t* scales = t + packed_scales_offset(type);
+            std::memcpy(scales + 2 * i, src, 2);                                    // d
+            if (type == DType::Q5_1) std::memcpy(scales + 32 + 2 * i, src + 2, 2);  // m
             break;
         }
         case DType::INT4_G32:
@@ -98,12 +134,17 @@ void pack_block(DType type, const uint8_t* row, int64_t tile, uint8_t* t, int i)
             q4_k_ints(b, q, sc, m);
             for (int blk = 0; blk < 8; ++blk)
                 put_nibbles(t + packed_block_bytes(type) * blk, i, q + 32 * blk);
-            put16(t + PackedQ4K::d, i, b.d);
-            put16(t + PackedQ4K::dmin, i, b.dmin);
-            for (int s = 0; s < 8; ++s) {
-                t[PackedQ4K::sc + 16 * s + i] = sc[s];
-                t[PackedQ4K::m + 16 * s + i] = m[s];
-            }
+            put_k_scales<PackedQ4K>(t, i, b.d, b.dmin, sc, m);
+            break;
+        }
+        case DType::Q5_K: {
+            BlockQ5_K b;
+            std::memcpy(&b, src, sizeof(b));
+            uint8_t q[QK_K], sc[8], m[8];
+            q5_k_ints(b, q, sc, m);
+            for (int blk = 0; blk < 8; ++blk)
+                put_q5(type, t + packed_block_bytes(type) * blk, i, q + 32 * blk);
+            put_k_scales<PackedQ5K>(t, i, b.d, b.dmin, sc, m);
             break;
         }
         case DType::Q6_K: {

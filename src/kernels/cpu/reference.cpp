@@ -155,14 +155,15 @@ float vec_dot(DType type, const uint8_t* row, const float* x, int64_t n) {
 
 namespace {
 // The k-quants' integer products (dot_act's definition for them): per 32-element sub-block of
-// Q4_K (per 16 of Q6_K) the exact integer sum, then its float step, in element order.
-float dot_act_q4_k(const uint8_t* row, const ActBlock* x, int64_t nb, bool wide) {
+// Q4_K and Q5_K (per 16 of Q6_K) the exact integer sum, then its float step, in element order.
+template <class Block, void (*ints)(const Block&, uint8_t*, uint8_t*, uint8_t*)>
+float dot_act_k_min(const uint8_t* row, const ActBlock* x, int64_t nb, bool wide) {
     float facc = 0, macc = 0;
     uint8_t q[QK_K], sc[8], m[8];
     for (int64_t sb = 0; sb < nb / 8; ++sb) {
-        BlockQ4_K b;
+        Block b;
         std::memcpy(&b, row + sb * sizeof(b), sizeof(b));
-        q4_k_ints(b, q, sc, m);
+        ints(b, q, sc, m);
         const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
         for (int k = 0; k < 8; ++k) {
             const ActBlock& a = x[8 * sb + k];
@@ -201,7 +202,8 @@ float dot_act_q6_k(const uint8_t* row, const ActBlock* x, int64_t nb, bool wide)
 
 float dot_act(DType type, const uint8_t* row, const ActBlock* x, int64_t nb, Activations act) {
     const bool wide = act == Activations::Int16;
-    if (type == DType::Q4_K) return dot_act_q4_k(row, x, nb, wide);
+    if (type == DType::Q4_K) return dot_act_k_min<BlockQ4_K, q4_k_ints>(row, x, nb, wide);
+    if (type == DType::Q5_K) return dot_act_k_min<BlockQ5_K, q5_k_ints>(row, x, nb, wide);
     if (type == DType::Q6_K) return dot_act_q6_k(row, x, nb, wide);
     float facc = 0, macc = 0;
     for (int64_t b = 0; b < nb; ++b) {
@@ -213,6 +215,22 @@ float dot_act(DType type, const uint8_t* row, const ActBlock* x, int64_t nb, Act
             const auto& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
             for (int j = 0; j < QK; ++j) p += int32_t{blk.qs[j]} * v(j);
             dw = fp16_to_fp32(blk.d);
+        } else if (type == DType::Q5_0 || type == DType::Q5_1) {
+            // As Q4_0 / Q4_1 with five-bit levels: Q5_0's offset 16 comes off as 16 * s.
+            const bool q50 = type == DType::Q5_0;
+            const uint8_t* blk = row + b * (q50 ? sizeof(BlockQ5_0) : sizeof(BlockQ5_1));
+            uint8_t q[QK];
+            q5_ints(type, blk, q);
+            for (int j = 0; j < QK; ++j) p += int32_t{q[j]} * v(j);
+            uint16_t d, m;
+            std::memcpy(&d, blk, 2);
+            dw = fp16_to_fp32(d);
+            if (q50) {
+                p -= 16 * a.s;
+            } else {
+                std::memcpy(&m, blk + 2, 2);
+                macc = std::fma(fp16_to_fp32(m), a.sx, macc);
+            }
         } else {
             // Q4_0, Q4_1 and int4 / int3 share the nibble layout (int3's codes widened);
             // Q4_0's offset and the zero point come off in integers.
@@ -238,7 +256,7 @@ float dot_act(DType type, const uint8_t* row, const ActBlock* x, int64_t nb, Act
         }
         facc = std::fma(static_cast<float>(p), dw * a.d, facc);
     }
-    return type == DType::Q4_1 ? facc + macc : facc;
+    return type == DType::Q4_1 || type == DType::Q5_1 ? facc + macc : facc;
 }
 
 void rmsnorm(const float* x, const float* weight, float* out, int64_t n, float eps) {

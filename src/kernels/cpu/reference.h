@@ -11,14 +11,15 @@ namespace ferry::kernels::cpu::ref {
 // dot(row of n elements stored in type, x); n is a multiple of the block size.
 float vec_dot(DType type, const uint8_t* row, const float* x, int64_t n);
 
-// One Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K / int4 row of nb 32-element blocks against activations
-// from quantize_act on grid act: the definition every integer kernel reproduces bit for bit. Per
-// block the exact integer sum p = sum(q * v) (v = 128 * hi + lo on the 16-bit grid, hi on the 8-bit
-// one; Q4_0's q - 8 applied as p - 8 * s), then facc = fma(p, d_w * d_x, facc) in block order;
-// Q4_1's minimum accumulates apart, macc = fma(m_w, sx, macc), and the result is facc + macc. The
-// k-quants: Q4_K per 32-element sub-block with d_w = d * sc, its minimum macc = fma(dmin * m, sx,
-// macc), result facc - macc; Q6_K per 16-element sub-block (p less 32 x the activations' half-block
-// sum, d_w = d * scale), result facc. int4: as Q4_0 with the group's zero point z in place of 8 (p
+// One Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K / int4 row of nb 32-element blocks
+// against activations from quantize_act on grid act: the definition every integer kernel reproduces
+// bit for bit. Per block the exact integer sum p = sum(q * v) (v = 128 * hi + lo on the 16-bit
+// grid, hi on the 8-bit one; Q4_0's q - 8 applied as p - 8 * s, Q5_0's q - 16 as p - 16 * s), then
+// facc = fma(p, d_w * d_x, facc) in block order; Q4_1's and Q5_1's minimum accumulates apart, macc
+// = fma(m_w, sx, macc), and the result is facc + macc. The k-quants: Q4_K and Q5_K per 32-element
+// sub-block with d_w = d * sc, the minimum macc = fma(dmin * m, sx, macc), result facc - macc; Q6_K
+// per 16-element sub-block (p less 32 x the activations' half-block sum, d_w = d * scale), result
+// facc. int4: as Q4_0 with the group's zero point z in place of 8 (p
 // - z * s) and its d per 32-element block.
 float dot_act(DType type, const uint8_t* row, const ActBlock* x, int64_t nb, Activations act);
 
