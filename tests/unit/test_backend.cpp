@@ -251,9 +251,10 @@ TEST_P(BackendOps, ResidentMatricesMultiplyAndEmbedAsTheirRows) {
     const int64_t rows = 40, cols = 256;
     // 5 tokens take a decode product's path, 12 a prefill's (the GPU's tiles).
     for (const int64_t n : {5, 12})
-        for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0,
-                           DType::Q4_1, DType::Q5_0, DType::Q4_K, DType::Q5_K, DType::Q6_K,
-                           DType::INT8, DType::FP8, DType::INT4_G64, DType::INT3_G32}) {
+        for (DType type :
+             {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+              DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::INT8,
+              DType::FP8, DType::INT4_G64, DType::INT3_G32}) {
             const auto w = random(rows * cols, 0.05f);
             // Row by row: ferry's per-row types keep a scale in each row's header.
             std::vector<uint8_t> qb;

@@ -21,9 +21,9 @@ struct Weight {
     int64_t rows = 0;
     int64_t cols = 0;
     size_t row_stride = 0;  // bytes between rows
-    // The same matrix in kernels/cpu/packed_weights.h's interleaved layout (Q4_0, Q4_1, Q8_0, Q4_K,
-    // Q6_K, int4), which the integer kernels read; null where nobody packed it (the reference then
-    // computes the integer product from `data`, slowly but with the same result).
+    // The same matrix in kernels/cpu/packed_weights.h's interleaved layout (the Q4s, Q5s, Q8_0, the
+    // k-quants, int4), which the integer kernels read; null where nobody packed it (the reference
+    // then computes the integer product from `data`, slowly but with the same result).
     const uint8_t* packed = nullptr;
     const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_stride; }
 };

@@ -1,4 +1,4 @@
-// Activations quantized on the fly, so Q4_0/Q4_1/Q8_0/Q4_K/Q6_K (and ferry's int4) weights meet
+// Activations quantized on the fly, so the block types' (and ferry's int4) weights meet
 // them in integer dot products (VNNI vpdpbusd, AVX2 maddubs, NEON sdot) instead of being widened to
 // floats element by element.
 //
@@ -19,8 +19,8 @@ struct ActBlock {
     int8_t hi[32];
     int8_t lo[32];  // zero on the 8-bit grid
     float d;        // step: x ~= d * v; NaN when the block holds a NaN or an infinity
-    float sx;       // d * s: what a Q4_1 (Q4_K) block's minimum multiplies
-    int32_t s;      // sum of v: the integer correction of Q4_0's -8 and Q8_0's +128 offsets
+    float sx;       // d * s: what a Q4_1 / Q5_1 (Q4_K / Q5_K) block's minimum multiplies
+    int32_t s;      // sum of v: the integer correction of Q4_0's -8, Q5_0's -16, Q8_0's +128
     int32_t s_lo;   // sum of v over the first 16: Q6_K's -32 per 16-element sub-block
 };
 static_assert(sizeof(ActBlock) == 80);
