@@ -150,6 +150,15 @@ void BM_Attend(benchmark::State& st) {
 }
 BENCHMARK(BM_Attend)->Arg(128)->Arg(512)->Arg(2048);
 
+// The sampler's masses over a 49,152-token vocabulary (top-p's floor search takes a few).
+void BM_SumDouble(benchmark::State& st) {
+    std::vector<float> p(49152);
+    std::mt19937 rng(3);
+    for (auto& v : p) v = static_cast<float>(rng() % 1000) * 2e-8f;
+    for (auto _ : st) benchmark::DoNotOptimize(kernels::cpu::sum_double(p.data(), 49152, 1e-6f));
+}
+BENCHMARK(BM_SumDouble);
+
 void BM_SiluMul(benchmark::State& st) {
     std::vector<float> g(1536, 0.5f), u(1536, 1.0f);
     for (auto _ : st) {

@@ -78,17 +78,6 @@ bool mass_cuts(const SamplingParams& p) {
     return p.top_p < 1.0f || p.min_p > 0.0f;
 }
 
-// The probabilities' sum in double, in eight running sums so the adds do not wait on each
-// other (the order only moves the last bits of a double).
-double mass_of(const std::vector<float>& prob) {
-    double s[8] = {};
-    size_t i = 0;
-    for (; i + 8 <= prob.size(); i += 8)
-        for (size_t j = 0; j < 8; ++j) s[j] += prob[i + j];
-    for (; i < prob.size(); ++i) s[0] += prob[i];
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-}
-
 // Every token's probability at temperature t: one vector softmax over the vocabulary.
 void softmax_at(std::span<const float> l, float t, std::vector<float>& prob) {
     prob.resize(l.size());
@@ -153,11 +142,10 @@ std::vector<Sampler::Candidate> Sampler::candidates(std::span<const float> logit
         const float pmax = prob[kernels::argmax(l.data(), n_vocab)];
         float floor = 0;
         if (p.top_p < 1.0f) {
-            top_p_mass = p.top_p * mass_of(prob);
+            const auto n = static_cast<int64_t>(prob.size());
+            top_p_mass = p.top_p * kernels::sum_double(prob.data(), n);
             for (float t = pmax / 16; t >= std::numeric_limits<float>::min(); t /= 16) {
-                double mass = 0;
-                for (float x : prob) mass += x >= t ? x : 0.0f;
-                if (mass >= top_p_mass) {
+                if (kernels::sum_double(prob.data(), n, t) >= top_p_mass) {
                     floor = t;
                     break;
                 }
@@ -207,7 +195,8 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     // The draw against the probabilities' own sum in double: the float sum the softmax divided
     // by is 1 only to a few 1e-6, which would shift every boundary of the walk that much (a
     // device sampling the same row normalises in double; kernels/sample_row.h).
-    const double r = uniform() * mass_of(prob);
+    const double r =
+        uniform() * kernels::sum_double(prob.data(), static_cast<int64_t>(prob.size()));
     double acc = 0;
     int32_t last = -1;
     for (size_t i = 0; i < prob.size(); ++i) {

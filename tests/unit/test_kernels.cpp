@@ -452,6 +452,32 @@ TEST(Kernels, RopeMatchesReferenceBitForBit) {
 
 // Greedy decoding's pick: the first index of the largest value, NaN never chosen, on every
 // level and every tail length; the reference is checked against the definition itself.
+// The sampler's masses: every level's double sum of the values at or above a floor is the
+// element-order sum's to a double's rounding, never counts NaN, and takes the tail past the
+// last whole vector.
+TEST(Kernels, SumDoubleCountsWhatReachesTheFloor) {
+    LevelGuard guard;
+    std::mt19937 rng(15);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (CpuLevel level : simd_levels(true)) {
+        kernels::cpu::set_cpu_level(level);
+        for (int64_t n : {0, 1, 7, 16, 31, 32, 33, 100, 49152}) {
+            auto x = random_floats(n, rng, 1.0f);
+            for (auto& v : x) v = v * v * 1e-3f;  // probabilities, some tiny
+            if (n > 2) x[n / 2] = nan, x[n - 1] = nan;
+            for (float floor : {-std::numeric_limits<float>::infinity(), 0.0f, 2.5e-4f, 1.0f}) {
+                double want = 0, mag = 0;
+                for (float v : x)
+                    if (v >= floor) want += v, mag += std::fabs(v);
+                const double got = kernels::cpu::sum_double(x.data(), n, floor);
+                ASSERT_NEAR(got, want, 1e-14 * mag + 1e-300)
+                    << kernels::cpu::cpu_level_name(level) << " n " << n << " floor " << floor;
+                ASSERT_FALSE(std::isnan(got));
+            }
+        }
+    }
+}
+
 TEST(Kernels, ArgmaxIsTheFirstLargestIgnoringNaN) {
     LevelGuard guard;
     std::mt19937 rng(11);

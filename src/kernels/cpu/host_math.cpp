@@ -12,6 +12,10 @@ int64_t argmax(const float* x, int64_t n) {
     return cpu::argmax(x, n);
 }
 
+double sum_double(const float* x, int64_t n, float floor) {
+    return cpu::sum_double(x, n, floor);
+}
+
 void rope_angles(int64_t pos, std::span<const double> inv_freq, float scale, float* cos_sin) {
     cpu::rope_angles(pos, inv_freq, scale, cos_sin);
 }

@@ -230,6 +230,11 @@ int64_t argmax(const float* x, int64_t n) {
     return ref::argmax(x, n);
 }
 
+double sum_double(const float* x, int64_t n, float floor) {
+    if (const LevelKernels* lk = table(); lk && lk->sum_double) return lk->sum_double(x, n, floor);
+    return ref::sum_double(x, n, floor);
+}
+
 void attend(const float* q, const float* k, const float* v, size_t stride, int64_t n_kv,
             int head_dim, float scale, float* out) {
     if (const LevelKernels* lk = table())

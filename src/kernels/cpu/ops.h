@@ -65,6 +65,8 @@ void softmax(float* x, int64_t n);
 // The index of the largest of x[0, n), the lowest on ties; NaN never wins (0 when nothing but
 // NaN is there, or n is 0). Greedy decoding's pick over the vocabulary, every sequence every step.
 int64_t argmax(const float* x, int64_t n);
+// The sum in double of x[i] >= floor (kernels/host_math.h's sum_double).
+double sum_double(const float* x, int64_t n, float floor);
 
 // n floats to IEEE halves, rounded to nearest even as quant::f32_to_f16 does, bit for bit (an
 // f16 KV cache's every row).

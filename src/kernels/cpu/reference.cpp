@@ -310,6 +310,13 @@ void softmax(float* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+double sum_double(const float* x, int64_t n, float floor) {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i)
+        if (x[i] >= floor) s += x[i];
+    return s;
+}
+
 int64_t argmax(const float* x, int64_t n) {
     int64_t best = -1;
     for (int64_t i = 0; i < n; ++i)
