@@ -450,8 +450,6 @@ TEST(Kernels, RopeMatchesReferenceBitForBit) {
             }
 }
 
-// Greedy decoding's pick: the first index of the largest value, NaN never chosen, on every
-// level and every tail length; the reference is checked against the definition itself.
 // The sampler's masses: every level's double sum of the values at or above a floor is the
 // element-order sum's to a double's rounding, never counts NaN, and takes the tail past the
 // last whole vector.
@@ -464,7 +462,10 @@ TEST(Kernels, SumDoubleCountsWhatReachesTheFloor) {
         for (int64_t n : {0, 1, 7, 16, 31, 32, 33, 100, 49152}) {
             auto x = random_floats(n, rng, 1.0f);
             for (auto& v : x) v = v * v * 1e-3f;  // probabilities, some tiny
-            if (n > 2) x[n / 2] = nan, x[n - 1] = nan;
+            // NaN in a vector and in the tail; a value exactly at a floor (it counts), values
+            // below zero; the last element a plain one.
+            if (n > 3) x[n / 2] = nan, x[n - 2] = nan;
+            if (n > 5) x[1] = 2.5e-4f, x[2] = -3e-4f, x[3] = -1.0f;
             for (float floor : {-std::numeric_limits<float>::infinity(), 0.0f, 2.5e-4f, 1.0f}) {
                 double want = 0, mag = 0;
                 for (float v : x)
@@ -478,6 +479,8 @@ TEST(Kernels, SumDoubleCountsWhatReachesTheFloor) {
     }
 }
 
+// Greedy decoding's pick: the first index of the largest value, NaN never chosen, on every
+// level and every tail length; the reference is checked against the definition itself.
 TEST(Kernels, ArgmaxIsTheFirstLargestIgnoringNaN) {
     LevelGuard guard;
     std::mt19937 rng(11);

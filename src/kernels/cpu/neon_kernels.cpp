@@ -707,8 +707,8 @@ bool attend(const float* q, const float* k, const float* v, size_t stride, int64
     return true;
 }
 
-// Optional entries this level has no path for (w8a8's pair) stay nullptr, so kernels.cpp uses
-// the reference for them.
+// Optional entries this level has no path for (w8a8's pair, the f16 rows, the double sums) stay
+// nullptr, so ops.cpp uses the reference for them.
 constexpr LevelKernels make_table() {
     LevelKernels t{};
     t.quantize_act = quantize_act;

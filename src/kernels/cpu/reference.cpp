@@ -311,10 +311,16 @@ void softmax(float* x, int64_t n) {
 }
 
 double sum_double(const float* x, int64_t n, float floor) {
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i)
-        if (x[i] >= floor) s += x[i];
-    return s;
+    // Eight running sums, so the adds do not wait on each other (NEON and the scalar level use
+    // this; the order only moves the last bits of a double).
+    double s[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; ++j)
+            if (x[i + j] >= floor) s[j] += x[i + j];
+    for (; i < n; ++i)
+        if (x[i] >= floor) s[0] += x[i];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
 int64_t argmax(const float* x, int64_t n) {

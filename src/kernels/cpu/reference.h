@@ -35,7 +35,7 @@ void gelu_mul(float* gate, const float* up, int64_t n);
 void softcap(float* x, int64_t n, float cap);  // x = cap * tanh(x / cap)
 void softmax(float* x, int64_t n);
 int64_t argmax(const float* x, int64_t n);
-// In element order.
+// In eight running sums.
 double sum_double(const float* x, int64_t n, float floor);
 void attend(const float* q, const float* k, const float* v, size_t stride, int64_t n_kv,
             int head_dim, float scale, float* out);

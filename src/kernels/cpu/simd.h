@@ -42,7 +42,7 @@ struct LevelKernels {
     void (*matmul_w8a8)(const Weight& w, const TokenQ8& x, int64_t n_tokens, float* y, int64_t ldy,
                         int64_t r0, int64_t r1);
     int64_t (*argmax)(const float* x, int64_t n);  // exactly ref::argmax's index
-    // ref::sum_double's sum to the double's rounding (nullptr: the reference)
+    // ref::sum_double's sum to a double's rounding (nullptr: the reference)
     double (*sum_double)(const float* x, int64_t n, float floor);
     // n floats to halves, bit for bit quant::f32_to_f16's (nullptr: the scalar conversion)
     void (*f32_to_f16_row)(const float* x, int64_t n, uint16_t* out);
