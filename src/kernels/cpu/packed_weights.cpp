@@ -42,22 +42,34 @@ void put_q5(DType type, uint8_t* block, int i, const uint8_t* q) {
     }
 }
 
-// Row i's super-block scales in a Q4_K or Q5_K tile: d, dmin and the 6-bit sc[8], m[8] as bytes.
-template <class KScales>
-void put_k_scales(uint8_t* t, int i, uint16_t d, uint16_t dmin, const uint8_t* sc,
-                  const uint8_t* m) {
-    put16(t + KScales::d, i, d);
-    put16(t + KScales::dmin, i, dmin);
-    for (int s = 0; s < 8; ++s) {
-        t[KScales::sc + 16 * s + i] = sc[s];
-        t[KScales::m + 16 * s + i] = m[s];
-    }
-}
-
 // Row i's bytes qs[0 .. 4 * chunks) as its part of chunks 64-byte chunks (xor: Q8_0's + 128).
 void put_chunks(uint8_t* t, int i, const uint8_t* qs, int chunks, uint8_t xor_mask) {
     for (int c = 0; c < chunks; ++c)
         for (int k = 0; k < 4; ++k) t[64 * c + 4 * i + k] = qs[4 * c + k] ^ xor_mask;
+}
+
+// Row i's Q4_K or Q5_K super-block: its levels block by block (nibbles, and the Q5s' fifth bits),
+// then d, dmin and the 6-bit sc[8], m[8] as bytes.
+template <DType T, class Block, void (*ints)(const Block&, uint8_t*, uint8_t*, uint8_t*)>
+void pack_k_min(const uint8_t* src, uint8_t* t, int i) {
+    using KScales = PackedKScales<packed_block_bytes(T)>;
+    Block b;
+    std::memcpy(&b, src, sizeof(b));
+    uint8_t q[QK_K], sc[8], m[8];
+    ints(b, q, sc, m);
+    for (int blk = 0; blk < 8; ++blk) {
+        uint8_t* bt = t + packed_block_bytes(T) * blk;
+        if constexpr (packed_q5(T))
+            put_q5(T, bt, i, q + 32 * blk);
+        else
+            put_nibbles(bt, i, q + 32 * blk);
+    }
+    put16(t + KScales::d, i, b.d);
+    put16(t + KScales::dmin, i, b.dmin);
+    for (int s = 0; s < 8; ++s) {
+        t[KScales::sc + 16 * s + i] = sc[s];
+        t[KScales::m + 16 * s + i] = m[s];
+    }
 }
 
 // Row i's tile-th tile (its block or super-block; an int4 or int3 row's 32 columns) into t.
@@ -127,26 +139,12 @@ void pack_block(DType type, const uint8_t* row, int64_t tile, uint8_t* t, int i)
             t[PackedInt4S::z + i] = z;
             break;
         }
-        case DType::Q4_K: {
-            BlockQ4_K b;
-            std::memcpy(&b, src, sizeof(b));
-            uint8_t q[QK_K], sc[8], m[8];
-            q4_k_ints(b, q, sc, m);
-            for (int blk = 0; blk < 8; ++blk)
-                put_nibbles(t + packed_block_bytes(type) * blk, i, q + 32 * blk);
-            put_k_scales<PackedQ4K>(t, i, b.d, b.dmin, sc, m);
+        case DType::Q4_K:
+            pack_k_min<DType::Q4_K, BlockQ4_K, q4_k_ints>(src, t, i);
             break;
-        }
-        case DType::Q5_K: {
-            BlockQ5_K b;
-            std::memcpy(&b, src, sizeof(b));
-            uint8_t q[QK_K], sc[8], m[8];
-            q5_k_ints(b, q, sc, m);
-            for (int blk = 0; blk < 8; ++blk)
-                put_q5(type, t + packed_block_bytes(type) * blk, i, q + 32 * blk);
-            put_k_scales<PackedQ5K>(t, i, b.d, b.dmin, sc, m);
+        case DType::Q5_K:
+            pack_k_min<DType::Q5_K, BlockQ5_K, q5_k_ints>(src, t, i);
             break;
-        }
         case DType::Q6_K: {
             BlockQ6_K b;
             std::memcpy(&b, src, sizeof(b));

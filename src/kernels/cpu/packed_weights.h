@@ -137,7 +137,6 @@ struct PackedKScales {
     static constexpr int d = 8 * kBlockBytes, dmin = d + 32, sc = d + 64, m = sc + 128;
 };
 using PackedQ4K = PackedKScales<256>;
-using PackedQ5K = PackedKScales<320>;
 struct PackedQ6K {  // after the 8 blocks: scales[16][16] (int8), d[16] (fp16)
     static constexpr int scales = 8 * 384, d = scales + 256;
 };
