@@ -35,9 +35,7 @@ void ModelOptions::add_to(CLI::App& cmd) {
     cmd.add_option("--weights", weights,
                    "round every matrix to this type as it loads, like vLLM's --quantization: "
                    "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, int8, int4, "
-                   "int3, fp8, w8a8 "
-                   "(default: "
-                   "the checkpoint's types)");
+                   "int3, fp8, w8a8 (default: the checkpoint's types)");
     cmd.add_option("--chat-template", chat_template,
                    "a Jinja chat template file to use instead of the model's own")
         ->check(CLI::ExistingFile);

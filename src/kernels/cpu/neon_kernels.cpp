@@ -156,6 +156,7 @@ void group_packed(const uint8_t* tiles, int64_t n_tiles, const ActBlock* x, floa
     constexpr bool kK = packed_tile_cols(T) == 256;
     constexpr bool kKMin = T == DType::Q4_K || T == DType::Q5_K;  // 6-bit scales under d, dmin
     constexpr bool kMin = T == DType::Q4_1 || T == DType::Q5_1 || kKMin;
+    constexpr int32_t kOffset = T == DType::Q4_0 ? 8 : T == DType::Q5_0 ? 16 : 0;  // q - offset
     using KScales = PackedKScales<packed_block_bytes(T)>;
     constexpr int kBlocks = kK ? 8 : 1, kBlockBytes = packed_block_bytes(T);
     constexpr size_t kTile = packed_tile_bytes(T);
@@ -233,8 +234,7 @@ void group_packed(const uint8_t* tiles, int64_t n_tiles, const ActBlock* x, floa
                 }
                 int32x4_t p = vaddq_s32(pe, po);
                 if constexpr (k16) p = vaddq_s32(vshlq_n_s32(p, 7), vaddq_s32(le, lo));
-                if constexpr (T == DType::Q4_0) p = vsubq_s32(p, vdupq_n_s32(8 * a.s));
-                if constexpr (T == DType::Q5_0) p = vsubq_s32(p, vdupq_n_s32(16 * a.s));
+                if constexpr (kOffset != 0) p = vsubq_s32(p, vdupq_n_s32(kOffset * a.s));
                 if constexpr (packed_int4(T))  // q - z per row
                     p = vmlsq_n_s32(
                         p, vreinterpretq_s32_u32(u8x4_to_u32(tp + kPackedInt4Zero + 4 * q)), a.s);

@@ -78,23 +78,21 @@ void pack_block(DType type, const uint8_t* row, int64_t tile, uint8_t* t, int i)
     switch (type) {
         case DType::Q4_0:
         case DType::Q4_1:
-        case DType::Q8_0: {
-            const int chunks = type == DType::Q8_0 ? 8 : 4;
-            const int qs_off = type == DType::Q4_1 ? 4 : 2;
-            put_chunks(t, i, src + qs_off, chunks, type == DType::Q8_0 ? 0x80 : 0);
-            uint8_t* scales = t + 64 * chunks;
-            std::memcpy(scales + 2 * i, src, 2);                                    // d
-            if (type == DType::Q4_1) std::memcpy(scales + 32 + 2 * i, src + 2, 2);  // m
-            break;
-        }
         case DType::Q5_0:
-        case DType::Q5_1: {
-            uint8_t q[32];
-            q5_ints(type, src, q);
-            put_q5(type, t, i, q);
+        case DType::Q5_1:
+        case DType::Q8_0: {
+            const bool has_min = type == DType::Q4_1 || type == DType::Q5_1;
+            if (packed_q5(type)) {
+                uint8_t q[32];
+                q5_ints(type, src, q);
+                put_q5(type, t, i, q);
+            } else {
+                put_chunks(t, i, src + (has_min ? 4 : 2), type == DType::Q8_0 ? 8 : 4,
+                           type == DType::Q8_0 ? 0x80 : 0);
+            }
             uint8_t* scales = t + packed_scales_offset(type);
-            std::memcpy(scales + 2 * i, src, 2);                                    // d
-            if (type == DType::Q5_1) std::memcpy(scales + 32 + 2 * i, src + 2, 2);  // m
+            std::memcpy(scales + 2 * i, src, 2);                        // d
+            if (has_min) std::memcpy(scales + 32 + 2 * i, src + 2, 2);  // m
             break;
         }
         case DType::INT4_G32:

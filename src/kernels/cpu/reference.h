@@ -19,8 +19,8 @@ float vec_dot(DType type, const uint8_t* row, const float* x, int64_t n);
 // = fma(m_w, sx, macc), and the result is facc + macc. The k-quants: Q4_K and Q5_K per 32-element
 // sub-block with d_w = d * sc, the minimum macc = fma(dmin * m, sx, macc), result facc - macc; Q6_K
 // per 16-element sub-block (p less 32 x the activations' half-block sum, d_w = d * scale), result
-// facc. int4: as Q4_0 with the group's zero point z in place of 8 (p
-// - z * s) and its d per 32-element block.
+// facc. int4: as Q4_0 with the group's zero point z in place of 8 (p - z * s) and its d per
+// 32-element block.
 float dot_act(DType type, const uint8_t* row, const ActBlock* x, int64_t nb, Activations act);
 
 void rmsnorm(const float* x, const float* weight, float* out, int64_t n, float eps);
