@@ -426,9 +426,11 @@ TEST(FerryTypes, MatmulEveryLevelMatchesReferenceOnOddShapes) {
             const std::vector<int64_t> cols_list =
                 g == 1 ? std::vector<int64_t>{1, 7, 33, 577} : std::vector<int64_t>{g, 3 * g};
             for (int64_t cols : cols_list)
-                for (int64_t rows : {1, 3, 6, 17}) {
+                // 17 and 35 rows: a pair of row groups with a partial second one (35 on one
+                // thread: a full pair first); 3 and 7 tokens leave 3 after a pair's 4-token tile.
+                for (int64_t rows : {1, 3, 6, 17, 35}) {
                     const Matrix m = make_matrix(t, rows, cols, ++seed);
-                    for (int64_t nt : {1, 2, 5, 9, 70}) {
+                    for (int64_t nt : {1, 2, 3, 5, 7, 9, 70}) {
                         std::mt19937 rng(++seed);
                         std::uniform_real_distribution<float> u(-1, 1);
                         std::vector<float> x(static_cast<size_t>(nt * cols));
