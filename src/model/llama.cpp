@@ -458,12 +458,6 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
     std::vector<kernels::Matrix> res =
         backend.make_resident(sources, [&](int64_t done, int64_t) { bar.update(done); });
     bar.finish();
-    // The device holds what a multiplication reads; the file's pages of those matrices are
-    // read again only by float activations, tools that read the file and (tied) embedding
-    // lookups, which touch just their rows. (A matrix quantized at load is not in the file.)
-    for (const auto& src : sources)
-        if (src.use == kernels::MatrixUse::Matmul && !src.host.owning())
-            file->release(src.host.raw(), src.host.bytes());
     for (size_t i = 0; i < res.size(); ++i) *dests[i] = res[i];
 
     if (last_stage) m->output_norm_ = backend.resident_vector(output_norm);
@@ -484,6 +478,14 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
         L.post_attn_norm = vec(l.post_attn_norm);
         L.post_ffn_norm = vec(l.post_ffn_norm);
     }
+    // The device holds what a multiplication reads; the file's pages of those matrices are
+    // read again only by float activations, tools that read the file and (tied) embedding
+    // lookups, which touch just their rows. (A matrix quantized at load is not in the file.)
+    // Released only after the vectors are copied: a file fault maps the whole page-cache
+    // folio around it, so reading a norm afterwards would bring megabytes of them back.
+    for (const auto& src : sources)
+        if (src.use == kernels::MatrixUse::Matmul && !src.host.owning())
+            file->release(src.host.raw(), src.host.bytes());
     if (c.is_moe()) m->expert_tokens_.assign(static_cast<size_t>(c.n_layer) * c.n_expert, 0);
     m->load_notes_ = b.notes();
     return m;

@@ -135,6 +135,16 @@ std::vector<Matrix> CpuBackend::make_resident(
     return out;
 }
 
+Tensor CpuBackend::resident_vector(const Tensor& host) {
+    // A vector read in place from the file would fault in, with its page, the neighbouring
+    // pages of matrices make_resident already released (the kernel maps a whole folio, up to
+    // megabytes, around a file fault): ~60 MB for a 135M model's norms. So it gets a copy.
+    if (host.empty() || host.owning() || !host.contiguous()) return host;
+    auto buf = std::make_shared<std::vector<std::byte>>(host.bytes());
+    std::memcpy(buf->data(), host.raw(), host.bytes());
+    return Tensor(buf->data(), host.dtype(), host.shape()).owned_by(buf);
+}
+
 size_t CpuBackend::bytes_read(const Matrix& w) const {
     // The packed copy where integer activations read one (a Q4_K tile is 2.8 % larger than the
     // file's blocks, an int4_g128 one 18 %), the rows else.

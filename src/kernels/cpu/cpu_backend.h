@@ -30,7 +30,7 @@ class CpuBackend final : public Backend {
     std::vector<Matrix> make_resident(
         std::span<const MatrixSource> sources,
         const std::function<void(int64_t, int64_t)>& progress) override;
-    Tensor resident_vector(const Tensor& host) override { return host; }
+    Tensor resident_vector(const Tensor& host) override;
     size_t bytes_read(const Matrix& w) const override;
 
     void embed(const Matrix& table, const Batch& b, const Tensor& out) override;
