@@ -309,6 +309,19 @@ TEST_P(BackendOps, ResidentMatricesMultiplyAndEmbedAsTheirRows) {
         }
 }
 
+// A resident vector (a norm, a bias) is the backend's own copy: the file's pages it came from
+// can be released (and, on the CPU, must not be read again: a fault there maps a whole folio of
+// released matrix pages back).
+TEST_P(BackendOps, ResidentVectorsAreTheirOwnCopies) {
+    std::vector<float> host = random(96, 1.0f);
+    const std::vector<float> want = host;
+    const Tensor v = be->resident_vector(Tensor(host.data(), DType::F32, {96}));
+    EXPECT_NE(v.raw(), static_cast<void*>(host.data()));
+    EXPECT_TRUE(v.owning());
+    std::fill(host.begin(), host.end(), -1.0f);
+    EXPECT_EQ(get(v), want);
+}
+
 // A ragged batch of two sequences over scattered blocks: the KV write puts every token where
 // its block table says, and causal attention over the cache equals softmax(q.K) V computed here
 // in double, for GQA 4:2 and every cache type: f32, f16, int8 (calibrated key channels, value
