@@ -4,7 +4,8 @@
 // the scalar reference. GB/s counts the K and V bytes of the context as stored once (what an
 // ideal kernel reads), so the scalar and per-head paths that re-read them show as lower
 // numbers, not higher. BM_AttendDecodeBatch is a whole decode batch's attention (64 sequences),
-// with the caches in memory rather than in cache.
+// with the caches in memory rather than in cache. BM_DecodeAttentionGqa takes the query heads per
+// KV head as an argument (3: the default model, 8: TinyLlama's and Llama-3.2-1B's shapes).
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -41,9 +42,10 @@ struct Context {
 
 // One sequence of n_kv positions of type t; its blocks are scattered over a pool twice as
 // large, as in the engine, so consecutive blocks are not neighbours in memory.
-Context make_context(int64_t n_kv, quant::KvDType t = quant::KvDType::F32) {
+Context make_context(int64_t n_kv, quant::KvDType t = quant::KvDType::F32, int n_head = kHead,
+                     int n_head_kv = kHeadKv) {
     Context c;
-    constexpr int kv_dim = kHeadKv * kHeadDim;
+    const int kv_dim = n_head_kv * kHeadDim;
     const int64_t nb = (n_kv + kBlock - 1) / kBlock;
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> d(-1.0f, 1.0f);
@@ -62,9 +64,9 @@ Context make_context(int64_t n_kv, quant::KvDType t = quant::KvDType::F32) {
         c.kb.push_back(c.store->view().k_block(0, at));
         c.vb.push_back(c.store->view().v_block(0, at));
     }
-    c.q.resize(kHead * kHeadDim);
+    c.q.resize(n_head * kHeadDim);
     for (auto& x : c.q) x = d(rng);
-    c.out.resize(kHead * kHeadDim);
+    c.out.resize(n_head * kHeadDim);
     c.seqs.push_back({c.kb.data(), c.vb.data()});
     c.pos = n_kv - 1;
     return c;
@@ -102,6 +104,41 @@ void BM_DecodeAttention(benchmark::State& st) {
 BENCHMARK(BM_DecodeAttention)
     ->ArgsProduct({{512, 2048}, {1, 2}, {0, 1, 2, 3}})
     ->ArgNames({"n_kv", "threads", "kv"})
+    ->UseRealTime();
+
+// f16 KV, 4 KV heads of 64 with `group` query heads each: one decode token, one layer.
+void BM_DecodeAttentionGqa(benchmark::State& st) {
+    const int64_t n_kv = st.range(0);
+    const int threads = static_cast<int>(st.range(1));
+    const int group = static_cast<int>(st.range(2));
+    constexpr int n_head_kv = 4;
+    const int n_head = n_head_kv * group;
+    Context c = make_context(n_kv, quant::KvDType::F16, n_head, n_head_kv);
+    ThreadPool pool(threads);
+    const kernels::cpu::AttentionBatch b{c.q.data(),
+                                         c.out.data(),
+                                         1,
+                                         n_head,
+                                         n_head_kv,
+                                         kHeadDim,
+                                         0.125f,
+                                         &c.seq,
+                                         &c.pos,
+                                         c.seqs,
+                                         kBlock,
+                                         c.store->layout(),
+                                         quant::KvDType::F16,
+                                         nullptr};
+    for (auto _ : st) {
+        kernels::cpu::attend_batch(b, pool);
+        benchmark::DoNotOptimize(c.out.data());
+    }
+    set_kv_counters(st, c, n_kv);
+    st.SetLabel(std::string(kernels::cpu::cpu_level_name(kernels::cpu::cpu_level())));
+}
+BENCHMARK(BM_DecodeAttentionGqa)
+    ->ArgsProduct({{512, 2048}, {1, 2}, {3, 8}})
+    ->ArgNames({"n_kv", "threads", "group"})
     ->UseRealTime();
 
 // The scalar reference, one query head at a time (what decode did before the SIMD kernels).

@@ -478,7 +478,8 @@ void run_batch_checks(const std::vector<Paged>& paged,
             for (int h = 0; h < n_head; ++h) {
                 const Paged& p = paged[tok_seq[t]];
                 const auto want =
-                    run_ref(&q[(t * n_head + h) * hd], p, (h / 3) * hd, tok_pos[t] + 1, hd, 0.125f);
+                    run_ref(&q[(t * n_head + h) * hd], p, (h / (n_head / n_head_kv)) * hd,
+                            tok_pos[t] + 1, hd, 0.125f);
                 const std::vector<float> got(&in_batch[h * hd], &in_batch[(h + 1) * hd]);
                 expect_near_all(got, want, tol, "batch");
             }
@@ -513,25 +514,23 @@ TEST(PagedAttention, BatchGqaMatchesReferenceAndIsBatchInvariant) {
     run_batch_checks(paged, seqs, tok_seq, tok_pos, q, n_head, n_head_kv, hd, bs, stride, 2e-5f);
 }
 
-// The same for every KV type: a quantized cache is a different input, not a different
-// contract. (Int8 keys' channel scales are per sequence here, which the kernel allows.)
-TEST(PagedAttention, QuantizedBatchMatchesReferenceAndIsBatchInvariant) {
-    std::mt19937 rng(29);
-    const int n_head = 9, n_head_kv = 3, hd = 64, bs = 16;
+// For each KV type: sequences of lengths `len` (keys in [-3, 3], int8 keys' channel scales per
+// sequence here, which the kernel allows) and a batch of (sequence, position) tokens, through
+// run_batch_checks.
+void check_batch_per_kv_type(std::mt19937& rng, int n_head, int n_head_kv,
+                             std::initializer_list<KvDType> types, std::vector<int64_t> len,
+                             const std::vector<int32_t>& tok_seq,
+                             const std::vector<int64_t>& tok_pos) {
+    const int hd = 64, bs = 16;
     const size_t stride = static_cast<size_t>(n_head_kv) * hd;
     const std::vector<float> scales(stride, 3.0f / quant::kInt8Max);
-    for (KvDType t : {KvDType::F16, KvDType::Int8, KvDType::FP8}) {
-        const int64_t len[2] = {200, 37};
+    for (KvDType t : types) {
         std::vector<Paged> paged;
         for (int64_t n : len) {
             const auto k = random_vec(n * stride, rng, -3.0f, 3.0f);
             const auto v = random_vec(n * stride, rng);
             paged.push_back(make_paged(k, v, n, stride, bs, t, hd, &scales));
         }
-        std::vector<int32_t> tok_seq;
-        std::vector<int64_t> tok_pos;
-        for (int64_t pos = 180; pos < 200; ++pos) tok_seq.push_back(0), tok_pos.push_back(pos);
-        tok_seq.push_back(1), tok_pos.push_back(36);
         const int64_t n = static_cast<int64_t>(tok_seq.size());
         const auto q = random_vec(n * n_head * hd, rng);
         std::vector<kernels::cpu::SeqBlocks> seqs;
@@ -540,6 +539,31 @@ TEST(PagedAttention, QuantizedBatchMatchesReferenceAndIsBatchInvariant) {
         run_batch_checks(paged, seqs, tok_seq, tok_pos, q, n_head, n_head_kv, hd, bs, stride,
                          2e-5f);
     }
+}
+
+// The same for every KV type: a quantized cache is a different input, not a different
+// contract.
+TEST(PagedAttention, QuantizedBatchMatchesReferenceAndIsBatchInvariant) {
+    std::mt19937 rng(29);
+    std::vector<int32_t> tok_seq;
+    std::vector<int64_t> tok_pos;
+    for (int64_t pos = 180; pos < 200; ++pos) tok_seq.push_back(0), tok_pos.push_back(pos);
+    tok_seq.push_back(1), tok_pos.push_back(36);
+    check_batch_per_kv_type(rng, 9, 3, {KvDType::F16, KvDType::Int8, KvDType::FP8}, {200, 37},
+                            tok_seq, tok_pos);
+}
+
+// TinyLlama's and Qwen2.5-3B's wider groups (8 query heads over a KV head; here 32 over 4): one
+// decode token is already 32 rows, enough for the prompt's four shares per thread, and a
+// group's rows must give the same bits whichever shares and tiles they land in. Three decoding
+// sequences and a prefill chunk of a fourth.
+TEST(PagedAttention, WideGqaGroupsMatchReferenceAndAreBatchInvariant) {
+    std::mt19937 rng(31);
+    std::vector<int32_t> tok_seq = {0, 1, 2};
+    std::vector<int64_t> tok_pos = {69, 36, 128};
+    for (int64_t pos = 15; pos < 20; ++pos) tok_seq.push_back(3), tok_pos.push_back(pos);
+    check_batch_per_kv_type(rng, 32, 4, {KvDType::F32, KvDType::F16, KvDType::Int8},
+                            {70, 37, 129, 20}, tok_seq, tok_pos);
 }
 
 }  // namespace
