@@ -5,7 +5,7 @@
 // ideal kernel reads), so the scalar and per-head paths that re-read them show as lower
 // numbers, not higher. BM_AttendDecodeBatch is a whole decode batch's attention (64 sequences),
 // with the caches in memory rather than in cache. BM_DecodeAttentionGqa takes the query heads per
-// KV head as an argument (3: the default model, 8: TinyLlama's and Llama-3.2-1B's shapes).
+// KV head as an argument (3: the default model; 4: Llama-3.2-1B, Llama-3.1-8B; 8: TinyLlama).
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -137,7 +137,7 @@ void BM_DecodeAttentionGqa(benchmark::State& st) {
     st.SetLabel(std::string(kernels::cpu::cpu_level_name(kernels::cpu::cpu_level())));
 }
 BENCHMARK(BM_DecodeAttentionGqa)
-    ->ArgsProduct({{512, 2048}, {1, 2}, {3, 8}})
+    ->ArgsProduct({{512, 2048}, {1, 2}, {3, 4, 8}})
     ->ArgNames({"n_kv", "threads", "group"})
     ->UseRealTime();
 
