@@ -79,16 +79,13 @@ void set_kv_counters(benchmark::State& st, const Context& c, int64_t n_kv) {
                                              benchmark::Counter::kIs1000);
 }
 
-// kv: 0 f32, 1 f16, 2 int8, 3 fp8 (quant::KvDType).
-void BM_DecodeAttention(benchmark::State& st) {
-    const int64_t n_kv = st.range(0);
-    const int threads = static_cast<int>(st.range(1));
-    const auto t = static_cast<quant::KvDType>(st.range(2));
-    Context c = make_context(n_kv, t);
+// One decode token's attention for one layer over c, timed, labelled with the level.
+void time_decode_attention(benchmark::State& st, Context& c, int64_t n_kv, int threads,
+                           quant::KvDType t, int n_head, int n_head_kv) {
     ThreadPool pool(threads);
     const kernels::cpu::AttentionBatch b{c.q.data(), c.out.data(),
-                                         1,          kHead,
-                                         kHeadKv,    kHeadDim,
+                                         1,          n_head,
+                                         n_head_kv,  kHeadDim,
                                          0.125f,     &c.seq,
                                          &c.pos,     c.seqs,
                                          kBlock,     c.store->layout(),
@@ -101,6 +98,14 @@ void BM_DecodeAttention(benchmark::State& st) {
     st.SetLabel(std::string(kernels::cpu::cpu_level_name(kernels::cpu::cpu_level())) + " " +
                 quant::kv_dtype_name(t));
 }
+
+// kv: 0 f32, 1 f16, 2 int8, 3 fp8 (quant::KvDType).
+void BM_DecodeAttention(benchmark::State& st) {
+    const int64_t n_kv = st.range(0);
+    const auto t = static_cast<quant::KvDType>(st.range(2));
+    Context c = make_context(n_kv, t);
+    time_decode_attention(st, c, n_kv, static_cast<int>(st.range(1)), t, kHead, kHeadKv);
+}
 BENCHMARK(BM_DecodeAttention)
     ->ArgsProduct({{512, 2048}, {1, 2}, {0, 1, 2, 3}})
     ->ArgNames({"n_kv", "threads", "kv"})
@@ -109,32 +114,11 @@ BENCHMARK(BM_DecodeAttention)
 // f16 KV, 4 KV heads of 64 with `group` query heads each: one decode token, one layer.
 void BM_DecodeAttentionGqa(benchmark::State& st) {
     const int64_t n_kv = st.range(0);
-    const int threads = static_cast<int>(st.range(1));
-    const int group = static_cast<int>(st.range(2));
     constexpr int n_head_kv = 4;
-    const int n_head = n_head_kv * group;
+    const int n_head = n_head_kv * static_cast<int>(st.range(2));
     Context c = make_context(n_kv, quant::KvDType::F16, n_head, n_head_kv);
-    ThreadPool pool(threads);
-    const kernels::cpu::AttentionBatch b{c.q.data(),
-                                         c.out.data(),
-                                         1,
-                                         n_head,
-                                         n_head_kv,
-                                         kHeadDim,
-                                         0.125f,
-                                         &c.seq,
-                                         &c.pos,
-                                         c.seqs,
-                                         kBlock,
-                                         c.store->layout(),
-                                         quant::KvDType::F16,
-                                         nullptr};
-    for (auto _ : st) {
-        kernels::cpu::attend_batch(b, pool);
-        benchmark::DoNotOptimize(c.out.data());
-    }
-    set_kv_counters(st, c, n_kv);
-    st.SetLabel(std::string(kernels::cpu::cpu_level_name(kernels::cpu::cpu_level())));
+    time_decode_attention(st, c, n_kv, static_cast<int>(st.range(1)), quant::KvDType::F16, n_head,
+                          n_head_kv);
 }
 BENCHMARK(BM_DecodeAttentionGqa)
     ->ArgsProduct({{512, 2048}, {1, 2}, {3, 4, 8}})

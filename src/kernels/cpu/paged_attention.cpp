@@ -128,15 +128,15 @@ void attend_batch(const AttentionBatch& b, ThreadPool& pool) {
         t0 = t1;
     }
 
-    // Shares of equal cost (causal prefill rows grow with the position). A decode step gets one
-    // share per thread, so a GQA group is split over at most two threads; prompts get four per
-    // thread, which keeps threads busy when one is slowed by another process. Boundaries fall
-    // between tokens: a token's query heads over one KV head stay in one tile, which reads each
-    // key once per kRowGroup rows. (One decode token of TinyLlama's 32 heads over 4 is 32 rows,
-    // four shares of 4 per thread: each group of 8 went to two shares, as 3 + 1 rows in each.
-    // BM_DecodeAttentionGqa/group:8, 2 threads, A/B twice: 43.7 -> 39.0 us at 512 positions,
-    // 170.8 -> 145.4 at 2048; AVX2 46.2 -> 41.7 and 183 -> 161; one thread unchanged. The
-    // results are the same bits whatever the tiles.)
+    // Shares of equal cost (causal prefill rows grow with the position): one per thread for a
+    // few rows, four per thread for many, which keeps threads busy when one is slowed by another
+    // process. Boundaries are rounded to whole tokens (items come in runs of `group`, so the
+    // rounding never passes n_items): a token's query heads over one KV head stay in one tile,
+    // which reads each key once per kRowGroup rows. (One decode token of TinyLlama's 32 heads
+    // over 4 is 32 rows, four shares of 4 per thread: each group of 8 went to two shares, as 3 +
+    // 1 rows in each. BM_DecodeAttentionGqa/group:8, 2 threads, A/B twice: 43.7 -> 39.0 us at
+    // 512 positions, 170.8 -> 145.4 at 2048; AVX2 46.2 -> 41.7 and 183 -> 161; one thread
+    // unchanged. The results are the same bits whatever the tiles.)
     const int64_t n_items = static_cast<int64_t>(items.size());
     const int threads = pool.size();
     const int64_t n_shares =
@@ -146,7 +146,7 @@ void attend_batch(const AttentionBatch& b, ThreadPool& pool) {
         const int64_t at =
             std::lower_bound(cost_before.begin(), cost_before.end(), total * k / n_shares) -
             cost_before.begin();
-        bound[k] = std::min(n_items, (at + group / 2) / group * group);
+        bound[k] = (at + group / 2) / group * group;
     }
 
     // Each sequence's first token in the batch, where any asks for H2O's mass (a token's rows
