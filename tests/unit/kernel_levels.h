@@ -37,6 +37,13 @@ struct ActivationsGuard {
     ~ActivationsGuard() { kernels::cpu::set_activations(saved); }
 };
 
+// Sets whether short batches pair row groups for a scope and restores the setting before.
+struct GroupPairingGuard {
+    kernels::cpu::GroupPairing saved = kernels::cpu::group_pairing();
+    explicit GroupPairingGuard(kernels::cpu::GroupPairing p) { kernels::cpu::set_group_pairing(p); }
+    ~GroupPairingGuard() { kernels::cpu::set_group_pairing(saved); }
+};
+
 constexpr kernels::Activations kAllActivations[] = {
     kernels::Activations::F32, kernels::Activations::Int16, kernels::Activations::Int8};
 

@@ -275,6 +275,35 @@ TEST(Kernels, MatmulResultOfATokenDoesNotDependOnTheBatch) {
     }
 }
 
+TEST(Kernels, PairedAndSingleRowGroupsBothGiveTheReferenceBits) {
+    // A short batch runs two 16-row groups side by side or one at a time, by the widths the
+    // CPU's vendor gains at; each way must give the reference's bits, whichever this CPU uses.
+    LevelGuard guard;
+    std::mt19937 rng(9);
+    ThreadPool pool(2);
+    for (const auto& [level, act] : levels_and_modes()) {
+        if (act == Activations::F32) continue;
+        kernels::cpu::set_cpu_level(level);
+        ActivationsGuard ag(act);
+        for (DType type : kPackedTypes) {
+            const int64_t cols = dtype_info(type).block_size == 256 ? 512 : 576;
+            const Matrix m = random_matrix(type, 75, cols, rng);  // 4 groups and 11 rows
+            for (int64_t nt : {2, 3, 4, 5, 8, 70}) {
+                const auto x = random_floats(nt * cols, rng);
+                for (auto p :
+                     {kernels::cpu::GroupPairing::Always, kernels::cpu::GroupPairing::Never}) {
+                    ferry::testing::GroupPairingGuard pg(p);
+                    check_matmul(
+                        m, x, nt, pool,
+                        std::string(kernels::cpu::cpu_level_name(level)) + " " +
+                            std::string(dtype_name(type)) + " tokens " + std::to_string(nt) +
+                            (p == kernels::cpu::GroupPairing::Always ? " paired" : " single"));
+                }
+            }
+        }
+    }
+}
+
 TEST(Kernels, MatmulZeroAndExtremeScales) {
     LevelGuard guard;
     std::mt19937 rng(3);

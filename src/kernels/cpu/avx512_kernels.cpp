@@ -5,6 +5,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include <limits>
+
 #include "kernels/cpu/packed_weights.h"
 #include "quant/block_formats.h"
 #include "quant/dequantize.h"

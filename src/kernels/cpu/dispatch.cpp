@@ -98,7 +98,29 @@ std::atomic<Activations>& default_activations() {
     return a;
 }
 
+GroupPairing initial_pairing() {
+    const char* e = std::getenv("FERRY_PAIR_GROUPS");
+    if (!e || !*e || std::strcmp(e, "auto") == 0) return GroupPairing::Auto;
+    if (std::strcmp(e, "always") == 0) return GroupPairing::Always;
+    if (std::strcmp(e, "never") == 0) return GroupPairing::Never;
+    std::fprintf(stderr, "ferry: FERRY_PAIR_GROUPS=%s is not auto, always or never; using auto\n",
+                 e);
+    return GroupPairing::Auto;
+}
+
+std::atomic<GroupPairing>& pairing() {
+    static std::atomic<GroupPairing> p{initial_pairing()};
+    return p;
+}
+
 }  // namespace
+
+GroupPairing group_pairing() {
+    return pairing().load(std::memory_order_relaxed);
+}
+void set_group_pairing(GroupPairing p) {
+    pairing().store(p);
+}
 
 const Dispatch& dispatch() {
     return current();

@@ -58,6 +58,14 @@ const LevelKernels* neon_kernels();    // nullptr where not compiled (non-aarch6
 const LevelKernels* amx_kernels();
 bool amx_usable();
 
+// Whether the AVX-512 integer matmul runs two 16-row groups side by side on a short batch (they
+// share each activation broadcast): from the widths this CPU's vendor was measured to gain at
+// (auto), or from 2 tokens (always) or never. The bits are the same either way; the setting is
+// for tests and comparisons, and FERRY_PAIR_GROUPS=auto|always|never sets it at start.
+enum class GroupPairing : uint8_t { Auto, Always, Never };
+GroupPairing group_pairing();
+void set_group_pairing(GroupPairing p);
+
 // A per-thread scratch buffer of at least n floats, 64-byte aligned; reused across calls.
 float* scratch_floats(size_t n);
 
