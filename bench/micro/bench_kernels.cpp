@@ -127,6 +127,7 @@ FERRY_MATMUL(w8a8_5632x2048, DType::W8A8, 5632, 2048);
 FERRY_MATMUL_NARROW(q4_1_1536x576, DType::Q4_1, 1536, 576);
 FERRY_MATMUL_NARROW(q8_0_49152x576, DType::Q8_0, 49152, 576);
 FERRY_MATMUL_NARROW(q4_0_65536x2048, DType::Q4_0, 65536, 2048);
+FERRY_MATMUL_NARROW(q4_k_65536x2048, DType::Q4_K, 65536, 2048);
 
 // One empty parallel region: the wake-up plus barrier a decode step pays per matmul group.
 void BM_PoolBarrier(benchmark::State& st) {
