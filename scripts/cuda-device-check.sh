@@ -10,7 +10,8 @@
 #       and the model tests on the GPU (then again under compute-sanitizer's memcheck, where the
 #       toolkit has it), the same decode on the GPU and the CPU, the same greedy text with each
 #       KV cache type, the same seeded sampled text drawn on the GPU and on the host, decode
-#       speed with each, and `ferry plan --device cuda`.
+#       speed with each, decode with CUDA graphs on and off (the same text, and both speeds), and
+#       `ferry plan --device cuda`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=.cuda-check
@@ -66,6 +67,18 @@ run() {
         "$DIR/ferry" bench decode -m "$DIR/tiny.gguf" --device "$dev" -p 128 -n 64 -r 2 --json ||
             rc=1
     done
+    # CUDA graphs: the same launches replayed, so the same text bit for bit, and the decode
+    # speed with and without them (the tiny model is where launch overhead shows most).
+    for g in off on; do
+        echo "== bench decode on cuda, --cuda-graphs $g"
+        "$DIR/ferry" bench decode -m "$DIR/tiny.gguf" --device cuda --cuda-graphs "$g" -p 128 \
+            -n 256 -r 3 --json || rc=1
+        "$DIR/ferry" run -m "$DIR/tiny.gguf" --device cuda --cuda-graphs "$g" \
+            -p "The ferry crossed" -n 200 --temperature 0 2>/dev/null \
+            >"/tmp/cuda-check-graphs-$g.txt" || rc=1
+    done
+    cmp /tmp/cuda-check-graphs-off.txt /tmp/cuda-check-graphs-on.txt ||
+        { echo "texts differ with and without graphs"; rc=1; }
     echo "== the same greedy text on the GPU and the CPU's float path"
     "$DIR/ferry" run -m "$DIR/tiny.gguf" --device cuda -p "The ferry crossed" -n 24 \
         --temperature 0 2>/dev/null | tee /tmp/cuda-check-cuda.txt || rc=1

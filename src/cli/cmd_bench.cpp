@@ -303,6 +303,9 @@ void bench_decode(const DecodeBenchOptions& o) {
         j["range"][key] = {{"median", s.median}, {"min", s.min}, {"max", s.max}};
     j["range"]["read_bandwidth_gbs"] = {{"median", bws.median}, {"min", bws.min}, {"max", bws.max}};
     j["bench"] = "decode";
+    // On a GPU: graphs on or off, and how many steps replayed one (the CPU has no such line).
+    if (const std::string g = backend_property(*lm.backend, "cuda_graphs"); !g.empty())
+        j["cuda_graphs"] = g;
     if (!o.plot.empty()) write_plot(j, o.plot);
     if (o.json) {
         std::printf("%s\n", j.dump(2).c_str());
@@ -312,6 +315,8 @@ void bench_decode(const DecodeBenchOptions& o) {
                 j["weight_type"].get<std::string>().c_str(), threads,
                 backend_property(*lm.backend, "cpu_level").c_str(),
                 kernels::activations_name(lm.backend->activations()));
+    if (j.contains("cuda_graphs"))
+        std::printf("graphs     %s\n", j["cuda_graphs"].get<std::string>().c_str());
     std::printf("workload   %zu prompt tokens, %d generated, median of %d runs [min .. max]\n",
                 prompt.size(), o.gen_tokens, o.repeats);
     std::printf("prefill    %8.1f tok/s  [%.1f .. %.1f]   ttft %.1f ms\n", pf.median, pf.min,

@@ -54,6 +54,11 @@ void DeviceOption::add_to(CLI::App& cmd) {
                    "auto (a GPU if there is one)")
         ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
         ->capture_default_str();
+    cmd.add_option("--cuda-graphs", cuda_graphs,
+                   "on the GPU: replay each decode step's launches as a CUDA graph captured from "
+                   "an earlier step with the same launches (on, the default), or launch every "
+                   "kernel each step (off)")
+        ->check(CLI::IsMember({"on", "off"}));
 }
 
 void SampleOnOption::add_to(CLI::App& cmd) {
@@ -74,9 +79,13 @@ engine::SampleOn SampleOnOption::resolved() const {
 std::shared_ptr<kernels::Backend> DeviceOption::backend(int threads,
                                                         const ActivationsOption& activations,
                                                         int ranks) const {
+    if (name == "cpu" && !cuda_graphs.empty())
+        throw ExitError("--cuda-graphs applies to the CUDA backend (--device cuda or auto)");
     if (name != "cpu") {
-        auto gpu =
-            kernels::make_backend({.device = Device::CUDA, .threads = threads, .activations = {}});
+        auto gpu = kernels::make_backend({.device = Device::CUDA,
+                                          .threads = threads,
+                                          .activations = {},
+                                          .cuda_graphs = cuda_graphs != "off"});
         if (gpu.ok()) {
             // Options that only the CPU backend has are refused rather than ignored.
             if (activations.resolved())
@@ -86,6 +95,9 @@ std::shared_ptr<kernels::Backend> DeviceOption::backend(int threads,
             return std::move(*gpu);
         }
         if (name == "cuda") throw ExitError("--device cuda: " + gpu.error().message);
+        if (!cuda_graphs.empty())
+            std::fprintf(stderr, "ferry: note: no GPU here (%s); --cuda-graphs has no effect\n",
+                         gpu.error().message.c_str());
     }
     return take(kernels::make_backend({.threads = threads, .activations = activations.resolved()}));
 }

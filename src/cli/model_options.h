@@ -39,11 +39,12 @@ int resolve_threads(int requested);
 // GPU (docs/cuda.md).
 struct DeviceOption {
     std::string name = "cpu";
+    std::string cuda_graphs;  // --cuda-graphs on|off; empty: not given (on)
 
     void add_to(CLI::App& cmd);
     // The backend for it, `threads` workers; options only the CPU backend has (--activations,
-    // --tp / --pp: ranks > 1) are refused on a GPU rather than ignored. Exits with the reason
-    // when --device cuda cannot be had.
+    // --tp / --pp: ranks > 1) are refused on a GPU rather than ignored, and --cuda-graphs on
+    // the CPU. Exits with the reason when --device cuda cannot be had.
     std::shared_ptr<kernels::Backend> backend(int threads, const ActivationsOption& activations,
                                               int ranks) const;
 };

@@ -60,6 +60,23 @@ void ModelRunner::Tap::observe_head(const Tensor& rows) {
 std::span<const float> ModelRunner::step(Copies copies, Copies window_copies,
                                          std::span<const std::pair<int32_t, int64_t>> moves,
                                          std::span<const Work> work) {
+    // Every op of the step has run when it returns, or throws (Backend::synchronize).
+    try {
+        const std::span<const float> logits = run_step(copies, window_copies, moves, work);
+        backend_->synchronize();
+        return logits;
+    } catch (...) {
+        try {
+            backend_->synchronize();
+        } catch (...) {  // the step's own error is the one to report
+        }
+        throw;
+    }
+}
+
+std::span<const float> ModelRunner::run_step(Copies copies, Copies window_copies,
+                                             std::span<const std::pair<int32_t, int64_t>> moves,
+                                             std::span<const Work> work) {
     // pick_next() arms this step only, whatever happens in it.
     const std::optional<Pick> pick = std::exchange(pick_, std::nullopt);
     ids_.clear();

@@ -112,9 +112,13 @@ class ModelRunner {
     // The block copies, the keys moved, then the work as one forward pass; rank 0 of a group
     // sends all three first.
     using Copies = std::span<const std::pair<int32_t, int32_t>>;
+    // Every op of it has run when it returns or throws (Backend::synchronize).
     std::span<const float> step(Copies copies, Copies window_copies,
                                 std::span<const std::pair<int32_t, int64_t>> moves,
                                 std::span<const Work> work);
+    std::span<const float> run_step(Copies copies, Copies window_copies,
+                                    std::span<const std::pair<int32_t, int64_t>> moves,
+                                    std::span<const Work> work);
     bool leads_group() const;
     // The packed batch of these work items (the first of them item `first` of the step).
     void pack(std::span<const Work> work, size_t first_item);

@@ -280,6 +280,12 @@ class Backend {
                         std::span<const LogitEdit> edits, std::span<const uint64_t> masks,
                         std::span<int32_t> host_out) = 0;
 
+    // Returns once every op called so far has run. The CPU runs an op when it is called; a
+    // device backend may hold its launches until a result is read (kernels/cuda/launch_queue.h),
+    // and the model runner calls this at the end of every step, so nothing of a step is left
+    // pending when its blocks are freed or its time is taken.
+    virtual void synchronize() {}
+
     // ---- the host side ------------------------------------------------------------------
     // Threads for host work between steps (sampling): the CPU backend's own pool, which is
     // idle then.
@@ -308,6 +314,9 @@ struct BackendOptions {
     Device device = Device::CPU;
     int threads = 0;                         // CPU: workers incl. the caller; 0: physical cores
     std::optional<Activations> activations;  // unset: FERRY_ACTIVATIONS, else int16
+    // CUDA: a step's launches replayed as a graph captured from an earlier step with the same
+    // launches (kernels/cuda/graph_cache.h); false runs every launch eagerly.
+    bool cuda_graphs = true;
 };
 
 // A backend for the options' device; an error names what is missing (no such device, a

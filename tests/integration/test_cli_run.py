@@ -302,6 +302,18 @@ def test_device_cuda_without_a_gpu_is_refused_and_auto_falls_back(model_path):
     assert json.loads(info.stdout)["device"]["backend"] == "cpu"
 
 
+def test_cuda_graphs_is_refused_on_the_cpu_and_noted_where_auto_finds_no_gpu(model_path):
+    # --cuda-graphs only means something to the CUDA backend: on --device cpu it is refused, not
+    # ignored; under auto on a machine without a GPU the run goes on with a note saying so.
+    args = ("run", "-p", "The capital of France is", "-n", "4", "--temperature", "0", "--no-stats")
+    expect_clean_error(run_ferry(*args, "--cuda-graphs", "off"), "--cuda-graphs")
+    auto = run_ferry(*args, "--device", "auto", "--cuda-graphs", "off")
+    assert auto.returncode == 0, auto.stderr
+    assert "--cuda-graphs has no effect" in auto.stderr
+    bad = run_ferry(*args, "--device", "auto", "--cuda-graphs", "maybe")
+    assert bad.returncode != 0 and "maybe" in (bad.stderr + bad.stdout)
+
+
 def test_gpu_memory_utilization_is_refused_where_it_would_mean_nothing(model_path):
     # It sizes a GPU's KV pool; on the CPU (every CI machine) the pool is --kv-cache-memory's,
     # so the option is refused rather than silently ignored, and a share outside (0, 1] too.

@@ -24,8 +24,9 @@ using namespace ferry;
 
 // The GPU's backend, or null with the reason; FERRY_REQUIRE_CUDA (the GPU machine's check)
 // turns a missing GPU into a failure instead of a skip.
-std::shared_ptr<kernels::Backend> gpu_or_skip(std::string* why) {
-    auto b = kernels::make_backend({.device = Device::CUDA, .threads = 2, .activations = {}});
+std::shared_ptr<kernels::Backend> gpu_or_skip(std::string* why, bool graphs = true) {
+    auto b = kernels::make_backend(
+        {.device = Device::CUDA, .threads = 2, .activations = {}, .cuda_graphs = graphs});
     if (!b.ok()) {
         *why = b.error().message;
         if (std::getenv("FERRY_REQUIRE_CUDA")) ADD_FAILURE() << "FERRY_REQUIRE_CUDA: " << *why;
@@ -139,6 +140,70 @@ TEST(CudaModel, LogitsAndGreedyTextEqualTheCpuFloatPath) {
     ASSERT_TRUE(run(g, tg).ok());
     ASSERT_TRUE(run(c, tc).ok());
     EXPECT_EQ(tg, tc);
+}
+
+// CUDA graphs replay the launches they captured, so a greedy text, a seeded draw on the device and
+// the logits of a repeated prefill are the eager run's bit for bit: a replay that read a stale
+// argument (a token, a position, a block table, a sampling row) or skipped a launch shows here.
+// The texts are long enough to cross KV blocks and the staged tables' size classes, and each runs
+// twice, the second time on graphs from the first.
+TEST(CudaModel, GraphReplaysGiveTheEagerRunsTokensAndLogits) {
+    std::string why;
+    const auto eager = gpu_or_skip(&why, false);
+    if (!eager) GTEST_SKIP() << why;
+    const auto graphs = gpu_or_skip(&why, true);
+    ASSERT_TRUE(graphs) << why;
+    const char* env = std::getenv("FERRY_CUDA_TEST_MODEL");
+    const std::string path = env && *env ? env : ferry::testing::default_model_path();
+    if (!std::ifstream(path)) GTEST_SKIP() << path << " is not on this machine";
+    auto me = engine::LoadedModel::load(path, false, eager);
+    auto mg = engine::LoadedModel::load(path, false, graphs);
+    ASSERT_TRUE(me.ok() && mg.ok());
+    engine::Generator ge(*me->model, eager, 1024), gg(*mg->model, graphs, 1024);
+    ge.set_sample_on(engine::SampleOn::Device);
+    gg.set_sample_on(engine::SampleOn::Device);
+    std::vector<int32_t> ids;
+    const int n_vocab = me->model->config().n_vocab;
+    for (int i = 0; i < 20; ++i) ids.push_back(static_cast<int32_t>((i * 7919 + 13) % n_vocab));
+    auto run = [&](engine::Generator& gen, const engine::SamplingParams& p) {
+        std::vector<int32_t> out;
+        gen.reset();
+        EXPECT_TRUE(gen.generate(
+                           ids, p, 300,
+                           [&](int32_t t) {
+                               out.push_back(t);
+                               return true;
+                           },
+                           [](int32_t) { return false; })
+                        .ok());
+        return out;
+    };
+    engine::SamplingParams greedy;
+    greedy.temperature = 0;
+    engine::SamplingParams drawn;
+    drawn.temperature = 0.9f, drawn.top_k = 40, drawn.top_p = 0.95f;
+    drawn.seed = 11, drawn.has_seed = true;
+    for (const auto* p : {&greedy, &drawn}) {
+        const auto want = run(ge, *p);
+        EXPECT_EQ(run(gg, *p), want);
+        EXPECT_EQ(run(gg, *p), want);
+    }
+    // A prefill seen three times: eager, captured, replayed; every logit the eager run's.
+    ge.reset();
+    auto want = ge.logits_for(ids);
+    ASSERT_TRUE(want.ok());
+    for (int i = 0; i < 3; ++i) {
+        gg.reset();
+        auto got = gg.logits_for(ids);
+        ASSERT_TRUE(got.ok());
+        EXPECT_EQ(*got, *want) << "run " << i;
+    }
+    const std::string report = kernels::backend_property(*graphs, "cuda_graphs");
+    std::printf("[ cuda graphs ] %s\n", report.c_str());
+    EXPECT_EQ(report.rfind("on (", 0), 0u) << report;
+    EXPECT_EQ(report.find(" 0 replays"), std::string::npos) << report;
+    EXPECT_EQ(report.find(" 0 captured"), std::string::npos) << report;
+    EXPECT_EQ(kernels::backend_property(*eager, "cuda_graphs"), "off");
 }
 
 }  // namespace
