@@ -38,6 +38,7 @@ namespace {
 
 struct SynthOptions {
     std::string out, like, type = "q4_0";
+    std::string tokenizer_from = "default";
     int group_size = 128;
     int layers = 0;  // 0: the shape's
     uint64_t seed = 0;
@@ -151,7 +152,7 @@ void synth(const SynthOptions& o) {
     const bool gemma = arch == "gemma3", qk_norms = type->qk_norms;
     const WeightTarget wt = take(parse_weight_target(o.type, o.group_size));
     const DType target = wt.base;
-    const auto tok_file = take(gguf::File::open(take(resolve_model_path("default"))));
+    const auto tok_file = take(gguf::File::open(take(resolve_model_path(o.tokenizer_from))));
 
     gguf::Writer w;
     auto u32 = [&](const std::string& key, int64_t v) {
@@ -342,6 +343,10 @@ void add_synth_command(CLI::App& app) {
     cmd->add_option("--layers", o->layers, "number of layers (default: the shape's)")
         ->check(CLI::Range(1, 4096));
     cmd->add_option("--seed", o->seed, "random seed; the same seed writes the same file")
+        ->capture_default_str();
+    cmd->add_option("--tokenizer-from", o->tokenizer_from,
+                    "a GGUF file whose tokenizer the model gets, fitted to its vocabulary (where "
+                    "the default model is not, e.g. a GPU machine)")
         ->capture_default_str();
     cmd->add_option("-t,--threads", o->threads, "worker threads (default: physical cores)")
         ->check(CLI::Range(0, 1024));

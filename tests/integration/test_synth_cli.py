@@ -178,6 +178,29 @@ def test_like_a_config_json_and_a_cut_vocabulary_still_tokenizes(tmp_path):
     assert run.returncode == 0, run.stderr
 
 
+def test_tokenizer_from_another_file(tmp_path):
+    # Where the default model is not (a GPU machine), another GGUF's tokenizer. The source here
+    # has a vocabulary cut to 20000, so a model of 49152 fitted from it has placeholders where one
+    # fitted from the default model would have that model's tokens. A missing source is one line.
+    config = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+              "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+              "vocab_size": 20000, "max_position_embeddings": 512}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    src, _ = synth(tmp_path, "src.gguf", "--like", tmp_path / "config.json", "-q")
+    out, _ = synth(tmp_path, "out.gguf", "--like", "smollm2-135m", "--layers", 1,
+                   "--tokenizer-from", src, "-q")
+    a, b = gguf.GGUFReader(src), gguf.GGUFReader(out)
+    ta, tb = a.fields["tokenizer.ggml.tokens"], b.fields["tokenizer.ggml.tokens"]
+    got = [bytes(tb.parts[i]).decode() for i in tb.data]
+    assert len(got) == 49152
+    assert got[:20000] == [bytes(ta.parts[i]).decode() for i in ta.data]
+    assert got[20000] == "<|synth_unused_20000|>" and got[-1] == "<|synth_unused_49151|>"
+    r = run_ferry("synth", tmp_path / "x.gguf", "--like", "smollm2-135m", "--tokenizer-from",
+                  tmp_path / "none.gguf")
+    assert r.returncode != 0 and "none.gguf" in r.stderr
+    assert not (tmp_path / "x.gguf").exists()
+
+
 def test_bad_input_is_one_clear_line(tmp_path):
     r = run_ferry("synth", tmp_path / "x.gguf", "--like", "llama-9-1t")
     assert r.returncode != 0 and "unknown model preset" in r.stderr
