@@ -125,7 +125,13 @@ FERRY_MATMUL(w8a8_5632x2048, DType::W8A8, 5632, 2048);
         ->ArgNames({"tokens", "threads"})                         \
         ->UseRealTime()
 FERRY_MATMUL_NARROW(q4_1_1536x576, DType::Q4_1, 1536, 576);
+// Q8_0 from memory by row length: the short rows (576, 960, 1024) and the long ones pair their row
+// groups from different widths (x86_kernels.inc, pair_from_tokens).
 FERRY_MATMUL_NARROW(q8_0_49152x576, DType::Q8_0, 49152, 576);
+FERRY_MATMUL_NARROW(q8_0_49152x960, DType::Q8_0, 49152, 960);
+FERRY_MATMUL_NARROW(q8_0_49152x1024, DType::Q8_0, 49152, 1024);
+FERRY_MATMUL_NARROW(q8_0_32768x1536, DType::Q8_0, 32768, 1536);
+FERRY_MATMUL_NARROW(q8_0_32768x2048, DType::Q8_0, 32768, 2048);
 FERRY_MATMUL_NARROW(q4_0_65536x2048, DType::Q4_0, 65536, 2048);
 FERRY_MATMUL_NARROW(q4_k_65536x2048, DType::Q4_K, 65536, 2048);
 
