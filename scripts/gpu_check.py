@@ -44,9 +44,17 @@ LOGS = os.path.join(OUT, "logs")
 # probed one.
 NOMINAL_TBS = [("H200", 4.8), ("H100 NVL", 3.9), ("H100 PCIe", 2.0), ("H100", 3.35),
                ("A100", 2.0), ("L40S", 0.864), ("L4", 0.3)]
-LLAMA_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-            "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
-            "rope_theta": 500000.0, "rms_norm_eps": 1e-5, "max_position_embeddings": 8192}
+# The baseline's shapes by GPU_CHECK_SHAPE (the small one for rehearsals).
+TORCH_SHAPES = {
+    "llama-3.1-8b": {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                     "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+                     "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
+                     "max_position_embeddings": 8192},
+    "smollm2-135m": {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+                     "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152,
+                     "rope_theta": 100000.0, "rms_norm_eps": 1e-5,
+                     "max_position_embeddings": 8192},
+}
 
 DEVICE = os.environ.get("GPU_CHECK_DEVICE", "cuda")
 SHAPE = os.environ.get("GPU_CHECK_SHAPE", "llama-3.1-8b")
@@ -81,8 +89,13 @@ def sh(name, args, timeout, extra_env=None):
     t = time.monotonic()
     # Its own process group, so a timeout also ends what it started (compute-sanitizer's
     # ferry_tests), which would otherwise keep the GPU busy under the next section's numbers.
-    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e,
-                         start_new_session=True)
+    try:
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e,
+                             start_new_session=True)
+    except OSError as x:  # no such program (nvidia-smi on a machine without the driver)
+        with open(os.path.join(LOGS, name + ".log"), "w") as f:
+            f.write(f"$ {' '.join(args)}\n{x}\n")
+        return 127, ""
     try:
         out_b, err_b = p.communicate(timeout=timeout)
         rc = p.returncode
@@ -331,29 +344,35 @@ def torch_baseline_main():
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     torch.manual_seed(0)
-    cfg = LlamaConfig(**LLAMA_8B)
+    dev = "cuda" if DEVICE == "cuda" else "cpu"
+    cfg = LlamaConfig(**TORCH_SHAPES[SHAPE])
     torch.set_default_dtype(torch.bfloat16)  # built in BF16 directly: 16 GB, not 32 first
-    with torch.device("cuda"):
+    with torch.device(dev):
         model = LlamaForCausalLM(cfg).eval()
-    res = {"torch": torch.__version__}
+    res = {"torch": torch.__version__, "shape": SHAPE, "device": dev}
+
+    def sync():
+        if dev == "cuda":
+            torch.cuda.synchronize()
+
     try:
         import transformers
         res["transformers"] = transformers.__version__
     except Exception:
         pass
     for batch in (1, 8):
-        ids = torch.randint(0, cfg.vocab_size, (batch, 512), device="cuda")
+        ids = torch.randint(0, cfg.vocab_size, (batch, 512), device=dev)
         mask = torch.ones_like(ids)
 
         def timed(n):
-            torch.cuda.synchronize()
+            sync()
             t = time.perf_counter()
             # Eager (no torch.compile: it needs Python.h and minutes here): the runtime a user
             # gets from a plain generate() call.
             model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
                            do_sample=False, cache_implementation="static", disable_compile=True,
                            pad_token_id=0)
-            torch.cuda.synchronize()
+            sync()
             return time.perf_counter() - t
 
         timed(129)  # warm-up at the measured length: kernels, a static cache of that size
