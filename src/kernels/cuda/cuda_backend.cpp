@@ -418,7 +418,7 @@ class CudaBackend final : public Backend {
         RowsArgs& a = queue_.record(&launch_rmsnorm);
         a.x = x.data<float>(), a.w = weight.data<float>(), a.out = out.data<float>();
         a.rows = x.rows(), a.cols = x.cols(), a.eps = eps;
-        keep(x, out);
+        queue_.keep(x, out);
     }
     void matmul(std::span<const MatmulOut> outs, const Tensor& x) override {
         for (const MatmulOut& o : outs) {
@@ -469,7 +469,7 @@ class CudaBackend final : public Backend {
         a.x = x.data<float>(), a.cos_sin = cos_sin.data<float>(), a.rows = x.rows();
         a.n_heads = n_heads, a.head_dim = head_dim, a.rope_dim = rope_dim;
         a.neox = style == RopeStyle::Neox;
-        keep(x, cos_sin);
+        queue_.keep(x, cos_sin);
     }
     void kv_rotate_keys(const KvCacheView& kv, int layer, int32_t block, int rope_dim,
                         std::span<const float> cos_sin, RopeStyle style) override {
@@ -502,7 +502,7 @@ class CudaBackend final : public Backend {
         a.k = k.data<float>(), a.v = v.data<float>(), a.n_tokens = b.n_tokens();
         a.k_channel = channel_scales(kv, layer);
         a.clipped = reinterpret_cast<unsigned long long*>(kv.k_clipped_device);
-        keep(k, v);
+        queue_.keep(k, v);
     }
     void kv_move_slots(const KvCacheView& kv, const BatchSeq& s,
                        std::span<const std::pair<int64_t, int64_t>> moves) override {
@@ -637,7 +637,7 @@ class CudaBackend final : public Backend {
         a.n_head = shape.n_head, a.n_head_kv = shape.n_head_kv, a.scale = shape.scale;
         a.shares = shares, a.q = q.data<float>(), a.out = out.data<float>(), a.mass = mass;
         a.part = part;
-        keep(q, out);
+        queue_.keep(q, out);
         if (mass_total > 0) {
             // Eagerly: a queue per layer would crowd the step's graphs out of the cache.
             const std::byte* dev_mass = finish(false) + mass;
@@ -659,7 +659,7 @@ class CudaBackend final : public Backend {
         RowsOpArgs& a = queue_.record(&launch_gather_rows);
         a.x = static_cast<const std::byte*>(x.raw()), a.out = static_cast<std::byte*>(out.raw());
         a.rows = r, a.n = static_cast<int64_t>(rows.size()), a.row_bytes = x.row_bytes();
-        keep(x, out);
+        queue_.keep(x, out);
     }
     void add_rows_scaled(const Tensor& x, std::span<const int32_t> rows,
                          std::span<const float> weights, const Tensor& y) override {
@@ -668,7 +668,7 @@ class CudaBackend final : public Backend {
         RowsOpArgs& a = queue_.record(&launch_add_rows_scaled);
         a.out = static_cast<std::byte*>(x.raw()), a.rows = r, a.weights = w;
         a.y = y.data<float>(), a.n = static_cast<int64_t>(rows.size()), a.cols = x.cols();
-        keep(x, y);
+        queue_.keep(x, y);
     }
     void softmax(const Tensor& x) override {
         RowsArgs& a = queue_.record(&launch_softmax);
@@ -723,10 +723,6 @@ class CudaBackend final : public Backend {
     }
 
   private:
-    void keep(const Tensor& a, const Tensor& b) {
-        queue_.keep(a);
-        queue_.keep(b);
-    }
     void elementwise(Elementwise op, const Tensor& x, const Tensor* y, float s) {
         ElementwiseArgs& a = queue_.record(&launch_elementwise);
         a.op = op, a.x = x.data<float>(), a.y = y ? y->data<float>() : nullptr, a.s = s;
@@ -786,10 +782,12 @@ class CudaBackend final : public Backend {
         if (!staged.empty()) std::memcpy(args_host_.p, staged.data(), staged.size());
         auto* dev = static_cast<std::byte*>(args_dev_.get());
         const LaunchEnv env{stream_, dev};
-        // The copy's addresses belong to the work as much as the launches' bytes do.
-        std::string sig(reinterpret_cast<const char*>(&args_host_.p), sizeof(void*));
+        // The copy's addresses belong to the work as much as the launches' bytes do. One buffer,
+        // reused: a decode step's signature is tens of KB.
+        std::string& sig = sig_;
+        sig.assign(reinterpret_cast<const char*>(&args_host_.p), sizeof(void*));
         sig.append(reinterpret_cast<const char*>(&dev), sizeof dev);
-        sig += queue_.signature();
+        queue_.append_signature(sig);
         const GraphCache::Decision d = graphs ? graphs_.decide(sig) : GraphCache::Decision{};
         in_flight_ = true;
         if (d.action == GraphCache::Action::Replay)
@@ -899,6 +897,7 @@ class CudaBackend final : public Backend {
     cudaDeviceProp props_{};
     LaunchQueue queue_;
     GraphCache graphs_;
+    std::string sig_;   // the running queue's signature
     Pinned args_host_;  // the staged bytes, where the queue's first copy reads them
     std::shared_ptr<void> args_dev_;
     size_t args_dev_cap_ = 0;

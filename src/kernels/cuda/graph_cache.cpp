@@ -15,7 +15,7 @@ GraphCache::Decision GraphCache::decide(std::string_view signature) {
         ++stats_.eager;
         return {};
     }
-    if (auto it = graphs_.find(std::string(signature)); it != graphs_.end()) {
+    if (auto it = graphs_.find(signature); it != graphs_.end()) {
         lru_.splice(lru_.begin(), lru_, it->second.lru);
         ++stats_.replayed;
         return {Action::Replay, it->second.graph};
@@ -33,8 +33,7 @@ GraphCache::Decision GraphCache::decide(std::string_view signature) {
 
 std::vector<void*> GraphCache::store(std::string_view signature, void* graph) {
     std::vector<void*> evicted;
-    const std::string key(signature);
-    if (graphs_.contains(key)) {  // not after a Capture decision; keep one graph a signature
+    if (graphs_.contains(signature)) {  // not after a Capture: one graph a signature
         evicted.push_back(graph);
         return evicted;
     }
@@ -46,9 +45,9 @@ std::vector<void*> GraphCache::store(std::string_view signature, void* graph) {
         lru_.pop_back();
         ++stats_.evicted;
     }
-    lru_.push_front(key);
-    graphs_.emplace(key, Graph{graph, lru_.begin()});
-    seen_.erase(hash_of(key));
+    lru_.emplace_front(signature);
+    graphs_.emplace(lru_.front(), Graph{graph, lru_.begin()});
+    seen_.erase(hash_of(signature));
     ++stats_.captured;
     stats_.resident = lru_.size();
     return evicted;

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <string>
 #include <string_view>
@@ -58,7 +59,12 @@ class GraphCache {
     Options opt_;
     // Full signatures only for the graphs held (a decode step's is tens of KB); sightings and
     // refusals by hash, where a collision costs at most a capture early or a graph missed.
-    std::unordered_map<std::string, Graph> graphs_;
+    // Found by a view of the signature, not a copy of it, step after step.
+    struct Hash {
+        using is_transparent = void;
+        size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+    };
+    std::unordered_map<std::string, Graph, Hash, std::equal_to<>> graphs_;
     std::list<std::string> lru_;  // signatures with a graph, most recent first
     std::unordered_map<uint64_t, int> seen_;
     std::unordered_set<uint64_t> refused_;

@@ -23,16 +23,14 @@ size_t LaunchQueue::reserve_args(size_t bytes) {
     return at;
 }
 
-std::string LaunchQueue::signature() const {
-    std::string s;
-    s.reserve(args_.size() + entries_.size() * sizeof(void (*)()) + sizeof(size_t));
+void LaunchQueue::append_signature(std::string& s) const {
+    s.reserve(s.size() + args_.size() + entries_.size() * sizeof(void (*)()) + sizeof(size_t));
     for (const Entry& e : entries_) {
         s.append(reinterpret_cast<const char*>(&e.fn), sizeof e.fn);
         s.append(reinterpret_cast<const char*>(args_.data() + e.at), e.size);
     }
     const size_t staged = staged_.size();
     s.append(reinterpret_cast<const char*>(&staged), sizeof staged);
-    return s;
 }
 
 void LaunchQueue::run(const LaunchEnv& env) const {

@@ -61,12 +61,21 @@ class LaunchQueue {
     std::span<const std::byte> staged() const { return staged_; }
     std::span<std::byte> staged_mut() { return staged_; }
 
-    // Keeps t's memory alive until the queue is cleared (it ran): a tensor dropped between its
-    // op's record and the run must not be freed under the launch.
-    void keep(const Tensor& t) { kept_.push_back(t); }
+    // Keeps the tensors' memory alive until the queue is cleared (it ran): a tensor dropped
+    // between its op's record and the run must not be freed under the launch.
+    template <class... Ts>
+    void keep(const Ts&... ts) {
+        (kept_.push_back(ts), ...);
+    }
 
     // Every launch's function and bytes, then the staged size: equal signatures, equal work.
-    std::string signature() const;
+    // Appended to `out`, so a caller can reuse one buffer step after step.
+    void append_signature(std::string& out) const;
+    std::string signature() const {
+        std::string s;
+        append_signature(s);
+        return s;
+    }
     void run(const LaunchEnv& env) const;
     bool empty() const { return entries_.empty(); }
     size_t launches() const { return entries_.size(); }
