@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "grammar/grammar.h"
@@ -702,10 +703,20 @@ class SchemaCompiler {
             if (!typed(s["const"])) return at(path, "the 'const' value does not match 'type'");
             values.push_back(s["const"]);
         }
+        // A set, not a search of the list: a request may carry an enum of 100,000 values, and
+        // the quadratic search held the server's I/O thread for seconds (the size bound below
+        // stops what would not fit long before the grammar is built).
         std::vector<std::string> alts;
+        std::unordered_set<std::string> seen;
+        size_t chars = 0;
         for (const auto& v : values) {
             std::string lit = gbnf_literal(dump(v));
-            if (std::find(alts.begin(), alts.end(), lit) == alts.end()) alts.push_back(lit);
+            chars += lit.size() + 3;
+            if (chars_ + chars > kMaxSchemaGrammarChars)
+                return at(path, fmt::format("the 'enum' compiles to a grammar larger than the "
+                                            "limit ({} characters)",
+                                            kMaxSchemaGrammarChars));
+            if (seen.insert(lit).second) alts.push_back(std::move(lit));
         }
         if (alts.size() == 1) return Expr{alts[0]};
         return Expr{join(alts, " | "), false};

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "grammar/grammar.h"
@@ -525,6 +526,22 @@ TEST(JsonSchema, SizeLimits) {
     ojson values = ojson::array();
     for (int i = 0; i < 1500; ++i) values.push_back(std::to_string(i) + std::string(1000, 'x'));
     EXPECT_REFUSED(ojson({{"enum", values}}).dump(), "larger than the limit");
+    // A long enum of short values compiles, each value once however often it is listed (the
+    // duplicates were found by a search of the list so far: 100,000 values held a server's I/O
+    // thread for 14 s); one too long for the limit is refused as the enum.
+    ojson many = ojson::array();
+    for (int i = 0; i < 100000; ++i) many.push_back(i % 50000);
+    const auto g = json_schema_to_gbnf(ojson({{"enum", many}}));
+    ASSERT_TRUE(g) << g.error().message;
+    EXPECT_NE(g->find("\"49999\""), std::string::npos);
+    EXPECT_EQ(g->find("\"50000\""), std::string::npos);
+    size_t alternatives = 0;
+    for (size_t at = g->find(" | "); at != std::string::npos; at = g->find(" | ", at + 3))
+        ++alternatives;
+    EXPECT_EQ(alternatives, 49999u);
+    ojson wide = ojson::array();
+    for (int i = 0; i < 60000; ++i) wide.push_back(fmt::format("a{:034d}", i));
+    EXPECT_REFUSED(ojson({{"enum", wide}}).dump(), "the 'enum' compiles to a grammar larger");
     // Many distinct long strings: past the repetition budget.
     ojson props = ojson::object();
     for (int i = 0; i < 40; ++i)
