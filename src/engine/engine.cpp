@@ -247,9 +247,10 @@ Expected<RequestId> Engine::add_request(std::vector<int32_t> prompt, RequestPara
     for (int32_t t : prompt)
         if (t < 0 || t >= n_vocab)
             return make_error("token id {} is outside the vocabulary (0..{})", t, n_vocab - 1);
-    // With eviction the cache never holds the whole prompt: any length runs.
-    if (static_cast<int64_t>(prompt.size()) >= max_model_len_ &&
-        !config_.kv_eviction.past_context())
+    // With eviction the cache never holds the whole prompt: any length runs. A scoring request
+    // (max_tokens 0, an lm-eval window) generates nothing, so a whole context of prompt fits.
+    const int64_t fits = params.max_tokens == 0 ? max_model_len_ : max_model_len_ - 1;
+    if (static_cast<int64_t>(prompt.size()) > fits && !config_.kv_eviction.past_context())
         return make_error(
             "the prompt is {} tokens, but {} holds {} tokens; at most {} prompt tokens fit "
             "with room for one generated token",

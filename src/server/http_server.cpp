@@ -178,8 +178,31 @@ class Session : public std::enable_shared_from_this<Session> {
         parser_->header_limit(64 * 1024);
         // Idle keep-alive connections and slow senders are dropped rather than held forever.
         stream_.expires_after(std::chrono::seconds(120));
-        http::async_read(stream_, buf_, *parser_,
-                         beast::bind_front_handler(&Session::on_read, shared_from_this()));
+        http::async_read_header(stream_, buf_, *parser_,
+                                beast::bind_front_handler(&Session::on_header, shared_from_this()));
+    }
+
+    // A client that sends `Expect: 100-continue` (curl does for bodies over 1 MB) waits for a
+    // 100 before its body, a second if none comes; its Content-Length is already checked
+    // against --max-body-bytes here, so a body too large is refused without being sent.
+    void on_header(beast::error_code ec, size_t n) {
+        if (ec) return on_read(ec, n);
+        auto self = shared_from_this();
+        auto read_body = [this, self] {
+            http::async_read(stream_, buf_, *parser_,
+                             beast::bind_front_handler(&Session::on_read, self));
+        };
+        const auto& h = parser_->get();
+        if (auto it = h.find(http::field::expect);
+            it != h.end() && beast::iequals(it->value(), "100-continue") && !parser_->is_done()) {
+            static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+            return asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()),
+                                     [this, self, read_body](beast::error_code wec, size_t) {
+                                         if (wec) return close();
+                                         read_body();
+                                     });
+        }
+        read_body();
     }
 
     void on_read(beast::error_code ec, size_t) {
@@ -457,8 +480,15 @@ class Session : public std::enable_shared_from_this<Session> {
                                        {"max_model_len", b.max_model_len()}});
         }
         auto it = body->find("prompt");
-        if (it == body->end() || !it->is_string())
-            return send_error(bad_request("'prompt' must be a string", "prompt"));
+        if (it == body->end())
+            return send_error(
+                bad_request("'prompt' (a string) or 'messages' is required", "prompt"));
+        if (!it->is_string()) return send_error(bad_request("'prompt' must be a string", "prompt"));
+        for (const auto& [key, v] : body->items())  // never a field dropped without a word
+            if (key != "model" && key != "prompt" && key != "add_special_tokens")
+                return send_error(bad_request(
+                    fmt::format("Unrecognized request argument supplied: {}", key.substr(0, 80)),
+                    key));
         auto ids = b.encode(it->get<std::string>(), add_special);
         send_json(
             200,

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -119,8 +120,9 @@ struct Fields {
             x = int64_t(u);
         } else if (v.is_number_float()) {
             double d = v.get<double>();
-            if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9e15)
-                return type_error(name, "an integer", v);
+            if (!std::isfinite(d) || d != std::floor(d)) return type_error(name, "an integer", v);
+            if (std::fabs(d) > 9e15)  // 1e30 is a whole number, only far out of range
+                return fail(fmt::format("'{}' must be between {} and {}", name, lo, hi), name);
             x = int64_t(d);
         } else {
             return type_error(name, "an integer", v);
@@ -171,7 +173,8 @@ bool parse_messages(const json& msgs, std::vector<tokenizer::ChatMessage>& out, 
         std::string r = role->get<std::string>();
         if (r == "developer") r = "system";
         if (r != "system" && r != "user" && r != "assistant" && r != "tool")
-            return f.fail(fmt::format("'{}.role' must be system, user, assistant or tool, not '{}'",
+            return f.fail(fmt::format("'{}.role' must be system, developer, user, assistant or "
+                                      "tool, not '{}'",
                                       where, r),
                           "messages");
         std::optional<std::string> content;  // a null one is absent, as transformers has it
@@ -254,10 +257,81 @@ std::optional<json> parse_body(const std::string& body, ApiError& err) {
     }
 }
 
+namespace {
+
+// Every field a generation request may carry, by endpoint. A field outside these is refused
+// with OpenAI's own message: a misspelt `max_token` or `temprature` would otherwise run with
+// the defaults (a 4,000-token reply where one was asked for), and a field another server
+// honours would be dropped without a word. The no-op fields OpenAI's clients send (`user`,
+// `store` false, `metadata`, `service_tier`, `prompt_cache_key`, `safety_identifier`) and
+// `guided_decoding_backend` (which engine compiles a constraint, not what it means) are known.
+const std::set<std::string_view>& known_fields(Endpoint kind) {
+    // clang-format off
+    static const std::set<std::string_view> common = {
+        "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
+        "frequency_penalty", "repetition_penalty", "seed", "n", "priority", "stream",
+        "stream_options", "ignore_eos", "user", "logit_bias", "best_of", "speculation", "stop",
+        "stop_token_ids", "logprobs", "prompt_logprobs", "min_tokens",
+        "include_stop_str_in_output", "response_format", "guided_json", "guided_regex",
+        "guided_choice", "guided_grammar", "guided_decoding_backend", "structured_outputs",
+        "grammar", "json_schema", "store", "metadata", "service_tier", "prompt_cache_key",
+        "safety_identifier", "reasoning_effort", "modalities", "add_generation_prompt",
+        "continue_final_message", "suffix",
+        // Chat's, but their no-op values pass on completions too (clients send them by
+        // default); the tool parser refuses the rest there by name.
+        "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call"};
+    // clang-format on
+    static const std::set<std::string_view> chat = [] {
+        auto k = common;
+        k.insert({"messages", "max_completion_tokens", "top_logprobs", "chat_template_kwargs"});
+        return k;
+    }();
+    static const std::set<std::string_view> completions = [] {
+        auto k = common;
+        k.insert({"prompt", "echo"});
+        return k;
+    }();
+    return kind == Endpoint::Chat ? chat : completions;
+}
+
+bool check_fields(const json& body, Endpoint kind, Fields& f) {
+    const auto& known = known_fields(kind);
+    for (const auto& [key, v] : body.items()) {
+        if (known.count(key)) continue;
+        const std::string name = key.substr(0, 80);
+        if (kind == Endpoint::Chat && known_fields(Endpoint::Completions).count(key))
+            return f.fail(fmt::format("'{}' is a completions field: send it to /v1/completions{}",
+                                      name, key == "prompt" ? " (chat takes 'messages')" : ""),
+                          key.c_str());
+        if (kind != Endpoint::Chat && known_fields(Endpoint::Chat).count(key))
+            return f.fail(
+                fmt::format("'{}' is a chat field: send it to /v1/chat/completions", name),
+                key.c_str());
+        return f.fail(fmt::format("Unrecognized request argument supplied: {}", name), key.c_str());
+    }
+    if (const json* v = f.get("store"); v && !(v->is_boolean() && !v->get<bool>()))
+        return f.fail("'store' other than false is not supported (this server keeps no outputs)",
+                      "store");
+    for (const char* name : {"metadata"})
+        if (const json* v = f.get(name); v && !v->is_object())
+            return f.type_error(name, "an object", *v);
+    for (const char* name : {"service_tier", "prompt_cache_key", "safety_identifier"})
+        if (const json* v = f.get(name); v && !v->is_string())
+            return f.type_error(name, "a string", *v);
+    if (const json* a = f.get("max_tokens"), *b = f.get("max_completion_tokens");
+        a && b && *a != *b)
+        return f.fail("'max_tokens' and 'max_completion_tokens' disagree; send one",
+                      "max_completion_tokens");
+    return true;
+}
+
+}  // namespace
+
 std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, const Service& service,
                                            const std::vector<std::string>& model_names,
                                            ApiError& err) {
     Fields f{body, err};
+    if (!check_fields(body, kind, f)) return std::nullopt;
     GenRequest r;
     r.kind = kind;
     r.model = model_names.empty() ? "" : model_names.front();
@@ -657,7 +731,14 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
     // Under KV eviction the cache keeps a budget of each sequence, so neither the prompt nor
     // the output is bounded by the context; an output asked for nothing gets one context's worth.
     const bool evicts = service.runs_past_context();
-    if (int64_t(longest) >= ctx && !evicts) {
+    // max_tokens 0 scores or echoes the prompt and generates nothing (legacy completions), so
+    // such a prompt may fill the whole context (lm-eval's rolling windows do).
+    const bool score_only_ok =
+        kind == Endpoint::Completions && (r.echo || r.params.prompt_logprobs >= 0);
+    const char* mt = f.get("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    const json* mtv = f.get(mt);
+    const bool scores_only = score_only_ok && mtv && mtv->is_number() && *mtv == 0;
+    if (int64_t(longest) >= ctx + (scores_only ? 1 : 0) && !evicts) {
         f.fail(fmt::format("the prompt is {} tokens, but this model's context is {} tokens; it "
                            "must be at most {} tokens to leave room for one generated token",
                            longest, ctx, ctx - 1),
@@ -666,11 +747,7 @@ std::optional<GenRequest> parse_generation(const json& body, Endpoint kind, cons
         return std::nullopt;
     }
     const int room = evicts ? ctx : ctx - int(longest);
-    const char* mt = f.get("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    // max_tokens 0 scores or echoes the prompt and generates nothing (legacy completions).
-    const bool score_only_ok =
-        kind == Endpoint::Completions && (r.echo || r.params.prompt_logprobs >= 0);
-    if (f.get(mt)) {
+    if (mtv) {
         if (!f.integer(mt, i, score_only_ok ? 0 : 1, 1 << 24)) return std::nullopt;
         if (i > room && !evicts) {
             f.fail(fmt::format("this model's context is {} tokens; the prompt takes {} and {} = "

@@ -322,11 +322,24 @@ ParsedToolOutput parse_tool_calls(const std::string& text, ToolFormat format) {
                 ojson::parse(trim(std::string_view(text).substr(body, end - body)), nullptr, false);
             if (!j.is_discarded() && to_call(j, call))
                 out.calls.push_back(std::move(call));
-            else
+            else if (close != std::string::npos || out.calls.empty())
                 rest += text.substr(open, end - open);  // not a call: it stays text
+            // else: a further call cut off by max_tokens after complete ones; its markup is
+            // not content
             pos = close == std::string::npos ? text.size() : close + std::strlen("</tool_call>");
         }
-        out.content = out.calls.empty() ? text : trim(rest);
+        if (out.calls.empty()) {
+            out.content = text;
+            return out;
+        }
+        // The same for a further call cut off inside its opening tag ("<tool_call" at the end).
+        const std::string_view tag = "<tool_call>";
+        for (size_t k = std::min(tag.size() - 1, rest.size()); k > 0; --k)
+            if (rest.compare(rest.size() - k, k, tag.substr(0, k)) == 0) {
+                rest.resize(rest.size() - k);
+                break;
+            }
+        out.content = trim(rest);
         return out;
     }
     std::string t = trim(text);

@@ -260,6 +260,79 @@ def test_errors(server, body, status, param):
     assert err["param"] == param and err["message"] and err["type"]
 
 
+CHAT = [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize("path,body,param,words", [
+    # A misspelt field is not run with the defaults (4,000 tokens where one was meant).
+    ("/v1/chat/completions", {"messages": CHAT, "max_token": 1}, "max_token", "Unrecognized"),
+    ("/v1/completions", {"prompt": PROMPT, "temprature": 0}, "temprature", "Unrecognized"),
+    ("/v1/chat/completions", {"messages": CHAT, "prompt": "x"}, "prompt", "completions field"),
+    ("/v1/chat/completions", {"messages": CHAT, "echo": True}, "echo", "completions field"),
+    ("/v1/completions", {"prompt": PROMPT, "messages": CHAT}, "messages", "chat field"),
+    ("/v1/completions", {"prompt": PROMPT, "top_logprobs": 2}, "top_logprobs", "chat field"),
+    ("/v1/chat/completions", {"messages": CHAT, "store": True}, "store", "store"),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "max_completion_tokens": 3},
+     "max_completion_tokens", "disagree"),
+    ("/v1/completions", {"prompt": PROMPT, "max_tokens": 1e30}, "max_tokens", "between"),
+    ("/tokenize", {}, "prompt", "required"),
+    ("/tokenize", {"prompt": "hi", "add_special": False}, "add_special", "Unrecognized"),
+    ("/tokenize", {"prompt": "hi", "messages": CHAT}, "prompt", "completions field"),
+])
+def test_fields_are_never_dropped_silently(server, path, body, param, words):
+    r = httpx.post(server.url + path, json=body)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and words in err["message"], err
+
+
+def test_no_op_fields_clients_send_are_accepted(server):
+    r = httpx.post(server.url + "/v1/chat/completions",
+                   json={"messages": CHAT, "max_completion_tokens": 2, "max_tokens": 2,
+                         "store": False, "user": "u", "metadata": {"k": "v"},
+                         "service_tier": "auto", "guided_decoding_backend": "xgrammar"})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] <= 2
+
+
+def test_scoring_a_prompt_that_fills_the_context(server, client):
+    ctx = httpx.post(server.url + "/tokenize", json={"prompt": "hi"}).json()["max_model_len"]
+    ids = [42] * ctx
+    r = httpx.post(server.url + "/v1/completions", timeout=300,
+                   json={"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 0})
+    assert r.status_code == 200, r.text
+    lp = r.json()["choices"][0]["logprobs"]["token_logprobs"]
+    assert len(lp) == ctx and lp[0] is None and all(x is not None for x in lp[1:])
+    # Generating even one token from it does not fit.
+    r = httpx.post(server.url + "/v1/completions", json={"prompt": ids, "max_tokens": 1})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+
+
+def test_expect_100_continue_is_answered(server):
+    # curl sends this for bodies over 1 MB and waits a second for the 100 before sending.
+    body = json.dumps({"prompt": "hi"}).encode()
+    host, port = server.url.split("//")[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+        s.settimeout(0.5)  # a server that ignores the header leaves the client waiting
+        first = s.recv(4096)
+        assert first.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), first
+        s.settimeout(10)
+        s.sendall(body)
+        reply = first[len(b"HTTP/1.1 100 Continue\r\n\r\n"):]
+        while b'"count"' not in reply:
+            chunk = s.recv(4096)
+            assert chunk, reply
+            reply += chunk
+        assert reply.startswith(b"HTTP/1.1 200"), reply
+    # A body over --max-body-bytes is refused before it is sent.
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                  b"Content-Length: 999999999\r\n\r\n")
+        assert s.recv(4096).startswith(b"HTTP/1.1 413")
+
+
 def test_errors_via_openai_client(client):
     m = model_id(client)
     with pytest.raises(openai.BadRequestError):

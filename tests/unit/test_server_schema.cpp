@@ -73,6 +73,37 @@ TEST(ServerSchema, CompletionDefaultsAndParams) {
     EXPECT_EQ(d->params.priority, 0);
 }
 
+// A field the endpoint does not know is refused by name, never run with the defaults.
+TEST(ServerSchema, UnknownFieldsAreRefusedByName) {
+    struct Case {
+        const char* body;
+        Endpoint kind;
+        const char* param;
+        const char* words;
+    };
+    for (const Case& c : {
+             Case{R"({"prompt":"hi","max_token":1})", Endpoint::Completions, "max_token",
+                  "Unrecognized request argument supplied: max_token"},
+             Case{R"({"messages":[{"role":"user","content":"x"}],"prompt":"hi"})", Endpoint::Chat,
+                  "prompt", "completions field"},
+             Case{R"({"prompt":"hi","top_logprobs":1})", Endpoint::Completions, "top_logprobs",
+                  "chat field"},
+             Case{R"({"prompt":"hi","store":true})", Endpoint::Completions, "store", "store"},
+             Case{R"({"prompt":"hi","metadata":"x"})", Endpoint::Completions, "metadata",
+                  "an object"},
+         }) {
+        ApiError err;
+        EXPECT_FALSE(parse(c.body, c.kind, err)) << c.body;
+        EXPECT_EQ(err.param, c.param) << c.body;
+        EXPECT_NE(err.message.find(c.words), std::string::npos) << err.message;
+    }
+    ApiError err;
+    EXPECT_TRUE(parse(R"({"prompt":"hi","user":"u","store":false,"metadata":{},
+                          "service_tier":"auto","guided_decoding_backend":"x"})",
+                      Endpoint::Completions, err))
+        << err.message;
+}
+
 TEST(ServerSchema, ErrorsNameTheField) {
     struct Case {
         const char* body;

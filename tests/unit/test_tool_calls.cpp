@@ -161,6 +161,26 @@ TEST(ToolCalls, ParsesOutputsAroundText) {
     EXPECT_TRUE(p.calls.empty());
 }
 
+// max_tokens can cut a reply inside a further call after complete ones (the grammar allows
+// several): the cut call's markup must not reach the content.
+TEST(ToolCalls, ACallCutOffAfterCompleteOnesLeavesNoMarkupInTheContent) {
+    const std::string call = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
+    for (const std::string cut : {"\n<tool_call", "\n<tool_", "\n<", "\n<tool_call>\n{\"na"}) {
+        const ParsedToolOutput p = parse_tool_calls(call + cut, ToolFormat::Hermes);
+        ASSERT_EQ(p.calls.size(), 1u) << cut;
+        EXPECT_EQ(p.content, "") << cut;
+    }
+    // Text before the calls stays; a "<" that is not the tag's start stays too.
+    ParsedToolOutput p = parse_tool_calls("See:\n" + call + "\n<tool_", ToolFormat::Hermes);
+    EXPECT_EQ(p.content, "See:");
+    p = parse_tool_calls(call + " a < b", ToolFormat::Hermes);
+    EXPECT_EQ(p.content, "a < b");
+    // Without a complete call, what the model wrote is the content, as before.
+    p = parse_tool_calls("<tool_call>\n{\"na", ToolFormat::Hermes);
+    EXPECT_TRUE(p.calls.empty());
+    EXPECT_EQ(p.content, "<tool_call>\n{\"na");
+}
+
 TEST(ToolCalls, StreamingHoldsBackAPossibleTrigger) {
     EXPECT_EQ(streamable_content("Hello there", ToolFormat::Hermes), 11u);
     EXPECT_EQ(streamable_content("Hello <tool", ToolFormat::Hermes), 6u);
