@@ -44,6 +44,8 @@ struct PruneCliOptions {
 };
 
 void prune_file(const PruneCliOptions& o) {
+    // Checked before the work, not after it: the write would rename over a device or fail.
+    if (Status st = gguf::check_output_path(o.out); !st) throw ExitError(st.error().message);
     const calibrate::SparsityPattern pattern = take(calibrate::parse_sparsity(o.sparsity));
     const calibrate::PruneMethod method = take(calibrate::parse_prune_method(o.method));
     const DType type = take(parse_weight_type(o.type, o.group_size));

@@ -502,8 +502,7 @@ void add_quantize_command(CLI::App& app) {
         o->in = take(resolve_model_path(o->in));
         if (o->in == o->out) throw ExitError("input and output must be different files");
         // Checked before the work, not after minutes of quantizing.
-        if (std::error_code ec; std::filesystem::is_directory(o->out, ec))
-            throw ExitError(o->out + ": is a directory; name the output file");
+        if (Status st = gguf::check_output_path(o->out); !st) throw ExitError(st.error().message);
         if (mixed->count()) {
             if (!o->type.empty())
                 throw ExitError(

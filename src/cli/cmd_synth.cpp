@@ -132,6 +132,8 @@ void copy_tokenizer(const gguf::File& src, int64_t vocab, gguf::Writer& w, bool 
 }
 
 void synth(const SynthOptions& o) {
+    // Checked before the work, not after it: the write would rename over a device or fail.
+    if (Status st = gguf::check_output_path(o.out); !st) throw ExitError(st.error().message);
     plan::ModelSpec m = take(plan::load_model_spec(o.like));
     // Gemma 3's local/global period, from the whole model's layers (the last of each global).
     const int64_t swa_period =

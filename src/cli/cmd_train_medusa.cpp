@@ -16,6 +16,7 @@
 #include "core/paths.h"
 #include "core/progress.h"
 #include "engine/loaded_model.h"
+#include "gguf/gguf_writer.h"
 
 namespace ferry::cli {
 namespace {
@@ -31,6 +32,9 @@ void train_medusa(const TrainMedusaOptions& o) {
     const auto backend =
         take(kernels::make_backend({.threads = resolve_threads(o.threads), .activations = {}}));
     const std::string path = take(resolve_model_path(o.model));
+    const std::string out = o.out.empty() ? model::default_medusa_path(path) : o.out;
+    // Checked before the work, not after minutes of training.
+    if (Status st = gguf::check_output_path(out); !st) throw ExitError(st.error().message);
     engine::LoadedModel lm = take(engine::LoadedModel::load(path, !o.quiet && !o.json, backend));
     std::string text_path;
     // The text only seeds the continuations: a prompt of prompt_len tokens per continuation.
@@ -39,7 +43,6 @@ void train_medusa(const TrainMedusaOptions& o) {
                           o.train.tokens / std::max(1, o.train.continuation) * o.train.prompt_len +
                               o.train.prompt_len);
     const std::vector<int32_t> text = calibration_tokens(lm, o.text, want, &text_path);
-    const std::string out = o.out.empty() ? model::default_medusa_path(path) : o.out;
     calibrate::MedusaTrainOptions train = o.train;
     // auto: a chat model learns from its answers, a base model (no template) from its text.
     train.chat = o.style == "chat" || (o.style == "auto" && lm.chat_template);

@@ -290,7 +290,21 @@ Status Writer::write_stream(std::FILE* f, std::vector<uint8_t>* mem,
     return Status::Ok();
 }
 
+Status check_output_path(const std::string& path) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::file_status st = fs::status(path, ec);
+    if (fs::is_directory(st)) return make_error("{}: is a directory; give a file's path", path);
+    if (fs::exists(st) && !fs::is_regular_file(st))
+        return make_error("{}: exists and is not a regular file (a device, FIFO or socket)", path);
+    const fs::path dir = fs::path(path).parent_path();
+    if (!dir.empty() && !fs::is_directory(dir, ec))
+        return make_error("{}: the directory {} does not exist", path, dir.string());
+    return Status::Ok();
+}
+
 Status Writer::write(const std::string& path, const std::function<void(size_t)>& on_tensor) const {
+    if (Status st = check_output_path(path); !st) return st;
     const std::string tmp = path + ".tmp";
     std::FILE* f = std::fopen(tmp.c_str(), "wb");
     if (!f) return make_error("{}: cannot create: {}", tmp, std::strerror(errno));

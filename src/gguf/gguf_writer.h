@@ -30,6 +30,11 @@ Value make_bool(bool x);
 Value make_string(std::string s);
 Value make_array(ValueType elem_type, std::vector<Value> items);
 
+// Whether `path` can take a written file: it must not be something other than a regular file
+// (a device, a directory, a FIFO), which the write's final rename would replace (run as root,
+// `synth ... /dev/full` replaced the device node), and its directory must exist.
+Status check_output_path(const std::string& path);
+
 class Writer {
   public:
     // Fills `out` with exactly the tensor's byte size; called once, in tensor order.
@@ -53,7 +58,8 @@ class Writer {
     // The alignment from general.alignment when set, else GGUF's default of 32.
     uint64_t alignment() const;
 
-    // Writes to path.tmp and renames, so a failed run never leaves a truncated file behind.
+    // Writes to path.tmp and renames, so a failed run never leaves a truncated file behind;
+    // check_output_path first.
     // on_tensor(i) is called after tensor i is written (progress reporting).
     Status write(const std::string& path,
                  const std::function<void(size_t)>& on_tensor = nullptr) const;

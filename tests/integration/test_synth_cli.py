@@ -213,3 +213,21 @@ def test_bad_input_is_one_clear_line(tmp_path):
     r = run_ferry("synth", tmp_path / "x.gguf", "--like", bad)
     assert r.returncode != 0 and "mamba" in r.stderr
     assert not (tmp_path / "x.gguf").exists()
+
+
+def test_an_output_that_is_not_a_file_is_refused_and_left_alone(tmp_path):
+    # The writers write OUT.tmp and rename it over OUT: as root, `synth ... /dev/full` replaced
+    # the device node. Anything but a regular file is refused before any work, and kept.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    small = ("--like", "smollm2-135m", "--layers", "1", "-q")
+    for out, what in ((fifo, "not a regular file"), (folder, "is a directory"),
+                      (tmp_path / "no" / "x.gguf", "does not exist")):
+        for cmd in (("synth", out, *small), ("quantize", "default", out, "--type", "q8_0"),
+                    ("prune", "default", out, "--sparsity", "2:4")):
+            r = run_ferry(*cmd)
+            assert r.returncode != 0 and what in r.stderr, (cmd, r.stderr)
+    assert fifo.is_fifo() and folder.is_dir() and not (tmp_path / "no").exists()
+    assert not list(tmp_path.glob("*.tmp"))
