@@ -11,7 +11,9 @@
 namespace ferry {
 
 Expected<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO would otherwise wait for a writer that never comes, before
+    // fstat could say it is not a regular file. A regular file ignores the flag.
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return make_error("{}: cannot open: {}", path, std::strerror(errno));
     struct stat st {};
     if (fstat(fd, &st) != 0) {

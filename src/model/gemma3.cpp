@@ -41,6 +41,9 @@ Status read_gemma3(const gguf::File& file, LlamaConfig& c) {
     }
     c.rope_theta_swa =
         static_cast<float>(file.get_float(p + "rope.freq_base_swa").value_or(10000.0));
+    if (!std::isfinite(c.rope_theta_swa) || !(c.rope_theta_swa > 0))
+        return make_error("{}: {}rope.freq_base_swa is {}; it must be a positive finite number",
+                          file.path(), p, c.rope_theta_swa);
     const int q_scalar = c.n_layer == 62 ? c.n_embd / c.n_head : c.head_dim;
     c.attn_scale = 1.0f / std::sqrt(static_cast<float>(q_scalar));
     c.final_softcap =
@@ -117,7 +120,8 @@ Status read_gemma3(const nlohmann::json& j, const std::string& where, LlamaConfi
                 c.rope_theta_swa = t->get<float>();
         }
     }
-    if (!(c.rope_theta_swa > 0)) return make_error("{}: invalid local rope base", where);
+    if (!std::isfinite(c.rope_theta_swa) || !(c.rope_theta_swa > 0))
+        return make_error("{}: invalid local rope base {}", where, c.rope_theta_swa);
     return Status::Ok();
 }
 

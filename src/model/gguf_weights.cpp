@@ -30,6 +30,12 @@ int64_t GgufWeights::parameter_count() const {
     return n;
 }
 
+std::string GgufWeights::tensor_past_layer(int n_layer) const {
+    for (const auto& t : file_->tensors())
+        if (layer_of(t.name, "blk.") >= n_layer) return t.name;
+    return {};
+}
+
 std::map<std::string, WeightFile::TypeTotal> GgufWeights::stored_types() const {
     std::map<std::string, TypeTotal> out;
     for (const auto& t : file_->tensors()) {

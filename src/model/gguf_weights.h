@@ -16,6 +16,7 @@ class GgufWeights final : public WeightFile {
     Expected<std::optional<Tensor>> find(const std::string& name) const override;
     void release(const void* p, size_t n) const override { file_->release(p, n); }
     int64_t parameter_count() const override;
+    std::string tensor_past_layer(int n_layer) const override;
     std::map<std::string, TypeTotal> stored_types() const override;
 
   private:

@@ -116,6 +116,12 @@ int64_t HfWeights::parameter_count() const {
     return n;
 }
 
+std::string HfWeights::tensor_past_layer(int n_layer) const {
+    for (const hf::SafeTensor* t : dir_->tensors())
+        if (layer_of(t->name, "model.layers.") >= n_layer) return t->name;
+    return {};
+}
+
 std::map<std::string, WeightFile::TypeTotal> HfWeights::stored_types() const {
     std::map<std::string, TypeTotal> out;
     for (const hf::SafeTensor* t : dir_->tensors()) {

@@ -23,6 +23,7 @@ class HfWeights final : public WeightFile {
     std::string display_name(const std::string& name) const override;
     void release(const void* p, size_t n) const override { dir_->release(p, n); }
     int64_t parameter_count() const override;
+    std::string tensor_past_layer(int n_layer) const override;
     std::map<std::string, TypeTotal> stored_types() const override;
 
     // The transformers names a GGUF tensor name may be stored under (Phi-3's fused gate_up is

@@ -227,6 +227,11 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
     const LlamaConfig& c = m->cfg_;
     const bool progress = opt.progress;
     Binder b(*file, opt.weights);
+    // A layer count below the file's layers would run the first few and ignore the rest.
+    if (const std::string past = file->tensor_past_layer(c.n_layer); !past.empty())
+        return make_error("{}: tensor '{}' lies past the {} layers the model declares ({})",
+                          file->path(), past, c.n_layer,
+                          past.starts_with("blk.") ? c.arch + ".block_count" : "num_hidden_layers");
 
     // The file's tensors, bound and checked, each matrix with the resident one it becomes.
     struct Bound {

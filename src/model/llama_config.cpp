@@ -50,6 +50,13 @@ const ArchTraits* traits_of_model_type(std::string_view type) {
     return nullptr;
 }
 
+// RoPE's base and RMSNorm's epsilon only ever divide or sit under a root: a zero, negative or
+// non-finite one turns every activation into NaN, and the model would answer with nothing.
+Status positive_finite(double v, std::string_view where, std::string_view key) {
+    if (std::isfinite(v) && v > 0 && std::isfinite(static_cast<float>(v))) return Status::Ok();
+    return make_error("{}: {} is {}; it must be a positive finite number", where, key, v);
+}
+
 }  // namespace
 
 std::string gguf_arch_name(std::string_view arch) {
@@ -100,9 +107,13 @@ Expected<LlamaConfig> read_llama_config(const gguf::File& file) {
     c.rope_dim = static_cast<int>(file.get_int(p + "rope.dimension_count").value_or(c.head_dim));
     if (c.head_dim <= 0 || c.rope_dim <= 0 || c.rope_dim > c.head_dim || c.rope_dim % 2)
         return make_error("{}: invalid head or rope dimension", file.path());
-    c.rope_theta = static_cast<float>(file.get_float(p + "rope.freq_base").value_or(10000.0));
-    c.rms_eps =
-        static_cast<float>(file.get_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-5));
+    const double theta = file.get_float(p + "rope.freq_base").value_or(10000.0);
+    const double eps = file.get_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-5);
+    for (Status s : {positive_finite(theta, file.path(), p + "rope.freq_base"),
+                     positive_finite(eps, file.path(), p + "attention.layer_norm_rms_epsilon")})
+        if (!s) return s.error();
+    c.rope_theta = static_cast<float>(theta);
+    c.rms_eps = static_cast<float>(eps);
     // llama.cpp's keys: rope.scaling.type with rope.scaling.factor (older files:
     // rope.scale_linear); as there, a factor without a type is linear.
     const auto type_key = file.get_string(p + "rope.scaling.type");
@@ -179,6 +190,13 @@ Expected<LlamaConfig> read_llama_config(const nlohmann::json& j, const std::stri
     c.qk_norms = traits->qk_norms;
     c.rope_style = kernels::RopeStyle::Neox;
     c.name = str_or(j, "_name_or_path", where);
+    // Every family here gates its MLP with SiLU but Gemma, whose hidden_activation gemma3.cpp
+    // reads (transformers ignores a Gemma 3 config's hidden_act). Another activation would be
+    // run as SiLU and answer wrongly without a word.
+    if (auto act = j.find("hidden_act"); c.arch != "gemma3" && act != j.end() && !act->is_null())
+        if (!act->is_string() || (*act != "silu" && *act != "swish"))
+            return make_error("{}: hidden_act {} is not supported (ferry runs {} with silu)", where,
+                              act->dump(), c.arch);
     auto need = [&](const char* key, int& out) -> Status {
         auto it = j.find(key);
         if (it == j.end() || !it->is_number_integer() || *it <= 0 || *it > (1 << 30))
@@ -288,7 +306,9 @@ Expected<LlamaConfig> read_llama_config(const nlohmann::json& j, const std::stri
                 where, type);
         }
     }
-    if (!(c.rope_theta > 0)) return make_error("{}: invalid rope_theta {}", where, c.rope_theta);
+    for (Status s : {positive_finite(c.rope_theta, where, "rope_theta"),
+                     positive_finite(c.rms_eps, where, "rms_norm_eps")})
+        if (!s) return s.error();
     // The sliding window, where every layer has it: layer_types (transformers 5) says which
     // layers slide; Qwen2's use_sliding_window / max_window_layers said it before; Mistral's
     // and Phi-3's sliding_window alone means every layer.

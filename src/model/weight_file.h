@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
 #include "core/tensor.h"
@@ -31,6 +32,9 @@ class WeightFile {
     virtual void release(const void* p, size_t n) const = 0;
     // Elements of every tensor in the checkpoint.
     virtual int64_t parameter_count() const = 0;
+    // The checkpoint's own name of a tensor in a layer numbered n_layer or more ("blk.N.*",
+    // "model.layers.N.*"); empty when every layer tensor is below it.
+    virtual std::string tensor_past_layer(int n_layer) const = 0;
 
     struct TypeTotal {
         int tensors = 0;
@@ -39,5 +43,19 @@ class WeightFile {
     // What the checkpoint stores, by type name in lower case ("q4_1", "bf16"): tensors, bytes.
     virtual std::map<std::string, TypeTotal> stored_types() const = 0;
 };
+
+// N of a tensor named `prefix` N "." ...; -1 for any other name.
+inline int64_t layer_of(std::string_view name, std::string_view prefix) {
+    if (!name.starts_with(prefix)) return -1;
+    name.remove_prefix(prefix.size());
+    const size_t dot = name.find('.');
+    if (dot == 0 || dot == std::string_view::npos || dot > 9) return -1;
+    int64_t n = 0;
+    for (char ch : name.substr(0, dot)) {
+        if (ch < '0' || ch > '9') return -1;
+        n = n * 10 + (ch - '0');
+    }
+    return n;
+}
 
 }  // namespace ferry::model

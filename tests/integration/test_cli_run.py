@@ -98,6 +98,12 @@ def test_not_a_gguf(tmp_path):
     expect_clean_error(run_ferry("run", "-m", p, "-p", "x"), "magic")
 
 
+def test_fifo_as_the_model_is_refused_not_waited_on(tmp_path):
+    p = tmp_path / "model.fifo"
+    os.mkfifo(p)
+    expect_clean_error(run_ferry("info", "-m", p, timeout=30), "not a regular file")
+
+
 def test_truncated_gguf(tmp_path, model_path):
     data = open(model_path, "rb").read(1 << 20)
     p = tmp_path / "trunc.gguf"

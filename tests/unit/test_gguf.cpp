@@ -2,9 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <random>
 #include <string>
 #include <vector>
@@ -162,6 +168,20 @@ TEST(Gguf, OpenReportsMissingFile) {
     auto f = File::open("/nonexistent/x.gguf");
     ASSERT_FALSE(f.ok());
     EXPECT_NE(f.error().message.find("/nonexistent/x.gguf: cannot open"), std::string::npos);
+}
+
+TEST(Gguf, OpenRefusesAFifoWithoutWaitingForAWriter) {
+    const auto path = std::filesystem::temp_directory_path() / "ferry_test_gguf_fifo";
+    std::filesystem::remove(path);
+    ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+    auto opened = std::async(std::launch::async, [&] { return File::open(path.string()); });
+    const bool returned = opened.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+    if (!returned) ::close(::open(path.c_str(), O_WRONLY));  // a writer lets the blocked open end
+    EXPECT_TRUE(returned) << "opening a FIFO waited for a writer";
+    auto f = opened.get();
+    ASSERT_FALSE(f.ok());
+    EXPECT_NE(f.error().message.find("not a regular file"), std::string::npos) << f.error().message;
+    std::filesystem::remove(path);
 }
 
 TEST(Gguf, OpenMapsAFileFromDisk) {
