@@ -2,6 +2,8 @@
 // lengths fixed or drawn, optional shared prefix, Poisson or all-at-once arrivals). --compare
 // runs the same workload under each baseline switch and prints one table.
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -32,15 +34,25 @@ struct Range {
 };
 
 Range parse_range(const std::string& s, const char* what) {
+    // Whole strings of digits only: std::stoi would take "4x" as 4 and "7-20-99" as 7-20.
+    const auto bad = [&] {
+        return ExitError(fmt::format("{} must be N or LO-HI, got '{}'", what, s));
+    };
+    const auto number = [&](std::string_view t) {
+        int v = 0;
+        const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+        if (t.empty() || !std::isdigit(static_cast<unsigned char>(t[0])) || ec != std::errc() ||
+            end != t.data() + t.size())
+            throw bad();
+        return v;
+    };
     Range r;
-    const auto dash = s.find('-');
-    try {
-        r.lo = std::stoi(s.substr(0, dash));
-        r.hi = dash == std::string::npos ? r.lo : std::stoi(s.substr(dash + 1));
-    } catch (...) {
-        throw ExitError(fmt::format("{} must be N or LO-HI, got '{}'", what, s));
-    }
-    if (r.lo < 1 || r.hi < r.lo) throw ExitError(fmt::format("{}: bad range '{}'", what, s));
+    const std::string_view v = s;
+    const auto dash = v.find('-');
+    r.lo = number(v.substr(0, dash));
+    r.hi = dash == std::string_view::npos ? r.lo : number(v.substr(dash + 1));
+    if (r.lo < 1 || r.hi < r.lo)
+        throw ExitError(fmt::format("{} must be N or LO-HI with 1 <= LO <= HI, got '{}'", what, s));
     return r;
 }
 

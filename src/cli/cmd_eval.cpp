@@ -144,9 +144,9 @@ void eval(const EvalCmdOptions& o) {
     const int threads =
         o.threads == 0 && ranks > 1 ? std::max(1, physical_core_count() / ranks) : o.threads;
     const auto backend = o.device.backend(resolve_threads(threads), o.activations, ranks);
-    const auto group = o.parallel.join();
-    auto lm = take(engine::LoadedModel::load(take(resolve_model_path(o.model)), false, backend,
-                                             std::nullopt, group));
+    const std::string path = take(resolve_model_path(o.model));
+    const auto group = o.parallel.join(path);
+    auto lm = take(engine::LoadedModel::load(path, false, backend, std::nullopt, group));
     follow_if_not_rank0(lm);  // the other ranks run rank 0's forward passes, then exit
     std::optional<engine::LoadedModel> ref;
     if (!o.ref.empty())

@@ -113,7 +113,7 @@ void serve(ServeOptions& o, bool api_key_given) {
 
     // A rank other than 0 of a --tp group serves nothing itself: it loads its share and runs
     // rank 0's steps.
-    const auto group = o.model.parallel.join();
+    const auto group = o.model.parallel.join(path);
     if (group.world && group.world->rank() != 0)
         follow_if_not_rank0(take(engine::LoadedModel::load(path, false, o.model.backend(),
                                                            o.model.weight_type(), group)));

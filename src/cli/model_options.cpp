@@ -139,10 +139,11 @@ std::optional<DType> ModelOptions::weight_type() const {
 }
 
 engine::LoadedModel ModelOptions::load(bool progress) const {
-    const auto group = parallel.join();
-    auto lm = take(engine::LoadedModel::load(take(resolve_model_path(model)),
-                                             progress && (!group.world || group.world->rank() == 0),
-                                             backend(), weight_type(), group));
+    const std::string path = take(resolve_model_path(model));
+    const auto group = parallel.join(path);
+    auto lm =
+        take(engine::LoadedModel::load(path, progress && (!group.world || group.world->rank() == 0),
+                                       backend(), weight_type(), group));
     follow_if_not_rank0(lm);
     apply_to(lm);
     return lm;

@@ -17,6 +17,10 @@
 #include "cli/commands.h"
 #include "comm/mpi_communicator.h"
 #include "engine/model_runner.h"
+#include "gguf/gguf_file.h"
+#include "hf/model_dir.h"
+#include "model/llama_config.h"
+#include "model/tensor_split.h"
 
 namespace ferry::cli {
 namespace {
@@ -103,6 +107,23 @@ void forward_to_mpirun(int sig) {
     std::exit(rc);
 }
 
+// What every rank would refuse once mpirun had started them all (each printing it), said once
+// from the model's metadata alone: no weights are read.
+void check_split_fits(const std::string& path, int tp, int pp) {
+    model::LlamaConfig c;
+    if (hf::is_model_dir(path)) {
+        const auto dir = take(hf::ModelDir::open(path));
+        c = take(model::read_llama_config(dir->config(), path + "/config.json"));
+    } else {
+        c = take(model::read_llama_config(*take(gguf::File::open(path))));
+    }
+    if (pp > c.n_layer)
+        throw ExitError(
+            fmt::format("--pp {}: the model has only {} layers to share", pp, c.n_layer));
+    // The type-dependent checks (block-aligned column cuts) wait for the loaded weights.
+    if (tp > 1) take(model::plan_split(c, DType::F32, DType::F32, 0, tp));
+}
+
 }  // namespace
 
 void TensorParallelOptions::add_to(CLI::App& cmd) {
@@ -124,9 +145,10 @@ void TensorParallelOptions::add_to(CLI::App& cmd) {
         ->capture_default_str();
 }
 
-model::ParallelGroups TensorParallelOptions::join() const {
+model::ParallelGroups TensorParallelOptions::join(const std::string& model_path) const {
     const int n = ranks();
     if (n <= 1) return {};
+    if (!model_path.empty() && !comm::launched_by_mpi()) check_split_fits(model_path, tp, pp);
     const std::string asked = tp > 1 && pp > 1 ? fmt::format("--tp {} --pp {}", tp, pp)
                               : tp > 1         ? fmt::format("--tp {}", tp)
                                                : fmt::format("--pp {}", pp);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -22,8 +23,9 @@ struct TensorParallelOptions {
     void add_to(CLI::App& cmd);
     // The groups, or none for --tp 1 --pp 1. A command started outside an MPI job starts its
     // group itself: it runs again as `mpirun -np N` of the same command line, in place of this
-    // process (so `ferry serve --tp 2` is all it takes). Exits with a message on failure.
-    model::ParallelGroups join() const;
+    // process (so `ferry serve --tp 2` is all it takes). Exits with a message on failure,
+    // before starting any rank where the model at `model_path` (if given) cannot be split so.
+    model::ParallelGroups join(const std::string& model_path = {}) const;
     int ranks() const { return tp * pp; }
 };
 

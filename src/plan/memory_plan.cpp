@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include "core/dtype.h"
@@ -12,6 +13,14 @@ namespace {
 
 constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kGiB = 1ull << 30;
+// Byte counts are summed in doubles and held at this ceiling instead of wrapping; a plan that
+// reaches it is refused. Far beyond any device, and far enough below 2^64 that the sums and the
+// overhead on top of them stay exact integers.
+constexpr uint64_t kMaxBytes = 1ull << 60;
+
+uint64_t bytes_of(double b) {
+    return b >= static_cast<double>(kMaxBytes) ? kMaxBytes : b > 0 ? static_cast<uint64_t>(b) : 0;
+}
 
 // Everything in plan_memory that depends on the number of sequences, so max_sequences can ask
 // "does n fit?" with exactly the rules the report prints.
@@ -24,16 +33,22 @@ struct Need {
 Need need_for(const ModelSpec& m, const MemoryPlan& p, const Device& d, const PlanOptions& o,
               int64_t n_seqs) {
     Need n{};
-    n.kv_total = p.kv_pool_fixed ? o.kv_cache_memory
-                                 : p.kv_bytes_per_sequence * static_cast<uint64_t>(n_seqs);
-    n.kv_device = static_cast<uint64_t>(std::ceil(n.kv_total * p.kv_share));
+    n.kv_total =
+        p.kv_pool_fixed
+            ? static_cast<uint64_t>(o.kv_cache_memory)
+            : bytes_of(static_cast<double>(p.kv_bytes_per_sequence) * static_cast<double>(n_seqs));
+    n.kv_device = bytes_of(std::ceil(static_cast<double>(n.kv_total) * p.kv_share));
 
     const int64_t q_dim = m.n_heads * m.head_dim, kv_dim = m.n_kv_heads * m.head_dim;
-    n.tokens_per_step = std::max(n_seqs, std::min(o.max_batched_tokens, n_seqs * p.ctx));
-    const uint64_t per_token_values = 3 * m.hidden + q_dim + 2 * kv_dim + 2 * m.active_ffn();
-    n.activations =
-        static_cast<uint64_t>(n.tokens_per_step) * per_token_values * p.activation_bytes_per_value +
-        static_cast<uint64_t>(n_seqs) * m.vocab * 4;
+    int64_t seq_tokens = 0;
+    if (__builtin_mul_overflow(n_seqs, p.ctx, &seq_tokens))
+        seq_tokens = std::numeric_limits<int64_t>::max();
+    n.tokens_per_step = std::max(n_seqs, std::min(o.max_batched_tokens, seq_tokens));
+    const double per_token_values = 3.0 * m.hidden + static_cast<double>(q_dim) +
+                                    2.0 * static_cast<double>(kv_dim) + 2.0 * m.active_ffn();
+    n.activations = bytes_of(static_cast<double>(n.tokens_per_step) * per_token_values *
+                                 p.activation_bytes_per_value +
+                             static_cast<double>(n_seqs) * static_cast<double>(m.vocab) * 4);
 
     const uint64_t sub = p.weights_bytes + n.kv_device + n.activations;
     const uint64_t floor_bytes = d.measured ? 16 * kMiB : kGiB;
@@ -93,6 +108,12 @@ Expected<MemoryPlan> plan_memory(const ModelSpec& m, const Device& d, const Plan
         return make_error("--gpu-memory-utilization must be in (0, 1] (got {})",
                           o.gpu_memory_utilization);
     if (o.max_batched_tokens < 1) return make_error("--max-batched-tokens must be at least 1");
+    if (o.kv_cache_memory < 0)
+        return make_error("--kv-cache-memory must be a byte count of 0 or more (got {})",
+                          o.kv_cache_memory);
+    if (static_cast<uint64_t>(o.kv_cache_memory) >= kMaxBytes)
+        return make_error("--kv-cache-memory {} is more than the 1 EiB ferry plan counts up to",
+                          o.kv_cache_memory);
 
     p.ctx = o.ctx > 0 ? o.ctx : m.max_ctx;
     p.batch = o.batch;
@@ -110,7 +131,7 @@ Expected<MemoryPlan> plan_memory(const ModelSpec& m, const Device& d, const Plan
         auto w = parse_weight_precision(native ? (m.native_bits > 16 ? "f32" : "f16") : o.weights);
         if (!w) return w.error();
         p.weights = *w;
-        p.weights_bytes_total = static_cast<uint64_t>(std::llround(p.params * p.weights.bits / 8));
+        p.weights_bytes_total = bytes_of(std::round(p.params * p.weights.bits / 8));
     }
     p.weights_bytes = (p.weights_bytes_total + p.tp - 1) / p.tp;
     if (p.tp > 1 && m.n_kv_heads > 0 && p.params > 0) {
@@ -151,19 +172,21 @@ Expected<MemoryPlan> plan_memory(const ModelSpec& m, const Device& d, const Plan
     const double kv_elem_bytes = p.kv.bits / 8;
     const double scale_bytes = p.kv.name == "int8" ? 4 : p.kv.name == "fp8" ? 8 : 0;
     // `layer_tokens`: tokens held summed over layers (n_layers per token without windows).
-    auto kv_bytes = [&](int64_t heads, int64_t layer_tokens) {
-        return static_cast<uint64_t>(layer_tokens * heads *
-                                     (2.0 * m.head_dim * kv_elem_bytes + scale_bytes));
+    auto kv_bytes = [&](int64_t heads, double layer_tokens) {
+        return bytes_of(layer_tokens * static_cast<double>(heads) *
+                        (2.0 * m.head_dim * kv_elem_bytes + scale_bytes));
     };
     // Sliding-window layers hold at most their window of a sequence; the others all of it.
     const int64_t global_layers = m.n_layers - m.n_sliding_layers;
-    const int64_t seq_layer_tokens =
-        global_layers * p.ctx + m.n_sliding_layers * std::min(p.ctx, m.sliding_window);
-    p.kv_bytes_per_token = kv_bytes(m.n_kv_heads, m.n_layers);
-    p.kv_bytes_per_token_mha = kv_bytes(m.n_heads, m.n_layers);
+    const double seq_layer_tokens =
+        static_cast<double>(global_layers) * static_cast<double>(p.ctx) +
+        static_cast<double>(m.n_sliding_layers * std::min(p.ctx, m.sliding_window));
+    p.kv_bytes_per_token = kv_bytes(m.n_kv_heads, static_cast<double>(m.n_layers));
+    p.kv_bytes_per_token_mha = kv_bytes(m.n_heads, static_cast<double>(m.n_layers));
     p.kv_bytes_per_sequence = kv_bytes(m.n_kv_heads, seq_layer_tokens);
     p.kv_bytes_per_sequence_mha = kv_bytes(m.n_heads, seq_layer_tokens);
-    p.kv_bytes_per_sequence_no_window = p.kv_bytes_per_token * p.ctx;
+    p.kv_bytes_per_sequence_no_window =
+        bytes_of(static_cast<double>(p.kv_bytes_per_token) * static_cast<double>(p.ctx));
     p.kv_pool_fixed = o.kv_cache_memory > 0;
     // TP splits KV heads across devices; with more devices than KV heads each keeps a copy of
     // one head, so a device's share never drops below one head.
@@ -179,9 +202,17 @@ Expected<MemoryPlan> plan_memory(const ModelSpec& m, const Device& d, const Plan
     }
 
     const Need n = need_for(m, p, d, o, p.batch);
+    if (std::max({p.weights_bytes_total, p.kv_bytes_per_sequence, n.kv_total, n.activations}) >=
+        kMaxBytes)
+        return make_error(
+            "{} sequence{} of {} tokens{}: more than the 1 EiB ferry plan counts up to; lower "
+            "--ctx or --batch",
+            p.batch, p.batch == 1 ? "" : "s", p.ctx, o.ctx > 0 ? "" : " (the model's context)");
     p.kv_bytes_total = n.kv_total;
-    p.kv_bytes_total_mha = p.kv_pool_fixed ? n.kv_total * m.n_heads / m.n_kv_heads
-                                           : p.kv_bytes_per_sequence_mha * p.batch;
+    p.kv_bytes_total_mha =
+        bytes_of(p.kv_pool_fixed ? static_cast<double>(n.kv_total) * m.n_heads / m.n_kv_heads
+                                 : static_cast<double>(p.kv_bytes_per_sequence_mha) *
+                                       static_cast<double>(p.batch));
     p.kv_bytes = n.kv_device;
     p.tokens_per_step = n.tokens_per_step;
     p.activation_bytes = n.activations;
@@ -190,8 +221,11 @@ Expected<MemoryPlan> plan_memory(const ModelSpec& m, const Device& d, const Plan
     p.total_bytes = n.total;
     p.capacity_bytes = static_cast<uint64_t>(d.memory_bytes * p.utilization);
     p.fits = p.total_bytes <= p.capacity_bytes;
-    p.margin_bytes =
-        (static_cast<int64_t>(p.capacity_bytes) - static_cast<int64_t>(p.total_bytes)) * p.tp;
+    const int64_t margin =
+        static_cast<int64_t>(p.capacity_bytes) - static_cast<int64_t>(p.total_bytes);
+    if (__builtin_mul_overflow(margin, p.tp, &p.margin_bytes))
+        p.margin_bytes =
+            margin < 0 ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
 
     // Largest n whose need fits. With a fixed pool the pool bounds it; otherwise need grows
     // with n, so a binary search finds the edge.

@@ -36,7 +36,7 @@ struct PlanOptions {
     double gpu_memory_utilization = 0.9;  // fraction of each device's memory ferry may use
     // A fixed KV pool (bytes, whole model) instead of batch x ctx: how engines really allocate,
     // and what `ferry serve --kv-cache-memory` will take; max_sequences then divides the pool.
-    uint64_t kv_cache_memory = 0;
+    int64_t kv_cache_memory = 0;
     // Tokens one forward step may process (chunked prefill budget); sizes the activations.
     int64_t max_batched_tokens = 512;  // the serving engine's default --max-num-batched-tokens
 };

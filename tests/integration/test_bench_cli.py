@@ -120,6 +120,11 @@ def test_bench_throughput_bad_options(model_path):
     r = run_ferry("bench", "throughput", "--temperature", "nan")
     assert r.returncode != 0 and "--temperature: must be a finite number" in r.stderr
     expect_clean_error(run_ferry("bench", "throughput", "--input-len", "9-3"), "--input-len")
+    # Trailing or leading garbage is refused, not cut off where a number ends.
+    for flag in ("--input-len", "--output-len"):
+        for bad in ("7-20-99", "4x", "3-8.5", "-3", "+4", "4-", " 4", ""):
+            expect_clean_error(run_ferry("bench", "throughput", flag, bad),
+                               f"{flag} must be N or LO-HI, got '{bad}'")
     expect_clean_error(run_ferry("bench", "throughput", "--request-rate", "fast"),
                        "--request-rate")
 

@@ -85,6 +85,24 @@ def test_unknown_device_and_preset_are_clear_errors():
     assert r.returncode != 0 and "int3" in r.stderr
 
 
+def test_sizes_too_large_to_count_are_refused_not_wrapped(tmp_path):
+    # Each once wrapped around 2^64 into a plan that fit (or took -1 as 2^64 - 1 bytes).
+    for args, says in [(("--ctx", "100000000000000000"), "more than the 1 EiB"),
+                       (("--ctx", "9223372036854775807"), "lower --ctx or --batch"),
+                       (("--batch", "9223372036854775807"), "9223372036854775807 sequences"),
+                       (("--kv-cache-memory", "-1"), "--kv-cache-memory must be a byte count")]:
+        for json_flag in ((), ("--json",)):
+            r = run_ferry("plan", "-m", "smollm2-135m", "-d", "H100-SXM", *args, *json_flag,
+                          timeout=60)
+            assert r.returncode != 0 and says in r.stderr, (args, r.stdout, r.stderr)
+    cfg = {"model_type": "llama", "hidden_size": 576, "num_hidden_layers": 30,
+           "num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536,
+           "vocab_size": 49152, "max_position_embeddings": 4611686018427387904}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = run_ferry("plan", "-m", tmp_path / "config.json", "-d", "H100-SXM", timeout=60)
+    assert r.returncode != 0 and "(the model's context)" in r.stderr, r.stderr
+
+
 def test_moe_presets_total_active_and_decode_reads():
     one = plan_json("-m", "mixtral-8x7b", "-d", "H100-SXM", "--ctx", "1", "--weights", "f16")
     big = plan_json("-m", "mixtral-8x7b", "-d", "H100-SXM", "--ctx", "1", "--weights", "f16",

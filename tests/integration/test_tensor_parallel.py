@@ -17,6 +17,7 @@ import pytest
 
 from conftest import ROOT, ferry_bin, run_ferry, train_small_heads
 from server_util import Server
+from test_cli_run import expect_clean_error
 
 pytestmark = pytest.mark.skipif(not shutil.which("mpirun"), reason="needs Open MPI's mpirun")
 
@@ -99,6 +100,17 @@ def test_bad_tp_is_refused_with_the_reason(model_path):
                               "--tp", "3"], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
     assert "--tp 3 but this MPI job has 2 ranks" in r.stderr, r.stderr
+
+
+def test_a_split_the_model_cannot_take_is_refused_once_before_mpirun(model_path):
+    # The default model has 30 layers and 3 KV heads: said once, from its metadata, instead of
+    # by each of the ranks mpirun would have started.
+    for split, says in ((("--pp", "64"), "--pp 64: the model has only 30 layers"),
+                        (("--tp", "4", "--pp", "2"), "3 KV heads, fewer than the ranks")):
+        r = run_ferry("run", "-m", model_path, "-t", "1", "-p", "hi", "-n", "4", *split,
+                      timeout=60)
+        expect_clean_error(r, says)
+        assert r.stderr.count(says) == 1, r.stderr
 
 
 def test_tensor_parallel_stages_give_one_process_text(model_path):

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "gguf/gguf_writer.h"
 #include "kernels/cpu/machine_probe.h"
@@ -252,6 +253,44 @@ TEST(PlanMemory, WeightFormatsAndErrors) {
     o.batch = 1;
     o.gpu_memory_utilization = 1.5;
     EXPECT_FALSE(plan_memory(preset("llama-2-7b"), device("T4"), o).ok());
+}
+
+TEST(PlanMemory, ByteCountsTooLargeToCountAreRefusedNotWrapped) {
+    // Each of these once wrapped around 2^64 into a small KV cache (or a total that fit), or
+    // took -1 as 2^64 - 1 bytes.
+    const auto refused = [](PlanOptions o, const std::string& says, ModelSpec m = {}) {
+        if (m.n_layers == 0) m = preset("smollm2-135m");
+        auto p = plan_memory(m, device("H100-SXM"), o);
+        ASSERT_FALSE(p.ok()) << "planned: KV " << p->kv_bytes_total << ", total " << p->total_bytes
+                             << (p->fits ? ", fits" : "");
+        EXPECT_NE(p.error().message.find(says), std::string::npos) << p.error().message;
+    };
+    PlanOptions o;
+    o.ctx = 100000000000000000;
+    refused(o, "1 sequence of 100000000000000000 tokens: more than the 1 EiB");
+    o.ctx = std::numeric_limits<int64_t>::max();
+    refused(o, "lower --ctx or --batch");
+    o.ctx = 4096;
+    o.batch = std::numeric_limits<int64_t>::max();
+    refused(o, "9223372036854775807 sequences of 4096 tokens");
+    o.batch = 1;
+    o.kv_cache_memory = -1;
+    refused(o, "--kv-cache-memory must be a byte count of 0 or more (got -1)");
+    o.kv_cache_memory = int64_t{1} << 62;
+    refused(o, "--kv-cache-memory 4611686018427387904 is more than");
+    o = {};
+    ModelSpec m = preset("smollm2-135m");
+    m.max_ctx = int64_t{1} << 62;
+    refused(o, "(the model's context)", m);
+    // The largest that can be counted is planned as not fitting, and the advice agrees.
+    o.batch = int64_t{1} << 30;
+    o.ctx = 4096;
+    const MemoryPlan big = plan(preset("smollm2-135m"), device("H100-SXM"), o);
+    EXPECT_FALSE(big.fits);
+    EXPECT_GT(big.kv_bytes_total, big.capacity_bytes);
+    auto a = advise(preset("smollm2-135m"), device("H100-SXM"), o);
+    ASSERT_TRUE(a.ok());
+    EXPECT_FALSE(a->fits_16bit);
 }
 
 // --- devices ----------------------------------------------------------------------------------
