@@ -383,14 +383,15 @@ void add_bench_command(CLI::App& app) {
     auto* p = dec->add_option("-p,--prompt-tokens", o->prompt_tokens, "synthetic prompt length")
                   ->capture_default_str()
                   ->check(CLI::Range(1, 1 << 20));
-    dec->add_option("--prompt-file", o->prompt_file, "use this text as the prompt")->excludes(p);
+    auto* pf = dec->add_option("--prompt-file", o->prompt_file, "use this text as the prompt")
+                   ->excludes(p);
     dec->add_option("-n,--gen-tokens", o->gen_tokens, "tokens to generate")
         ->capture_default_str()
         ->check(CLI::Range(2, 1 << 20));
     dec->add_option("-r,--repeats", o->repeats, "measured runs (after one warm-up)")
         ->capture_default_str()
         ->check(CLI::Range(1, 1000));
-    dec->add_flag("--chat", o->chat, "wrap --prompt-file in the model's chat template");
+    dec->add_flag("--chat", o->chat, "wrap --prompt-file in the model's chat template")->needs(pf);
     o->kv_dtype.add_to(*dec);
     o->sample_on.add_to(*dec);
     o->spec.add_to(*dec, false);

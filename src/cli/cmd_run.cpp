@@ -123,8 +123,8 @@ void add_run_command(CLI::App& app) {
                     "tokens to generate at most (0: until the end of text or a full context)")
         ->capture_default_str()
         ->check(CLI::Range(0, 1 << 24));
-    cmd->add_flag("--chat", o->chat, "wrap the prompt in the model's chat template");
-    cmd->add_option("--system", o->system, "system message (with --chat)");
+    auto* chat = cmd->add_flag("--chat", o->chat, "wrap the prompt in the model's chat template");
+    cmd->add_option("--system", o->system, "system message (with --chat)")->needs(chat);
     cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past end-of-generation tokens");
     cmd->add_flag("--no-stats", o->no_stats, "print only the text");
     o->kv_dtype.add_to(*cmd);

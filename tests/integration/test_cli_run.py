@@ -350,3 +350,12 @@ def test_sampling_on_the_device_gives_the_host_text(model_path):
         assert device.stdout == host.stdout, s
     bad = run_ferry("run", "-p", "x", "-n", "2", "--sample-on", "gpu")
     assert bad.returncode != 0 and "--sample-on" in bad.stderr
+
+
+def test_an_option_without_the_one_it_modifies_is_refused(model_path):
+    # Dropped without a word before: --system outside --chat, bench decode's --chat with the
+    # synthetic prompt it does not wrap.
+    r = run_ferry("run", "-p", "Hi", "-n", "2", "--system", "Be brief.")
+    assert r.returncode != 0 and "--system requires --chat" in r.stderr, r.stderr
+    r = run_ferry("bench", "decode", "-p", "8", "-n", "2", "-r", "1", "--chat")
+    assert r.returncode != 0 and "--chat requires --prompt-file" in r.stderr, r.stderr

@@ -90,6 +90,12 @@ def test_train_medusa_heads_then_run_speculates_with_the_same_text(model_path, t
     (["--spec", "ngram", "--spec-ngram-min", "5", "--spec-ngram-max", "2"], "--spec-ngram-min"),
     (["--spec", "ngram", "--spec-policy", "adaptive"], "--spec-policy"),
     (["--spec", "medusa", "--medusa-tree", "33"], "--medusa-tree"),
+    # An option for a method not chosen would be dropped without a word.
+    (["--spec-k", "8"], "--spec-k has no effect without --spec"),
+    (["--spec", "lookahead", "--spec-tree"], "--spec-tree has no effect without --spec ngram"),
+    (["--draft-model", "default"], "--draft-model has no effect without --spec draft"),
+    (["--spec", "ngram", "--medusa-tree", "6"], "--medusa-tree has no effect"),
+    (["--spec", "medusa", "--spec-lookahead-n", "3"], "--spec-lookahead-n has no effect"),
 ])
 def test_bad_switches_give_one_clear_error(model_path, args, needle):
     r = run_ferry("run", "-m", model_path, "-p", "Hello", "-n", "4", *args)
