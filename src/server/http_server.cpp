@@ -741,10 +741,12 @@ class Session : public std::enable_shared_from_this<Session> {
             return send_error(down, std::string(sv(req_.method_string())), target_path());
         }
         status_ = 200;
-        srv_->count_response(route_label_, client_gone_ ? 499 : 200, ms_since(t0_) / 1000.0);
+        // nginx's 499 for a client that left, in the log as in /metrics.
+        const int logged = client_gone_ ? 499 : 200;
+        srv_->count_response(route_label_, logged, ms_since(t0_) / 1000.0);
         srv_->log(
             fmt::format("{} {} {} {} prompt={} output={} ttft={:.1f}ms e2e={:.1f}ms finish={}{}",
-                        request_id_, std::string(sv(req_.method_string())), target_path(), 200,
+                        request_id_, std::string(sv(req_.method_string())), target_path(), logged,
                         g->usage.prompt_tokens, g->usage.completion_tokens, g->ttft_ms,
                         ms_since(t0_), reason, client_gone_ ? " (client gone)" : ""));
         if (client_gone_) return;
