@@ -125,6 +125,13 @@ int ModelOptions::resolved_threads() const {
 
 int ModelOptions::resolved_ctx(const engine::LoadedModel& lm) const {
     const int trained = lm.model->config().n_ctx_train;
+    // Allowed (a user may know the model generalises), but said: positions past the trained
+    // context are ones the model never saw, as llama.cpp warns.
+    if (ctx > trained && trained > 0)
+        std::fprintf(stderr,
+                     "ferry: note: --ctx %d is above the model's trained context of %d tokens; "
+                     "past it the output may degrade\n",
+                     ctx, trained);
     if (ctx > 0) return ctx;
     return std::min(trained, 4096);
 }

@@ -359,3 +359,11 @@ def test_an_option_without_the_one_it_modifies_is_refused(model_path):
     assert r.returncode != 0 and "--system requires --chat" in r.stderr, r.stderr
     r = run_ferry("bench", "decode", "-p", "8", "-n", "2", "-r", "1", "--chat")
     assert r.returncode != 0 and "--chat requires --prompt-file" in r.stderr, r.stderr
+
+
+def test_a_context_above_the_trained_one_is_noted(model_path):
+    r = run_ferry("run", "-p", "Hi", "-n", "2", "-c", "9000", "--no-stats")
+    assert r.returncode == 0, r.stderr
+    assert "above the model's trained context of 8192" in r.stderr, r.stderr
+    r = run_ferry("run", "-p", "Hi", "-n", "2", "-c", "512", "--no-stats")
+    assert "trained context" not in r.stderr, r.stderr
