@@ -117,9 +117,7 @@ void check_split_fits(const std::string& path, int tp, int pp) {
     } else {
         c = take(model::read_llama_config(*take(gguf::File::open(path))));
     }
-    if (pp > c.n_layer)
-        throw ExitError(
-            fmt::format("--pp {}: the model has only {} layers to share", pp, c.n_layer));
+    if (Status s = model::check_pipeline(c, pp); !s) throw ExitError(s.error().message);
     // The type-dependent checks (block-aligned column cuts) wait for the loaded weights.
     if (tp > 1) take(model::plan_split(c, DType::F32, DType::F32, 0, tp));
 }

@@ -39,11 +39,9 @@ Status read_gemma3(const gguf::File& file, LlamaConfig& c) {
         c.swa_layers =
             period == 0 ? std::vector<bool>() : periodic(c.n_layer, static_cast<int>(period));
     }
-    c.rope_theta_swa =
-        static_cast<float>(file.get_float(p + "rope.freq_base_swa").value_or(10000.0));
-    if (!std::isfinite(c.rope_theta_swa) || !(c.rope_theta_swa > 0))
-        return make_error("{}: {}rope.freq_base_swa is {}; it must be a positive finite number",
-                          file.path(), p, c.rope_theta_swa);
+    const double theta_swa = file.get_float(p + "rope.freq_base_swa").value_or(10000.0);
+    if (Status s = positive_finite(theta_swa, file.path(), p + "rope.freq_base_swa"); !s) return s;
+    c.rope_theta_swa = static_cast<float>(theta_swa);
     const int q_scalar = c.n_layer == 62 ? c.n_embd / c.n_head : c.head_dim;
     c.attn_scale = 1.0f / std::sqrt(static_cast<float>(q_scalar));
     c.final_softcap =
@@ -120,8 +118,7 @@ Status read_gemma3(const nlohmann::json& j, const std::string& where, LlamaConfi
                 c.rope_theta_swa = t->get<float>();
         }
     }
-    if (!std::isfinite(c.rope_theta_swa) || !(c.rope_theta_swa > 0))
-        return make_error("{}: invalid local rope base {}", where, c.rope_theta_swa);
+    if (Status s = positive_finite(c.rope_theta_swa, where, "the local RoPE base"); !s) return s;
     return Status::Ok();
 }
 

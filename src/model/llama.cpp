@@ -338,9 +338,7 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Wei
     const ParallelGroups& pg = opt.parallel;
     if (pg.world && pg.world->size() > 1) m->comm_ = pg.world;
     if (m->comm_ && pg.pp && pg.pp->size() > 1) {
-        if (c.n_layer < pg.pp->size())
-            return make_error("--pp {}: the model has only {} layers to share", pg.pp->size(),
-                              c.n_layer);
+        if (Status s = check_pipeline(c, pg.pp->size()); !s) return s.error();
         const Range stage = split_even(c.n_layer, pg.pp->size(), pg.pp->rank());
         m->first_layer_ = static_cast<int>(stage.begin);
         m->end_layer_ = static_cast<int>(stage.end);

@@ -50,14 +50,12 @@ const ArchTraits* traits_of_model_type(std::string_view type) {
     return nullptr;
 }
 
-// RoPE's base and RMSNorm's epsilon only ever divide or sit under a root: a zero, negative or
-// non-finite one turns every activation into NaN, and the model would answer with nothing.
+}  // namespace
+
 Status positive_finite(double v, std::string_view where, std::string_view key) {
     if (std::isfinite(v) && v > 0 && std::isfinite(static_cast<float>(v))) return Status::Ok();
     return make_error("{}: {} is {}; it must be a positive finite number", where, key, v);
 }
-
-}  // namespace
 
 std::string gguf_arch_name(std::string_view arch) {
     return arch == "mistral" ? "llama" : std::string(arch);

@@ -113,6 +113,11 @@ struct ModelTypeArch {
 };
 std::optional<ModelTypeArch> arch_of_model_type(std::string_view name);
 
+// A RoPE base or an RMSNorm epsilon read from a file (`key` at `where`): they only ever divide
+// or sit under a root, so a zero, negative or non-finite one turns every activation into NaN
+// and the model would answer with nothing. Also refused: one a float cannot hold.
+Status positive_finite(double v, std::string_view where, std::string_view key);
+
 // Fails with a message naming the missing key or the unsupported architecture.
 Expected<LlamaConfig> read_llama_config(const gguf::File& file);
 // From config.json (`where` names it in messages). Weights from such a directory keep

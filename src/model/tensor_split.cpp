@@ -90,4 +90,10 @@ Expected<Tensor> slice_columns(const Tensor& m, int64_t c0, int64_t c1) {
     return Tensor(buf->data(), m.dtype(), {rows, n}).owned_by(buf);
 }
 
+Status check_pipeline(const LlamaConfig& c, int stages) {
+    if (c.n_layer < stages)
+        return make_error("--pp {}: the model has only {} layers to share", stages, c.n_layer);
+    return Status::Ok();
+}
+
 }  // namespace ferry::model

@@ -39,6 +39,10 @@ struct TensorSplit {
 // expert's share and the router's choices need no exchange.
 Expected<TensorSplit> plan_split(const LlamaConfig& c, DType wo, DType down, int rank, int size);
 
+// Whether the layers of a model of config `c` can be shared over `stages` pipeline stages
+// (each needs one at least).
+Status check_pipeline(const LlamaConfig& c, int stages);
+
 // Columns [c0, c1) of every row of the {rows, cols} matrix m, as a new tensor that owns its
 // memory; both ends must fall on m's blocks.
 Expected<Tensor> slice_columns(const Tensor& m, int64_t c0, int64_t c1);

@@ -66,6 +66,14 @@ bool field_is(const ojson& obj, const char* key, std::string_view want, bool abs
     return it->is_string() && it->get_ref<const std::string&>() == want;
 }
 
+// How many bytes at the end of `text` are the start of `tag` cut off (its proper prefixes only):
+// what a stream holds back, and what a reply cut by max_tokens must not show.
+size_t cut_off_tag(std::string_view text, std::string_view tag) {
+    for (size_t k = std::min(tag.size() - 1, text.size()); k > 0; --k)
+        if (text.substr(text.size() - k) == tag.substr(0, k)) return k;
+    return 0;
+}
+
 }  // namespace
 
 std::optional<ToolRequest> parse_tools(const ojson& body, std::string& error, std::string& param) {
@@ -224,9 +232,7 @@ size_t streamable_content(const std::string& text, ToolFormat format) {
             if (rest.substr(0, n) == std::string_view(trigger).substr(0, n)) return first;
         }
     }
-    for (size_t k = std::min(trigger.size() - 1, text.size()); k > 0; --k)
-        if (text.compare(text.size() - k, k, trigger, 0, k) == 0) return text.size() - k;
-    return text.size();
+    return text.size() - cut_off_tag(text, trigger);
 }
 
 std::string tool_system_prompt(const ToolRequest& r) {
@@ -333,12 +339,7 @@ ParsedToolOutput parse_tool_calls(const std::string& text, ToolFormat format) {
             return out;
         }
         // The same for a further call cut off inside its opening tag ("<tool_call" at the end).
-        const std::string_view tag = "<tool_call>";
-        for (size_t k = std::min(tag.size() - 1, rest.size()); k > 0; --k)
-            if (rest.compare(rest.size() - k, k, tag.substr(0, k)) == 0) {
-                rest.resize(rest.size() - k);
-                break;
-            }
+        rest.resize(rest.size() - cut_off_tag(rest, "<tool_call>"));
         out.content = trim(rest);
         return out;
     }
