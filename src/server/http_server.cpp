@@ -74,6 +74,12 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     std::atomic<bool> draining{false};
     std::atomic<bool> stopped{false};
     std::atomic<int> active_generations{0};
+    // Requests being prepared off the I/O threads (Session::prepare); a drain waits for them.
+    std::atomic<int> preparing{0};
+    // Where a request's parsing runs: a chat template over a long conversation, a megabyte
+    // prompt's tokenization or a new grammar's compilation (seconds for a large enum) would
+    // otherwise hold the I/O thread, and with it every other connection's stream.
+    asio::thread_pool prep{2};
     Clock::time_point drain_start;
     bool aborted_all = false;
     int bound_port = 0;
@@ -245,6 +251,34 @@ class Session : public std::enable_shared_from_this<Session> {
         } catch (const std::exception& e) {
             internal_error(e.what());
         }
+    }
+
+    // `work` (a request's parsing, which may take long) on the server's preparation pool, then
+    // `then(result)` back on this connection's strand; what `work` throws ends the request as
+    // a handler's throw does. Nothing else of this session runs meanwhile: its next read
+    // starts only after the response.
+    template <class Work, class Then>
+    void prepare(Work work, Then then) {
+        using Result = decltype(work());
+        srv_->preparing.fetch_add(1);
+        asio::post(srv_->prep, [self = shared_from_this(), exec = stream_.get_executor(),
+                                work = std::move(work), then = std::move(then)]() mutable {
+            std::optional<Result> result;
+            std::string failure;
+            try {
+                result.emplace(work());
+            } catch (const std::exception& e) {
+                failure = e.what();
+            }
+            asio::post(exec, [self, result = std::move(result), failure = std::move(failure),
+                              then = std::move(then)]() mutable {
+                if (result)
+                    self->guarded([&] { then(std::move(*result)); });
+                else
+                    self->internal_error(failure);
+                self->srv_->preparing.fetch_sub(1);
+            });
+        });
     }
 
     void internal_error(const std::string& what) {
@@ -432,67 +466,88 @@ class Session : public std::enable_shared_from_this<Session> {
         send_error(e);
     }
 
-    bool check_model(const json& body) {
+    // Why the body's `model` is not one this server serves, if it is not.
+    static std::optional<ApiError> model_error(const json& body,
+                                               const std::vector<std::string>& names) {
         auto it = body.find("model");
-        if (it == body.end() || it->is_null()) return true;
+        if (it == body.end() || it->is_null()) return std::nullopt;
+        if (!it->is_string()) return bad_request("'model' must be a string", "model");
+        for (const auto& n : names)
+            if (n == it->get<std::string>()) return std::nullopt;
         ApiError e;
-        if (!it->is_string()) {
-            send_error(bad_request("'model' must be a string", "model"));
-            return false;
-        }
-        for (const auto& n : srv_->opt.model_names)
-            if (n == it->get<std::string>()) return true;
         e.status = 404;
         e.type = "not_found_error";
         e.code = "model_not_found";
         e.message =
             fmt::format("The model '{}' does not exist", it->get<std::string>().substr(0, 200));
-        send_error(e);
-        return false;
+        return e;
     }
 
-    void tokenize(const Service& b) {
+    bool check_model(const json& body) {
+        auto e = model_error(body, srv_->opt.model_names);
+        if (e) send_error(*e);
+        return !e;
+    }
+
+    // A 200's JSON, or the error to send instead.
+    struct Answer {
+        std::optional<json> ok;
         ApiError err;
-        auto body = parse_body(req_.body(), err);
-        if (!body) return send_error(err);
-        if (!check_model(*body)) return;
+        static Answer error(ApiError e) { return {std::nullopt, std::move(e)}; }
+    };
+
+    static Answer tokenize_answer(const std::string& text, const Service& b,
+                                  const std::vector<std::string>& names) {
+        ApiError err;
+        auto body = parse_body(text, err);
+        if (!body) return Answer::error(err);
+        if (auto e = model_error(*body, names)) return Answer::error(*e);
         bool add_special = true;
         if (auto it = body->find("add_special_tokens"); it != body->end() && !it->is_null()) {
             if (!it->is_boolean())
-                return send_error(
+                return Answer::error(
                     bad_request("'add_special_tokens' must be a boolean", "add_special_tokens"));
             add_special = it->get<bool>();
         }
-        std::string text;
         if (auto it = body->find("messages"); it != body->end()) {
             // Reuse the chat validation by asking for a one-token chat completion.
             json probe = *body;
             probe.erase("add_special_tokens");
             probe["max_tokens"] = 1;
-            auto g = parse_generation(probe, Endpoint::Chat, b, srv_->opt.model_names, err);
+            auto g = parse_generation(probe, Endpoint::Chat, b, names, err);
             if (!g) {
                 if (err.param == "max_tokens")
                     err = bad_request("the conversation fills the context", "messages");
-                return send_error(err);
+                return Answer::error(err);
             }
-            return send_json(200, json{{"tokens", g->prompts[0]},
-                                       {"count", g->prompts[0].size()},
-                                       {"max_model_len", b.max_model_len()}});
+            return {json{{"tokens", g->prompts[0]},
+                         {"count", g->prompts[0].size()},
+                         {"max_model_len", b.max_model_len()}},
+                    {}};
         }
         auto it = body->find("prompt");
         if (it == body->end())
-            return send_error(
+            return Answer::error(
                 bad_request("'prompt' (a string) or 'messages' is required", "prompt"));
-        if (!it->is_string()) return send_error(bad_request("'prompt' must be a string", "prompt"));
+        if (!it->is_string())
+            return Answer::error(bad_request("'prompt' must be a string", "prompt"));
         for (const auto& [key, v] : body->items())  // never a field dropped without a word
             if (key != "model" && key != "prompt" && key != "add_special_tokens")
-                return send_error(bad_request(
+                return Answer::error(bad_request(
                     fmt::format("Unrecognized request argument supplied: {}", key.substr(0, 80)),
                     key));
         auto ids = b.encode(it->get<std::string>(), add_special);
-        send_json(
-            200,
-            json{{"tokens", ids}, {"count", ids.size()}, {"max_model_len", b.max_model_len()}});
+        return {json{{"tokens", ids}, {"count", ids.size()}, {"max_model_len", b.max_model_len()}},
+                {}};
+    }
+
+    void tokenize(const Service& b) {
+        prepare([&b, body = std::move(req_.body()),
+                 names = &srv_->opt.model_names] { return tokenize_answer(body, b, *names); },
+                [this](Answer a) {
+                    if (!a.ok) return send_error(a.err);
+                    send_json(200, *a.ok);
+                });
     }
 
     void detokenize(const Service& b) {
@@ -515,15 +570,28 @@ class Session : public std::enable_shared_from_this<Session> {
 
     // ---- generation ----------------------------------------------------------------------
 
-    void generate(Service& b, Endpoint kind) {
+    struct Prepared {
+        std::optional<GenRequest> req;
         ApiError err;
-        auto body = parse_body(req_.body(), err);
-        if (!body) return send_error(err);
-        auto parsed = parse_generation(*body, kind, b, srv_->opt.model_names, err);
-        if (!parsed) return send_error(err);
+    };
 
+    void generate(Service& b, Endpoint kind) {
+        prepare(
+            [&b, kind, body = std::move(req_.body()), names = &srv_->opt.model_names] {
+                Prepared p;
+                if (auto j = parse_body(body, p.err))
+                    p.req = parse_generation(*j, kind, b, *names, p.err);
+                return p;
+            },
+            [this, &b, kind](Prepared p) {
+                if (!p.req) return send_error(p.err);
+                start_generation(b, kind, std::move(*p.req));
+            });
+    }
+
+    void start_generation(Service& b, Endpoint kind, GenRequest parsed) {
         auto g = std::make_shared<Gen>();
-        g->req = std::move(*parsed);
+        g->req = std::move(parsed);
         g->id = (kind == Endpoint::Chat ? "chatcmpl-" : "cmpl-") + request_id_;
         g->created = std::chrono::duration_cast<std::chrono::seconds>(
                          std::chrono::system_clock::now().time_since_epoch())
@@ -916,7 +984,7 @@ void HttpServer::Impl::begin_shutdown() {
 
 void HttpServer::Impl::drain_tick() {
     const double waited = ms_since(drain_start) / 1000.0;
-    if (active_generations.load() == 0 || waited > opt.grace_seconds + 5) {
+    if (active_generations.load() + preparing.load() == 0 || waited > opt.grace_seconds + 5) {
         // A moment for the last responses to leave the socket buffers, then stop.
         drain_timer.expires_after(std::chrono::milliseconds(100));
         drain_timer.async_wait([self = shared_from_this()](beast::error_code) {
@@ -1022,6 +1090,8 @@ bool HttpServer::shutting_down() const {
 void HttpServer::wait() {
     for (auto& t : impl_->threads)
         if (t.joinable()) t.join();
+    // A preparation the drain gave up on still uses the service: it ends before wait() does.
+    impl_->prep.join();
 }
 
 }  // namespace ferry::server

@@ -1,8 +1,12 @@
 // Faults behind a real HttpServer listener: a request whose generation fails in the engine, or
 // whose handling throws, gets a clear error (a 500, or an error event in a stream that has
 // begun) and the server goes on answering the next request.
+#include <atomic>
+#include <chrono>
+#include <future>
 #include <new>
 #include <string>
+#include <thread>
 #include <utility>  // before Asio, whose awaitable.hpp needs std::exchange
 
 #include <gtest/gtest.h>
@@ -50,6 +54,19 @@ class FaultyService : public fuzz::FuzzService {
     }
 };
 
+// A constraint whose compilation takes as long as the test says: it blocks until released.
+class SlowCompileService : public FaultyService {
+  public:
+    Expected<std::shared_ptr<const grammar::CompiledGrammar>> compile_constraint(
+        const engine::Constraint& c) const override {
+        entered.set_value();
+        release.wait();
+        return FaultyService::compile_constraint(c);
+    }
+    mutable std::promise<void> entered;
+    std::shared_future<void> release;
+};
+
 class HttpFaults : public ::testing::Test {
   protected:
     void SetUp() override {
@@ -68,13 +85,17 @@ class HttpFaults : public ::testing::Test {
     }
 
     http::response<http::string_body> post(const std::string& path, const json& body) {
+        return request(http::verb::post, path, body.dump());
+    }
+    http::response<http::string_body> request(http::verb verb, const std::string& path,
+                                              const std::string& body) {
         asio::io_context ioc;
         asio::ip::tcp::socket sock(ioc);
         sock.connect({asio::ip::make_address("127.0.0.1"), uint16_t(server_->port())});
-        http::request<http::string_body> req(http::verb::post, path, 11);
+        http::request<http::string_body> req(verb, path, 11);
         req.set(http::field::host, "127.0.0.1");
         req.set(http::field::content_type, "application/json");
-        req.body() = body.dump();
+        req.body() = body;
         req.prepare_payload();
         http::write(sock, req);
         boost::beast::flat_buffer buf;
@@ -83,7 +104,7 @@ class HttpFaults : public ::testing::Test {
         return res;
     }
 
-    FaultyService service_;
+    SlowCompileService service_;
     std::unique_ptr<HttpServer> server_;
 };
 
@@ -127,6 +148,37 @@ TEST_F(HttpFaults, HandlerThatThrowsIsA500AndTheServerLivesOn) {
     }
     auto ok = post("/v1/completions", {{"prompt", "still here"}, {"max_tokens", 2}});
     EXPECT_EQ(ok.result_int(), 200) << ok.body();
+}
+
+// A request's preparation (here a constraint's compilation, seconds for a large enum) runs off
+// the I/O thread: while it is held, the one I/O thread still answers other connections.
+TEST_F(HttpFaults, ASlowRequestPreparationDoesNotHoldOtherConnections) {
+    std::promise<void> release;
+    service_.release = release.get_future().share();
+    std::atomic<bool> released{false};
+    auto slow = std::async(std::launch::async, [&] {
+        return post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                                             {"max_tokens", 2},
+                                             {"response_format", {{"type", "json_object"}}}});
+    });
+    service_.entered.get_future().wait();
+    // Let the held request go after a while in any case, so that a server which does block
+    // fails this test instead of hanging it.
+    std::promise<void> answered;
+    std::thread releaser([&, a = answered.get_future()] {
+        if (a.wait_for(std::chrono::seconds(10)) == std::future_status::timeout) released = true;
+        release.set_value();
+    });
+    auto models = request(http::verb::get, "/v1/models", "");
+    auto other = post("/v1/completions", {{"prompt", "other"}, {"max_tokens", 2}});
+    const bool answered_while_held = !released;
+    answered.set_value();
+    releaser.join();
+    EXPECT_TRUE(answered_while_held);
+    EXPECT_EQ(models.result_int(), 200) << models.body();
+    EXPECT_EQ(other.result_int(), 200) << other.body();
+    auto held = slow.get();
+    EXPECT_EQ(held.result_int(), 200) << held.body();
 }
 
 }  // namespace
