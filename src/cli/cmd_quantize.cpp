@@ -85,6 +85,24 @@ bool matches_any(const std::string& name, const std::vector<std::string>& patter
     return false;
 }
 
+// A --keep or --keep-f16 pattern that matches no tensor is a typo (`blk.*.attn_qq*`): the
+// matrices it meant would be quantized with nothing said.
+void check_patterns_match(const QuantizeOptions& o,
+                          const std::vector<convert::SourceTensor>& sources) {
+    for (const auto& [flag, patterns] : {std::pair{"--keep", &o.keep}, {"--keep-f16", &o.keep_f16}})
+        for (const auto& p : *patterns) {
+            const bool any = std::any_of(sources.begin(), sources.end(), [&](const auto& t) {
+                return fnmatch(p.c_str(), t.name.c_str(), 0) == 0;
+            });
+            if (any) continue;
+            std::string names;
+            for (size_t i = 0; i < sources.size() && i < 3; ++i)
+                names += (i ? ", " : "") + sources[sources.size() / 3 * i].name;
+            throw ExitError(fmt::format("{} '{}' matches no tensor of {} (its names look like {})",
+                                        flag, p, o.in, names));
+        }
+}
+
 // --type and --group-size to a type, or a k-quant mix over its base type.
 WeightTarget weight_target(const QuantizeOptions& o) {
     return take(parse_weight_target(o.type, o.group_size));
@@ -280,6 +298,7 @@ void quantize_file(const QuantizeOptions& o) {
                                .parts = {},
                                .part_rows = 0});
     }
+    check_patterns_match(o, sources);
     set_weight_type_metadata(w, wt);
 
     // A pruned file (ferry prune) keeps its pattern only in a type that rounds 0 to 0: not q4_1

@@ -87,6 +87,16 @@ def test_quantize_refuses_unknown_type(model_path, tmp_path):
     assert "q3_k" in r.stderr and not (tmp_path / "x.gguf").exists()
 
 
+@pytest.mark.parametrize("flag", ["--keep", "--keep-f16"])
+def test_a_keep_pattern_that_matches_nothing_is_refused(model_path, tmp_path, flag):
+    out = tmp_path / "x.gguf"
+    r = run_ferry("quantize", model_path, out, "--type", "q8_0", flag, "blk.*.attn_qq*", "-q")
+    assert r.returncode == 1
+    assert f"{flag} 'blk.*.attn_qq*' matches no tensor" in r.stderr, r.stderr
+    assert "its names look like" in r.stderr and ".weight" in r.stderr
+    assert not out.exists()
+
+
 def test_eval_against_itself_is_exact(model_path):
     r = run_ferry("eval", "-m", model_path, "--ref", model_path, "--text", EVAL_TEXT,
                   "--ctx", "32", "--max-tokens", "64", "--json")
