@@ -261,6 +261,11 @@ void add_eval_command(CLI::App& app) {
         if (o->text.empty() && o->tasks.empty())
             throw ExitError("eval needs --text FILE, --tasks FILE or both");
         o->ctx_given = ctx->count() > 0;
+        // The table has no room for every item; --task-items lists them in the JSON only.
+        if (o->task_items && (!o->json || o->tasks.empty()))
+            throw ExitError(
+                "--task-items lists every task's output in --json's tasks.items: it "
+                "needs --tasks and --json");
         if (!o->stream && (chunk->count() || o->kv_eviction.given()))
             throw ExitError("--chunk, --kv-eviction, --kv-budget and --kv-sink apply to --stream");
         if (o->stream &&

@@ -87,3 +87,15 @@ def test_eval_needs_text_or_tasks():
     r = run_ferry("eval", "-m", "default")
     assert r.returncode == 1
     assert r.stderr.startswith("ferry: error: eval needs --text")
+
+
+def test_task_items_without_json_and_tasks_is_refused(tmp_path):
+    f = tmp_path / "t.jsonl"
+    f.write_text(SMALL_TASKS)
+    r = run_ferry("eval", "-m", "default", "--tasks", f, "--task-items")  # the table: no room
+    assert r.returncode == 1
+    assert "--task-items" in r.stderr and "--json" in r.stderr, r.stderr
+    r = run_ferry("eval", "-m", "default", "--text", EVAL_TEXT, "--json", "--task-items")
+    assert r.returncode == 1
+    assert "needs --tasks" in r.stderr, r.stderr
+    assert r.stdout == ""
