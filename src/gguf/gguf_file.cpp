@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 
 namespace ferry::gguf {
@@ -430,6 +432,14 @@ const Array* File::get_array(std::string_view key) const {
 const TensorInfo* File::tensor(std::string_view name) const {
     auto it = tensor_index_.find(name);
     return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+}
+
+bool has_gguf_magic(const std::string& path) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) return false;
+    std::ifstream f(path, std::ios::binary);
+    uint32_t magic = 0;
+    return f.read(reinterpret_cast<char*>(&magic), sizeof magic) && magic == kMagic;
 }
 
 }  // namespace ferry::gguf

@@ -68,6 +68,10 @@ struct TensorInfo {
     const uint8_t* data = nullptr;  // points into the mapping
 };
 
+// Whether `path` is a regular file that begins with GGUF's magic (a model given by a name
+// without the .gguf extension is still recognised by its bytes).
+bool has_gguf_magic(const std::string& path);
+
 class File {
   public:
     // Opens, maps and validates. The error message names the file and the problem

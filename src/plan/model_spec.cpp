@@ -39,29 +39,47 @@ int64_t ModelSpec::active_ffn() const {
     return n_dense_layers > 0 ? std::max(ffn, moe) : moe;
 }
 
+namespace {
+
+// The formulas in long double: exact below 2^64, so for every shape validate() lets through
+// (kMaxParams), and without overflow for the absurd ones it refuses.
+using Wide = long double;
+constexpr Wide kMaxParams = 1e15L;
+
+Wide routed_params(const ModelSpec& m) {
+    return Wide(m.moe_layers()) * m.n_experts * 3 * m.hidden * m.expert_ffn;
+}
+
+Wide all_params(const ModelSpec& m) {
+    const Wide q_dim = Wide(m.n_heads) * m.head_dim;
+    const Wide kv_dim = Wide(m.n_kv_heads) * m.head_dim;
+    const Wide hidden = m.hidden;
+    Wide per_layer = hidden * q_dim                       // q
+                     + 2 * hidden * kv_dim                // k, v
+                     + q_dim * hidden                     // o
+                     + Wide(m.norms_per_layer) * hidden;  // attention and MLP norms
+    if (m.qkv_bias) per_layer += q_dim + 2 * kv_dim;
+    if (m.qk_norm) per_layer += 2 * Wide(m.head_dim);
+    const Wide dense_mlp = 3 * hidden * m.ffn;  // gate, up, down
+    // A MoE layer: the router (gate_inp), its shared experts and their gate; the routed
+    // experts are routed_params'.
+    const Wide moe_mlp = hidden * m.n_experts +
+                         Wide(m.n_shared_experts) * 3 * hidden * m.shared_expert_ffn +
+                         (m.shared_expert_gate ? hidden : 0);
+    const Wide embed = Wide(m.vocab) * hidden;
+    return embed + Wide(m.n_layers) * per_layer + Wide(m.n_layers - m.moe_layers()) * dense_mlp +
+           Wide(m.moe_layers()) * moe_mlp + routed_params(m) + hidden +
+           (m.tied_embeddings ? 0 : embed);
+}
+
+}  // namespace
+
 int64_t routed_expert_param_formula(const ModelSpec& m) {
-    return m.moe_layers() * m.n_experts * 3 * m.hidden * m.expert_ffn;
+    return static_cast<int64_t>(routed_params(m));
 }
 
 int64_t param_count_formula(const ModelSpec& m) {
-    const int64_t q_dim = m.n_heads * m.head_dim;
-    const int64_t kv_dim = m.n_kv_heads * m.head_dim;
-    int64_t per_layer = m.hidden * q_dim                 // q
-                        + 2 * m.hidden * kv_dim          // k, v
-                        + q_dim * m.hidden               // o
-                        + m.norms_per_layer * m.hidden;  // attention and MLP norms
-    if (m.qkv_bias) per_layer += q_dim + 2 * kv_dim;
-    if (m.qk_norm) per_layer += 2 * m.head_dim;
-    const int64_t dense_mlp = 3 * m.hidden * m.ffn;  // gate, up, down
-    // A MoE layer: the router (gate_inp), its shared experts and their gate; the routed
-    // experts are routed_expert_param_formula's.
-    const int64_t moe_mlp = m.hidden * m.n_experts +
-                            m.n_shared_experts * 3 * m.hidden * m.shared_expert_ffn +
-                            (m.shared_expert_gate ? m.hidden : 0);
-    const int64_t embed = m.vocab * m.hidden;
-    return embed + m.n_layers * per_layer + (m.n_layers - m.moe_layers()) * dense_mlp +
-           m.moe_layers() * moe_mlp + routed_expert_param_formula(m) + m.hidden +
-           (m.tied_embeddings ? 0 : embed);
+    return static_cast<int64_t>(all_params(m));
 }
 
 void set_family_norms(ModelSpec& m) {
@@ -105,6 +123,13 @@ Status validate(ModelSpec& m) {
         return make_error("model '{}': {} sliding layers of {} with a window of {}", m.name,
                           m.n_sliding_layers, m.n_layers, m.sliding_window);
     if (m.max_ctx <= 0) m.max_ctx = 4096;  // a conservative default when the source omits it
+    // Past this the counts would wrap (a config's sizes are whatever its JSON says); the largest
+    // models published are near 2e12.
+    if (const Wide p = all_params(m); p > kMaxParams)
+        return make_error(
+            "model '{}': its sizes give {:.3g} parameters, more than ferry plans for "
+            "({:.0e})",
+            m.name, double(p), double(kMaxParams));
     return Status::Ok();
 }
 
@@ -286,6 +311,10 @@ Expected<ModelSpec> spec_from_hf_config(const nlohmann::json& top, std::string n
 }
 
 Expected<ModelSpec> spec_from_hf_config_file(const std::string& path) {
+    std::error_code ec;
+    // A FIFO or a device would block the read or never end it.
+    if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+        return make_error("config '{}' is not a regular file", path);
     std::ifstream in(path);
     if (!in) return make_error("cannot open config '{}'", path);
     nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
@@ -382,10 +411,12 @@ Expected<ModelSpec> load_model_spec(const std::string& model) {
         if (!path) return path.error();
         return spec_from_gguf(*path);
     }
-    if (model.ends_with(".gguf")) return spec_from_gguf(model);
+    if (model.ends_with(".gguf") || gguf::has_gguf_magic(model)) return spec_from_gguf(model);
     std::error_code ec;
     if (fs::is_directory(model, ec)) return spec_from_hf_config_file(model + "/config.json");
-    if (model.ends_with(".json")) return spec_from_hf_config_file(model);
+    // Any other file is a config.json by another name; only a name that is no file is a preset.
+    if (model.ends_with(".json") || fs::is_regular_file(model, ec))
+        return spec_from_hf_config_file(model);
     return spec_from_preset(model);
 }
 

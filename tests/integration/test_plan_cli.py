@@ -74,6 +74,29 @@ def test_config_json_input(tmp_path):
     assert from_file["memory"]["total_bytes"] == preset["memory"]["total_bytes"]
 
 
+def test_files_are_known_by_their_bytes_not_their_names(tmp_path, model_path):
+    # A GGUF and a config.json under names without their extensions, and a FIFO, which
+    # would block a read forever.
+    import os
+    import shutil
+    gguf_copy = tmp_path / "model.bin"
+    shutil.copyfile(model_path, gguf_copy)
+    by_name = plan_json("-m", model_path, "-d", "L4", "--ctx", "2048")
+    by_bytes = plan_json("-m", gguf_copy, "-d", "L4", "--ctx", "2048")
+    assert by_bytes["model"]["source"] == "gguf"
+    assert by_bytes["model"]["params"] == by_name["model"]["params"]
+    cfg = {"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 8192,
+           "vocab_size": 128256, "max_position_embeddings": 131072, "tie_word_embeddings": True}
+    (tmp_path / "cfg").write_text(json.dumps(cfg))
+    j = plan_json("-m", tmp_path / "cfg", "-d", "L4", "--ctx", "2048")
+    assert abs(j["model"]["params"] / 1e9 - 1.24) < 0.01
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    r = run_ferry("plan", "-m", fifo, "-d", "L4", timeout=60)
+    assert r.returncode != 0 and "not a regular file" in r.stderr, r.stderr
+
+
 def test_unknown_device_and_preset_are_clear_errors():
     r = run_ferry("plan", "-m", "llama-2-7b", "-d", "tpu-v9", timeout=60)
     assert r.returncode != 0
@@ -101,6 +124,15 @@ def test_sizes_too_large_to_count_are_refused_not_wrapped(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     r = run_ferry("plan", "-m", tmp_path / "config.json", "-d", "H100-SXM", timeout=60)
     assert r.returncode != 0 and "(the model's context)" in r.stderr, r.stderr
+    # A parameter count past 2^63 once printed as a negative number and planned on.
+    huge = dict(cfg, hidden_size=2**31, intermediate_size=2**33, vocab_size=2**31,
+                num_hidden_layers=100000, max_position_embeddings=4096)
+    (tmp_path / "huge.json").write_text(json.dumps(huge))
+    for cmd in (("plan", "-m", tmp_path / "huge.json", "-d", "L4"),
+                ("synth", tmp_path / "x.gguf", "--like", tmp_path / "huge.json")):
+        r = run_ferry(*cmd, timeout=60)
+        assert r.returncode != 0 and "parameters, more than ferry plans for" in r.stderr, r.stderr
+    assert not (tmp_path / "x.gguf").exists()
 
 
 def test_moe_presets_total_active_and_decode_reads():
