@@ -1,6 +1,9 @@
 #include "kv/kv_store.h"
 
+#include <new>
 #include <stdexcept>
+
+#include <fmt/format.h>
 
 namespace ferry::kv {
 
@@ -39,8 +42,21 @@ KvStore::KvStore(kernels::Backend& backend, int n_layer, int64_t n_blocks, int b
     }
     const int64_t k_shape[] = {regions, static_cast<int64_t>(region_bytes(true))};
     const int64_t v_shape[] = {regions, static_cast<int64_t>(region_bytes(false))};
-    k_ = backend_.alloc(DType::I8, k_shape);
-    v_ = backend_.alloc(DType::I8, v_shape);
+    try {
+        k_ = backend_.alloc(DType::I8, k_shape);
+        v_ = backend_.alloc(DType::I8, v_shape);
+    } catch (const std::bad_alloc&) {
+        // "out of memory" alone would not say that the context asked for it.
+        const double bytes = double(regions) * double(region_bytes(true) + region_bytes(false));
+        throw std::runtime_error(fmt::format(
+            "out of memory for the KV cache: {} blocks of {} tokens over {} layers need {:.1f} GiB "
+            "({} bytes a token); lower --ctx{}",
+            n_blocks, block_size, n_layer, bytes / double(1ull << 30),
+            uint64_t(bytes / double(n_blocks) / block_size),
+            fmt_.dtype == quant::KvDType::F16 || fmt_.dtype == quant::KvDType::F32
+                ? ", or store it in 8 bits (--kv-dtype int8 or fp8)"
+                : ""));
+    }
     if (!fmt_.k_scales.empty()) {
         const int64_t s_shape[] = {static_cast<int64_t>(fmt_.k_scales.size())};
         k_scales_ = backend_.alloc(DType::F32, s_shape);

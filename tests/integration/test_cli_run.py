@@ -367,3 +367,12 @@ def test_a_context_above_the_trained_one_is_noted(model_path):
     assert "above the model's trained context of 8192" in r.stderr, r.stderr
     r = run_ferry("run", "-p", "Hi", "-n", "2", "-c", "512", "--no-stats")
     assert "trained context" not in r.stderr, r.stderr
+
+
+def test_a_context_too_large_for_memory_says_what_the_cache_needs(model_path):
+    # 16 M tokens of f16 keys and values: 343 GiB, more than any test machine maps.
+    r = run_ferry("run", "-p", "Hi", "-n", "2", "-c", "16000000", "--no-stats")
+    assert r.returncode == 1
+    line = r.stderr.strip().splitlines()[-1]
+    assert "out of memory for the KV cache" in line and "343.3 GiB" in line, r.stderr
+    assert "lower --ctx" in line and "--kv-dtype int8" in line
