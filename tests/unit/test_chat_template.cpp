@@ -122,9 +122,19 @@ TEST(ChatTemplate, BadTemplatesAreRefusedWithTheLine) {
     ASSERT_FALSE(empty.ok());
     EXPECT_NE(empty.error().message.find("no chat template"), std::string::npos);
     auto unknown = ChatTemplate::from_source(
-        "{% for m in messages %}\n{{ m.content | wordwrap }}\n{% endfor %}", "", "");
+        "{% for m in messages %}\n{{ m.content | frobnicate }}\n{% endfor %}", "", "");
     ASSERT_FALSE(unknown.ok());
-    EXPECT_EQ(unknown.error().message, "chat template line 2: unknown filter 'wordwrap'");
+    EXPECT_EQ(unknown.error().message, "chat template line 2: unknown filter 'frobnicate'");
+    // jinja2's own filters that ferry lacks load (a branch may never run them) and fail, by
+    // name, on the conversation that does.
+    auto lacking = ChatTemplate::from_source(
+        "{% for m in messages %}\n{{ m.content | wordwrap }}\n{% endfor %}", "", "");
+    ASSERT_TRUE(lacking.ok()) << lacking.error().message;
+    auto applied = lacking->apply({{"user", "U"}}, true);
+    ASSERT_FALSE(applied.ok());
+    EXPECT_NE(applied.error().message.find("jinja2's filter 'wordwrap' is not supported"),
+              std::string::npos)
+        << applied.error().message;
     auto unclosed = ChatTemplate::from_source("{% if messages %}x", "", "");
     ASSERT_FALSE(unclosed.ok());
     EXPECT_EQ(

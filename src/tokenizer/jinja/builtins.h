@@ -19,6 +19,9 @@ struct Frame;
 
 // The parser refuses unknown names at load time, as jinja2 does when it compiles.
 bool is_filter(std::string_view name);
+// jinja2's own filters that ferry does not run: a template may name one in a branch it never
+// takes (jinja2 compiles it), so the parser lets them through and running one is the error.
+bool is_unsupported_filter(std::string_view name);
 bool is_test(std::string_view name);
 Value apply_filter(Interpreter& in, std::string_view name, const Value& subject, CallArgs& args);
 bool apply_test(Interpreter& in, std::string_view name, const Value& subject, CallArgs& args);

@@ -691,9 +691,22 @@ bool is_filter(std::string_view name) {
     return filters().count(name) != 0;
 }
 
+bool is_unsupported_filter(std::string_view name) {
+    static constexpr std::string_view kNames[] = {
+        "filesizeformat", "groupby",   "pprint", "random",   "slice",  "striptags",
+        "truncate",       "urlencode", "urlize", "wordwrap", "xmlattr"};
+    for (std::string_view n : kNames)
+        if (n == name) return true;
+    return false;
+}
+
 Value apply_filter(Interpreter& in, std::string_view name, const Value& subject, CallArgs& args) {
     auto it = filters().find(name);
-    if (it == filters().end()) fail("unknown filter '{}'", name);
+    if (it == filters().end()) {
+        if (is_unsupported_filter(name))
+            fail("jinja2's filter '{}' is not supported by ferry's template engine", name);
+        fail("unknown filter '{}'", name);
+    }
     return it->second(in, subject, args);
 }
 

@@ -84,7 +84,17 @@ Value g_raise_exception(Interpreter&, CallArgs& a) {
 
 Value g_strftime_now(Interpreter& in, CallArgs& a) {
     Params p("strftime_now", a, {"format"}, 1);
-    const std::string& fmt = str_arg(p[0], "strftime() argument 1");
+    const std::string& given = str_arg(p[0], "strftime() argument 1");
+    // transformers formats a naive datetime.now(): it has no zone, so %Z and %z print nothing.
+    std::string fmt;
+    for (size_t i = 0; i < given.size(); ++i) {
+        if (given[i] == '%' && i + 1 < given.size()) {
+            const char c = given[++i];
+            if (c != 'Z' && c != 'z') fmt += {'%', c};
+        } else {
+            fmt += given[i];
+        }
+    }
     if (fmt.empty()) return "";
     std::string buf(64 + fmt.size() * 8, '\0');
     for (int tries = 0; tries < 4; ++tries) {

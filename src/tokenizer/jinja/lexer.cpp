@@ -283,7 +283,35 @@ class Lexer {
                             line);
     }
 
+    // 0x1f, 0o17, 0b101 (any case, underscores between digits), as jinja2 reads them.
+    bool lex_prefixed_int() {
+        if (src_[pos_] != '0' || pos_ + 2 >= src_.size()) return false;
+        const char k = char(src_[pos_ + 1] | 0x20);
+        const int base = k == 'x' ? 16 : k == 'o' ? 8 : k == 'b' ? 2 : 0;
+        if (!base) return false;
+        auto value = [&](size_t p) {
+            if (p >= src_.size()) return -1;
+            const char c = src_[p], l = char(c | 0x20);
+            const int v = is_digit(c) ? c - '0' : (l >= 'a' && l <= 'f') ? l - 'a' + 10 : -1;
+            return v < base ? v : -1;
+        };
+        std::string text;
+        size_t q = pos_ + 2;
+        while (value(q) >= 0 || (q < src_.size() && src_[q] == '_' && value(q + 1) >= 0))
+            if (src_[q++] != '_') text.push_back(src_[q - 1]);
+        if (text.empty()) return false;
+        errno = 0;
+        Token t{TokenType::Int, src_.substr(pos_, q - pos_), line_};
+        t.int_value = std::strtoll(text.c_str(), nullptr, base);
+        if (errno == ERANGE)
+            throw TemplateError("integer literal " + t.text + " is too large", line_);
+        out_.push_back(std::move(t));
+        advance_to(q);
+        return true;
+    }
+
     void lex_number() {
+        if (lex_prefixed_int()) return;
         const int line = line_;
         size_t e = pos_;
         auto digits = [&](size_t& p) {

@@ -66,6 +66,18 @@ int64_t floor_div(int64_t a, int64_t b) {
     return q;
 }
 
+// Python's float `//`: from fmod, not floor(a / b), whose rounded quotient can land on the
+// next integer (-18773113910795480.0 // 3).
+double float_floor_div(double a, double b) {
+    const double mod = std::fmod(a, b);
+    double div = (a - mod) / b;
+    if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1.0;
+    if (div == 0) return std::copysign(0.0, a / b);
+    double q = std::floor(div);
+    if (div - q > 0.5) q += 1.0;
+    return q;
+}
+
 double float_mod(double a, double b) {
     double m = std::fmod(a, b);
     if (m != 0 && ((m < 0) != (b < 0))) m += b;
@@ -104,7 +116,7 @@ Value arith(Interpreter& in, BinOp op, const Value& a, const Value& b) {
                 return floor_div(a.as_int(), b.as_int());
             }
             if (b.as_float() == 0) fail("float floor division by zero");
-            return std::floor(a.as_float() / b.as_float());
+            return float_floor_div(a.as_float(), b.as_float());
         case BinOp::Mod:
             if (ints) {
                 if (b.as_int() == 0) fail("integer modulo by zero");
@@ -365,6 +377,8 @@ std::string percent_format(const std::string& fmt, const Value& args) {
             case 'c': {
                 if (!arg.is_number())
                     fail("%{} format: a real number is required, not {}", conv, type_name(arg));
+                if (arg.is_float() && !(std::fabs(arg.as_float()) < 9.2e18))
+                    fail("%{} format: {} does not fit in 64 bits", conv, to_str(arg));
                 const long long v = arg.is_float() ? (long long)std::trunc(arg.as_float())
                                                    : (long long)arg.as_int();
                 if (conv == 'c') {

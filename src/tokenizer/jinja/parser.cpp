@@ -715,7 +715,8 @@ class Parser {
     std::unique_ptr<FilterExpr> parse_filter_call(ExprPtr operand) {
         const int line = cur().line;
         std::string name = parse_dotted_name("a filter name");
-        if (!is_filter(name)) throw TemplateError(fmt::format("unknown filter '{}'", name), line);
+        if (!is_filter(name) && !is_unsupported_filter(name))
+            throw TemplateError(fmt::format("unknown filter '{}'", name), line);
         auto f = std::make_unique<FilterExpr>(std::move(operand), std::move(name), line);
         if (is_op("(")) parse_args(f->args);
         return f;

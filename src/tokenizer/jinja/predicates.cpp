@@ -1,6 +1,7 @@
 // jinja2's tests (`x is defined`, `x is string`, `n is divisibleby 3`, ...), with Python's
 // answers: a bool is a number, a string is iterable and a sequence, jinja2's Undefined is
 // iterable and a sequence too.
+#include <cmath>
 #include <string_view>
 #include <unordered_map>
 
@@ -72,22 +73,31 @@ bool t_upper(Interpreter&, const Value& v, CallArgs&) {
     return pystr::isupper(to_str(v));
 }
 
-int64_t mod_of(const Value& v, int64_t m) {
+// Python's `v % m == r`, which is what jinja2's odd, even and divisibleby test: a float
+// takes part too (2.5 is neither odd nor even, 4.0 is even).
+bool mod_is(const Value& v, int64_t m, int64_t r) {
     if (v.is_undefined()) fail_undefined(v);
-    if (!v.is_integral()) fail("the value must be an integer, not {}", type_name(v));
+    if (v.is_float()) {
+        if (m == 0) fail("float modulo");
+        double x = std::fmod(v.as_float(), double(m));
+        if (x != 0 && ((x < 0) != (m < 0))) x += double(m);
+        return x == double(r);
+    }
+    if (!v.is_integral()) fail("the value must be a number, not {}", type_name(v));
     if (m == 0) fail("integer modulo by zero");
-    const int64_t r = v.as_int() % m;
-    return r < 0 ? r + (m < 0 ? -m : m) : r;
+    int64_t x = v.as_int() % m;
+    if (x != 0 && ((x < 0) != (m < 0))) x += m;
+    return x == r;
 }
 
 bool t_odd(Interpreter&, const Value& v, CallArgs&) {
-    return mod_of(v, 2) == 1;
+    return mod_is(v, 2, 1);
 }
 bool t_even(Interpreter&, const Value& v, CallArgs&) {
-    return mod_of(v, 2) == 0;
+    return mod_is(v, 2, 0);
 }
 bool t_divisibleby(Interpreter&, const Value& v, CallArgs& a) {
-    return mod_of(v, int_arg(one_arg("divisibleby", a))) == 0;
+    return mod_is(v, int_arg(one_arg("divisibleby", a)), 0);
 }
 
 bool t_eq(Interpreter&, const Value& v, CallArgs& a) {
