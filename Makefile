@@ -9,7 +9,7 @@ JOBS ?= $(shell nproc)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := build-essential libboost-dev cmake pkg-config git nlohmann-json3-dev libcli11-dev libfmt-dev \
-	libpcre2-dev libedit-dev openmpi-bin libopenmpi-dev libgtest-dev libgmock-dev libbenchmark-dev chromium chromium-driver python3 python3-venv python3-pip \
+	libpcre2-dev libutf8proc-dev libedit-dev openmpi-bin libopenmpi-dev libgtest-dev libgmock-dev libbenchmark-dev chromium chromium-driver python3 python3-venv python3-pip \
 	clang libclang-rt-14-dev ccache
 PROMPT ?= What is the capital of France? Answer in one sentence.
 

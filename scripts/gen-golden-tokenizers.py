@@ -39,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import unicodedata
 
 from llama_cpp_capi import LlamaCpp, find_libllama
 
@@ -131,12 +132,14 @@ def patched_gguf(src, key, value, dst):
 # ------------------------------------------------------------------------------ trimming
 
 
-def spellings(entry):
-    """The forms a test string can take inside a tokenizer, to find the tokens it can reach."""
+def spellings(entry, forms=()):
+    """The forms a test string can take inside a tokenizer, to find the tokens it can reach
+    (forms: the Unicode normal forms its normalizer applies)."""
     from transformers.convert_slow_tokenizer import bytes_to_unicode
     byte_char = bytes_to_unicode()
     s = text_str(entry)
     raw = [s, text_bytes(entry).decode("utf-8", errors="ignore")]
+    raw += [unicodedata.normalize(f, t) for f in forms for t in raw]
     out = set()
     for t in raw:
         esc = t.replace(" ", SPACE)
@@ -146,11 +149,11 @@ def spellings(entry):
     return out
 
 
-def reachable(vocab_texts, max_chars):
+def reachable(vocab_texts, max_chars, forms=()):
     """Every substring (up to max_chars characters) of every spelling of every test string."""
     subs = set()
     for e in TEXTS:
-        for s in spellings(e):
+        for s in spellings(e, forms):
             for i in range(len(s)):
                 for j in range(i + 1, min(len(s), i + max_chars) + 1):
                     # A fragment after a special token may get a space prefix of its own.
@@ -289,8 +292,43 @@ add_gguf_special_tokens(tok, td).save_pretrained(os.path.join(work, "gemma3-meta
     env = dict(os.environ, PYTHONPATH=stub + os.pathsep + os.environ.get("PYTHONPATH", ""),
                TRANSFORMERS_VERBOSITY="error")
     subprocess.run([sys.executable, "-c", code, smol, gemma, work], check=True, env=env)
+    # Qwen2's pipeline (an NFC normalizer, its Split regex, then byte-level) and an NFKC one,
+    # over SmolLM2's vocabulary: the normal forms against tokenizers' own.
+    for name, normalizer, pre in (("smollm2-nfc-qwen2", "NFC", QWEN2_PRE_TOKENIZER),
+                                  ("smollm2-nfkc", "NFKC", None)):
+        src, dst = os.path.join(work, "smollm2-bytelevel"), os.path.join(work, name)
+        shutil.copytree(src, dst)
+        with open(os.path.join(dst, "tokenizer.json"), encoding="utf-8") as f:
+            tj = json.load(f)
+        tj["normalizer"] = {"type": normalizer}
+        if pre:
+            tj["pre_tokenizer"] = pre
+        with open(os.path.join(dst, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(tj, f, ensure_ascii=False)
     return {n: os.path.join(work, n) for n in ("smollm2-bytelevel", "gemma3-replace",
-                                               "gemma3-metaspace")}
+                                               "gemma3-metaspace", "smollm2-nfc-qwen2",
+                                               "smollm2-nfkc")}
+
+
+def normal_forms(normalizer):
+    """The Unicode normal forms (NFC, ...) a tokenizer.json normalizer applies."""
+    if not normalizer:
+        return ()
+    if normalizer.get("type") == "Sequence":
+        return tuple(f for n in normalizer["normalizers"] for f in normal_forms(n))
+    return (normalizer["type"],) if normalizer.get("type") in ("NFC", "NFD", "NFKC", "NFKD") else ()
+
+
+# Qwen2 / Qwen2.5 / Qwen3's tokenizer.json pre-tokenizer, as published.
+QWEN2_PRE_TOKENIZER = {
+    "type": "Sequence",
+    "pretokenizers": [
+        {"type": "Split",
+         "pattern": {"Regex": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                              r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"},
+         "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+         "use_regex": False}]}
 
 
 def trim_tokenizer_json(tj):
@@ -298,7 +336,7 @@ def trim_tokenizer_json(tj):
     vocab = model["vocab"]
     max_chars = max(len(t) for t in vocab)
     added = tj["added_tokens"]
-    keep = reachable(set(vocab), max_chars)
+    keep = reachable(set(vocab), max_chars, normal_forms(tj.get("normalizer")))
     keep |= {t for t in vocab if len(t) == 6 and t.startswith("<0x") and t.endswith(">")}
     if model.get("unk_token"):
         keep.add(model["unk_token"])
@@ -438,6 +476,9 @@ def main():
                     "smollm2-bytelevel": "exported by transformers from SmolLM2's GGUF",
                     "gemma3-replace": "exported by transformers from Gemma 3's GGUF",
                     "gemma3-metaspace": "transformers' LlamaTokenizer over Gemma 3's vocabulary",
+                    "smollm2-nfc-qwen2": "SmolLM2's export with Qwen2's NFC normalizer and "
+                                         "Split pre-tokenizer",
+                    "smollm2-nfkc": "SmolLM2's export with an NFKC normalizer",
                 }[name] + ", trimmed (tokenizers gives the trimmed and the full file the same "
                           "results on every case)",
                 "calls": {"ids": "encode(text, add_special_tokens=False)",

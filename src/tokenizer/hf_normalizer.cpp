@@ -1,11 +1,63 @@
 #include "tokenizer/hf_normalizer.h"
 
+#include <cstdlib>
+
+#include <utf8proc.h>
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/hf_json.h"
 #include "tokenizer/utf8.h"
 
 namespace ferry::tokenizer {
+
+namespace {
+
+// utf8proc's options for each Unicode normal form; STABLE keeps unassigned code points as
+// they are (as Rust's unicode-normalization, which tokenizers uses, does).
+int unicode_form(const std::string& type) {
+    constexpr int kStable = UTF8PROC_STABLE;
+    if (type == "NFC") return kStable | UTF8PROC_COMPOSE;
+    if (type == "NFD") return kStable | UTF8PROC_DECOMPOSE;
+    if (type == "NFKC") return kStable | UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+    if (type == "NFKD") return kStable | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+    return 0;
+}
+
+std::string normalize_valid(std::string_view run, int options) {
+    utf8proc_uint8_t* out = nullptr;
+    const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(run.data()),
+                                            static_cast<utf8proc_ssize_t>(run.size()), &out,
+                                            static_cast<utf8proc_option_t>(options));
+    if (n < 0) return std::string(run);  // only for input the caller found valid: unreachable
+    std::string s(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+    std::free(out);
+    return s;
+}
+
+// The text in a Unicode normal form. Bytes that are not UTF-8 (a prompt file may hold any)
+// stay as they are between the normalized runs around them.
+std::string unicode_normalize(const std::string& text, int options) {
+    std::string out;
+    size_t run = 0, i = 0;
+    while (i < text.size()) {
+        utf8proc_int32_t cp;
+        const utf8proc_ssize_t n =
+            utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + i),
+                             static_cast<utf8proc_ssize_t>(text.size() - i), &cp);
+        if (n > 0) {
+            i += static_cast<size_t>(n);
+            continue;
+        }
+        out += normalize_valid(std::string_view(text).substr(run, i - run), options);
+        out += text[i++];
+        run = i;
+    }
+    if (run == 0) return normalize_valid(text, options);
+    out += normalize_valid(std::string_view(text).substr(run), options);
+    return out;
+}
+
+}  // namespace
 
 Status HfNormalizer::add(const nlohmann::json& j, std::vector<Step>& steps) {
     const std::string type = j.value("type", "");
@@ -35,7 +87,14 @@ Status HfNormalizer::add(const nlohmann::json& j, std::vector<Step>& steps) {
         steps.push_back({Kind::ByteLevel, {}, nullptr});
         return {};
     }
-    return unsupported("normalizer", type, "Sequence, Prepend, Replace, Strip, ByteLevel");
+    if (const int form = unicode_form(type)) {
+        Step s{Kind::Unicode, {}, nullptr};
+        s.form = form;
+        steps.push_back(std::move(s));
+        return {};
+    }
+    return unsupported("normalizer", type,
+                       "Sequence, Prepend, Replace, Strip, ByteLevel, NFC, NFD, NFKC, NFKD");
 }
 
 Expected<HfNormalizer> HfNormalizer::from_json(const nlohmann::json& j) {
@@ -60,6 +119,9 @@ std::string HfNormalizer::normalize(std::string_view text) const {
                 break;
             case Kind::ByteLevel:
                 s = bytes_to_unicode(s);
+                break;
+            case Kind::Unicode:
+                s = unicode_normalize(s, step.form);
                 break;
         }
     }

@@ -199,5 +199,14 @@ TEST(TokenizerGolden, ReplaceNormalizerTokenizerJsonMatchesHfTokenizers) {
     check_tokenizer_json("gemma3-replace");
 }
 
+// Qwen2/2.5/3's pipeline: NFC, then its Split regex, then byte-level.
+TEST(TokenizerGolden, NfcAndQwen2SplitTokenizerJsonMatchesHfTokenizers) {
+    check_tokenizer_json("smollm2-nfc-qwen2");
+}
+
+TEST(TokenizerGolden, NfkcTokenizerJsonMatchesHfTokenizers) {
+    check_tokenizer_json("smollm2-nfkc");
+}
+
 }  // namespace
 }  // namespace ferry::tokenizer
