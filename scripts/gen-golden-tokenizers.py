@@ -86,6 +86,10 @@ TEXTS = [
     "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
     "<|endoftext|>", "<|im_start", "text<|im_end|>more", "<repo_name>ferry<file_sep>",
     "Multiple     spaces    inside", "trailing spaces   ", "   leading spaces",
+    # U+180E: whitespace to PCRE2 10.42's \s, not to Unicode's White_Space since 6.3.
+    "a \u180eb", "a\u180eb", "\u180e's", "x\u180e\u180e y",
+    # Control bytes a byte-level vocabulary may lack (SmolLM2's has no 0x04 or 0x1d).
+    " \u0004", "!\u0004", "\u0004\u0004", "a\u001db",
     "line one\n\nline two\n\n\nline three",
     {"bytes": "ff"}, {"bytes": "61626380"}, {"bytes": "e282"}, {"bytes": "eda080"},
     {"bytes": "c0af"}, {"bytes": "f09f9982f09f"},
@@ -198,6 +202,26 @@ def sentencepiece_processor(tokens, scores, types, meta, add_dummy_prefix):
     return sp
 
 
+def llama_cases(ll):
+    """Every test string through llama.cpp: ids three ways, and their decodings."""
+    cases = []
+    for e in TEXTS:
+        data = text_bytes(e)
+        c = dict(case_key(e))
+        c["ids"] = ll.tokenize(data, False, True)
+        c["ids_bos"] = ll.tokenize(data, True, True)
+        c["ids_raw"] = ll.tokenize(data, False, False)
+        for k in ("ids", "ids_bos"):
+            for special, key in ((False, f"decode_{k}"), (True, f"decode_{k}_special")):
+                out = ll.detokenize(c[k], special)
+                try:
+                    c[key] = out.decode("utf-8")
+                except UnicodeDecodeError:  # llama.cpp gives the bytes back as they are
+                    c[key + "_hex"] = out.hex()
+        cases.append(c)
+    return cases
+
+
 def gen_spm(lib, gemma, work):
     tokens, scores, types, meta = read_spm_vocab(gemma)
     prefix_path = os.path.join(work, "gemma-prefix.gguf")
@@ -210,21 +234,8 @@ def gen_spm(lib, gemma, work):
             sp = sentencepiece_processor(tokens, scores, types, meta, prefix)
         except ImportError:
             sp = None
-        cases, sp_agree, sp_differ = [], 0, []
-        for e in TEXTS:
-            data = text_bytes(e)
-            c = dict(case_key(e))
-            c["ids"] = ll.tokenize(data, False, True)
-            c["ids_bos"] = ll.tokenize(data, True, True)
-            c["ids_raw"] = ll.tokenize(data, False, False)
-            for k in ("ids", "ids_bos"):
-                for special, key in ((False, f"decode_{k}"), (True, f"decode_{k}_special")):
-                    out = ll.detokenize(c[k], special)
-                    try:
-                        c[key] = out.decode("utf-8")
-                    except UnicodeDecodeError:  # llama.cpp gives the bytes back as they are
-                        c[key + "_hex"] = out.hex()
-            cases.append(c)
+        cases, sp_agree, sp_differ = llama_cases(ll), 0, []
+        for e, c in zip(TEXTS, cases):
             if sp is not None and not isinstance(e, dict):
                 # sentencepiece never parses control tokens out of text: compare with the
                 # parse_special=false ids.
@@ -462,6 +473,24 @@ def main():
             dump(os.path.join(name_dir, "golden.json" if name == "gemma3-spm"
                               else "golden-prefix.json"), head, compact_cases=True)
             print(f"{name}: {len(cases)} cases; sentencepiece agrees on {agree}/{n_text}")
+        # SmolLM2's own GGUF (byte-level BPE, the default model): the tests read the file.
+        # Not the invalid UTF-8 cases: llama.cpp's byte-level path reads each bad byte as U+FFFD
+        # and an overlong "\xc0\xaf" as "/", where ferry keeps the bytes as they are.
+        ll = LlamaCpp(lib, a.smollm2)
+        cases = [c for c in llama_cases(ll) if "bytes" not in c]
+        ll.close()
+        os.makedirs(os.path.join(a.out, "smollm2-gguf"), exist_ok=True)
+        dump(os.path.join(a.out, "smollm2-gguf", "golden.json"), {
+            "reference": f"llama.cpp {a.llama_cpp_version} (llama_tokenize / llama_detokenize "
+                         "through ctypes)",
+            "model": os.path.basename(a.smollm2) + " (the default model; not copied here)",
+            "calls": {"ids": "add_special=false parse_special=true",
+                      "ids_bos": "add_special=true parse_special=true",
+                      "ids_raw": "add_special=false parse_special=false",
+                      "decode_*": "llama_detokenize(remove_special=false, unparse_special=false)",
+                      "decode_*_special": "unparse_special=true"},
+            "cases": cases}, compact_cases=True)
+        print(f"smollm2-gguf: {len(cases)} cases")
         for name, d in hf_exports(a.smollm2, a.gemma, work).items():
             cases, trimmed, config = gen_hf(name, d)
             dest = os.path.join(a.out, name)

@@ -44,7 +44,6 @@ Expected<std::unique_ptr<BpeTokenizer>> BpeTokenizer::create(BpeVocab v) {
     auto in_range = [n](Token id) { return id >= 0 && id < n ? id : Token{-1}; };
     t->bos_ = in_range(v.bos);
     t->eos_ = in_range(v.eos);
-    t->unk_ = in_range(v.unk);
     t->add_bos_ = v.add_bos.value_or(t->pre_->default_add_bos()) && t->bos_ >= 0;
     t->add_eos_ = v.add_eos.value_or(false) && t->eos_ >= 0;
 
@@ -117,12 +116,10 @@ void BpeTokenizer::encode_piece(std::string_view raw, std::vector<Token>& out) c
         if (it != merges_.end()) c = MergeCandidate{double(it->second.rank), it->second.result};
         return c;
     });
-    for (int i = 0; i >= 0; i = syms[i].next) {
-        if (syms[i].id >= 0)
-            out.push_back(syms[i].id);
-        else if (unk_ >= 0)
-            out.push_back(unk_);  // a byte missing from the vocabulary
-    }
+    // A byte missing from the vocabulary (SmolLM2's has no 0x04) is dropped, as llama.cpp
+    // and tokenizers both drop it, not turned into the unknown token.
+    for (int i = 0; i >= 0; i = syms[i].next)
+        if (syms[i].id >= 0) out.push_back(syms[i].id);
 }
 
 std::vector<Token> BpeTokenizer::encode(std::string_view text, bool add_special,

@@ -67,7 +67,7 @@ class BpeTokenizer final : public Tokenizer {
     std::vector<Token> specials_;  // longest text first, as llama.cpp matches them
     std::vector<bool> eog_;
     std::shared_ptr<const PreTokenizer> pre_;
-    Token bos_ = -1, eos_ = -1, unk_ = -1;
+    Token bos_ = -1, eos_ = -1;
     bool add_bos_ = false, add_eos_ = false;
 };
 

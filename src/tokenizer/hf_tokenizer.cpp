@@ -60,13 +60,20 @@ std::optional<std::string> config_token(const json& config, const char* key) {
     return std::nullopt;
 }
 
-// Rust's regex \s and \w are Unicode; PCRE2 with UCP is the closest spelling.
-const Regex& re(const char* pattern) {
-    static std::unordered_map<std::string, std::shared_ptr<const Regex>> cache;
-    auto it = cache.find(pattern);
-    if (it == cache.end())
-        it = cache.emplace(pattern, Regex::compile(pattern, false).value()).first;
-    return *it->second;
+// tokenizers' added-token rules in its Rust regex's terms: \w is Unicode's word characters
+// (alphabetics, marks, decimal digits, connector punctuation and the joiners; not PCRE2's
+// \p{L}\p{N}_, which takes '²' and leaves out combining marks), and `$` is the end of the
+// text only, not also before a final newline. Compiled once, on first use from any thread.
+struct AddedTokenRegexes {
+    std::shared_ptr<const Regex> word_before, word_after, space_before, space_after;
+};
+const AddedTokenRegexes& added_token_regexes() {
+    static const AddedTokenRegexes r = [] {
+        const std::string word = R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}])";
+        auto c = [](const std::string& p) { return Regex::compile(p, false).value(); };
+        return AddedTokenRegexes{c(word + R"(\z)"), c("^" + word), c(R"(\s*\z)"), c(R"(^\s*)")};
+    }();
+    return r;
 }
 
 // What a post-processor puts before and after a single sequence.
@@ -275,17 +282,18 @@ std::vector<HfTokenizer::Piece> HfTokenizer::split_added(const std::string& text
             i = stop - 1;  // the search goes on after this match, whatever is decided
             if (!parse_special && hit->special) continue;
             if (hit->single_word) {
-                bool word_before = start > 0 && re(R"(\w$)").search(text.substr(0, start));
-                bool word_after = stop < text.size() && re(R"(^\w)").search(text.substr(stop));
+                const auto& r = added_token_regexes();
+                bool word_before = start > 0 && r.word_before->search(text.substr(0, start));
+                bool word_after = stop < text.size() && r.word_after->search(text.substr(stop));
                 if (word_before || word_after) continue;
             }
             if (hit->lstrip) {
-                auto m = re(R"(\s*$)").find_all(text.substr(0, start));
+                auto m = added_token_regexes().space_before->find_all(text.substr(0, start));
                 size_t ws = m.empty() ? start : m.front().first;
                 start = std::max(ws, emitted);
             }
             if (hit->rstrip) {
-                auto m = re(R"(^\s*)").find_all(text.substr(stop));
+                auto m = added_token_regexes().space_after->find_all(text.substr(stop));
                 if (!m.empty()) stop += m.front().second;
                 i = stop - 1;
             }

@@ -6,6 +6,7 @@
 #include <array>
 #include <initializer_list>
 
+#include "tokenizer/regex.h"
 #include "tokenizer/utf8.h"
 
 namespace ferry::tokenizer {
@@ -86,11 +87,12 @@ Expected<std::shared_ptr<const PreTokenizer>> PreTokenizer::create(std::string_v
     p->name_ = std::string(name);
     p->ignore_merges_ = found->ignore_merges;
     p->default_add_bos_ = found->add_bos;
-    for (const char* pattern : found->patterns) {
+    for (const char* given : found->patterns) {
+        const std::string pattern = white_space_classes(given);
         int err = 0;
         PCRE2_SIZE err_off = 0;
         pcre2_code* code =
-            pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
+            pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                           PCRE2_UTF | PCRE2_UCP, &err, &err_off, nullptr);
         if (!code) {
             PCRE2_UCHAR msg[256];

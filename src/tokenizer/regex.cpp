@@ -5,12 +5,63 @@
 
 namespace ferry::tokenizer {
 
+std::string white_space_classes(std::string_view p) {
+    static constexpr std::string_view kWhiteSpace =
+        "\\t\\n\\x0B\\f\\r\\x20\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
+        "\\x{202F}\\x{205F}\\x{3000}";
+    std::string out;
+    bool in_class = false;
+    for (size_t i = 0; i < p.size(); ++i) {
+        const char c = p[i];
+        if (c == '\\' && i + 1 < p.size()) {
+            const char n = p[++i];
+            if (n == 's') {
+                if (!in_class) out += '[';
+                out += kWhiteSpace;
+                if (!in_class) out += ']';
+            } else if (n == 'S' && !in_class) {
+                out += "[^";
+                out += kWhiteSpace;
+                out += ']';
+            } else if (n == 'Q') {  // \Q...\E is literal text
+                const size_t e = p.find("\\E", i + 1);
+                const size_t end = e == std::string_view::npos ? p.size() : e + 2;
+                out += p.substr(i - 1, end - (i - 1));
+                i = end - 1;
+            } else {
+                out += c;
+                out += n;
+            }
+            continue;
+        }
+        if (in_class && c == '[' && i + 1 < p.size() && p[i + 1] == ':') {  // [:alpha:]
+            const size_t e = p.find(":]", i + 2);
+            if (e != std::string_view::npos) {
+                out += p.substr(i, e + 2 - i);
+                i = e + 1;
+                continue;
+            }
+        }
+        out += c;
+        if (!in_class && c == '[') {
+            in_class = true;
+            // A ']' first (after an optional '^') is a member, not the end.
+            if (i + 1 < p.size() && p[i + 1] == '^') out += p[++i];
+            if (i + 1 < p.size() && p[i + 1] == ']') out += p[++i];
+        } else if (in_class && c == ']') {
+            in_class = false;
+        }
+    }
+    return out;
+}
+
 Expected<std::shared_ptr<const Regex>> Regex::compile(std::string_view pattern, bool literal) {
     int err = 0;
     PCRE2_SIZE err_off = 0;
     // PCRE2 takes no other option with LITERAL but UTF (and UCP would not matter there).
     uint32_t options = literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP;
-    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+    const std::string compiled = literal ? std::string(pattern) : white_space_classes(pattern);
+    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(),
                                      options, &err, &err_off, nullptr);
     if (!code) {
         PCRE2_UCHAR msg[256];

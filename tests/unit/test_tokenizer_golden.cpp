@@ -177,6 +177,17 @@ TEST(TokenizerGolden, FullGemma3GgufMatchesLlamaCpp) {
               static_cast<int>(golden_prefix["cases"].size()));
 }
 
+// The default model's byte-level BPE, read from its GGUF, against llama.cpp on the same strings.
+TEST(TokenizerGolden, DefaultModelGgufMatchesLlamaCpp) {
+    const std::string path = ferry::testing::default_model_path();
+    auto f = gguf::File::open(path);
+    if (!f.ok()) GTEST_SKIP() << "default model not found at " << path << " (make model)";
+    auto tok = Tokenizer::from_gguf(**f);
+    ASSERT_TRUE(tok.ok()) << tok.error().message;
+    json golden = read(dir("smollm2-gguf") + "/golden.json");
+    EXPECT_EQ(check_golden(**tok, golden), static_cast<int>(golden["cases"].size()));
+}
+
 void check_tokenizer_json(const std::string& kind) {
     auto tok = Tokenizer::from_tokenizer_json(dir(kind) + "/tokenizer.json",
                                               dir(kind) + "/tokenizer_config.json");
