@@ -18,6 +18,11 @@ Kinds and references:
                      vocabulary and merges
   gemma3-replace     the tokenizer.json transformers exports from Gemma's GGUF (Replace
                      normalizer, Split pre-tokenizer, ByteFallback / Fuse decoders)
+  smollm2-nfc-qwen2  smollm2-bytelevel with Qwen2's pipeline: an NFC normalizer and its Split
+                     regex before byte-level
+  smollm2-nfkc       smollm2-bytelevel with an NFKC normalizer
+  smollm2-gguf       the default model's own GGUF (byte-level BPE) against llama.cpp, valid UTF-8
+                     cases only (the tests read the model file itself)
 each tokenizer.json kind against Hugging Face tokenizers (and transformers' tokenizer(text) for
 add_special=True).
 
