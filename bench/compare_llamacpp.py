@@ -25,12 +25,16 @@ FTYPES = {"q8_0": 7, "f16": 1}  # llama_ftype: MOSTLY_Q8_0, MOSTLY_F16
 PROMPT_TEXT = "The quick brown fox jumps over the lazy dog while the engine measures itself. "
 
 
-def variant(model, wtype, cache):
-    """The model file for weight type wtype, quantized with llama.cpp's own tool on first use."""
+def variant(ferry, model, wtype, cache):
+    """The model file for weight type wtype, quantized on first use with llama.cpp's own tool
+    (llama-cpp-python), or with `ferry quantize` when llama.cpp is measured by llama-bench
+    without its Python binding (both engines then read the same file either way)."""
     if wtype == "q4_1":
         return model
     base = os.path.basename(model).rsplit(".", 2)[0]
     out = os.path.join(cache, "models", f"{base}.{wtype.upper()}.gguf")
+    if not os.path.exists(out) and llama_cpp is None:
+        subprocess.run([ferry, "quantize", model, out, "--type", wtype, "-q"], check=True)
     if not os.path.exists(out):
         # The source is Q4_1, so this is a requantization (allow_requantize): the Q8_0/F16 file
         # holds the Q4_1 values exactly (F16) or nearly (Q8_0) at the larger size, which is
@@ -114,6 +118,8 @@ def main():
     a = ap.parse_args()
     if not a.model and not a.like:
         sys.exit("compare_llamacpp.py: --model or --like")
+    if a.model == "default":  # what ferry's -m default means, for llama.cpp too
+        a.model = os.path.join(a.cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
     if not a.llama_bench:
         import llama_cpp as lc
         llama_cpp = lc
@@ -122,7 +128,7 @@ def main():
     results = []
     for wtype in a.types.split():
         model = (synth_model(a.ferry, os.path.join(a.cache, "synth"), a.like, a.layers, wtype)
-                 if a.like else variant(a.model, wtype, a.cache))
+                 if a.like else variant(a.ferry, a.model, wtype, a.cache))
         llama = (LlamaBenchRunner(a.llama_bench, model, a.prompt, a.gen, a.threads)
                  if a.llama_bench else LlamaRunner(model, a.prompt, a.gen, a.threads))
         run_ferry(a.ferry, model, a.prompt, a.gen, a.threads)  # warm the page cache
