@@ -96,8 +96,9 @@ void check_patterns_match(const QuantizeOptions& o,
             });
             if (any) continue;
             std::string names;
-            for (size_t i = 0; i < sources.size() && i < 3; ++i)
-                names += (i ? ", " : "") + sources[sources.size() / 3 * i].name;
+            const size_t k = std::min<size_t>(3, sources.size());
+            for (size_t i = 0; i < k; ++i)
+                names += (i ? ", " : "") + sources[i * sources.size() / k].name;
             throw ExitError(fmt::format("{} '{}' matches no tensor of {} (its names look like {})",
                                         flag, p, o.in, names));
         }

@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 #include <boost/asio.hpp>
@@ -81,7 +83,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
     // otherwise hold the I/O thread, and with it every other connection's stream.
     asio::thread_pool prep{2};
     Clock::time_point drain_start;
-    bool aborted_all = false;
+    std::atomic<bool> aborted_all{false};
     int bound_port = 0;
 
     std::atomic<int64_t> connections{0};
@@ -260,24 +262,40 @@ class Session : public std::enable_shared_from_this<Session> {
     template <class Work, class Then>
     void prepare(Work work, Then then) {
         using Result = decltype(work());
-        srv_->preparing.fetch_add(1);
+        // Counted from here until `then` has run (or the work is dropped at a hard stop), so a
+        // drain never stops between the two; `then` starts its generation before the count
+        // drops.
+        struct Counted {
+            std::atomic<int>* n;
+            explicit Counted(std::atomic<int>* c) : n(c) { n->fetch_add(1); }
+            Counted(Counted&& o) noexcept : n(std::exchange(o.n, nullptr)) {}
+            Counted(const Counted&) = delete;
+            ~Counted() {
+                if (n) n->fetch_sub(1);
+            }
+        };
         asio::post(srv_->prep, [self = shared_from_this(), exec = stream_.get_executor(),
-                                work = std::move(work), then = std::move(then)]() mutable {
+                                work = std::move(work), then = std::move(then),
+                                counted = Counted(&srv_->preparing)]() mutable {
             std::optional<Result> result;
             std::string failure;
             try {
                 result.emplace(work());
             } catch (const std::exception& e) {
                 failure = e.what();
+            } catch (...) {
+                failure = "an unknown exception";
             }
-            asio::post(exec, [self, result = std::move(result), failure = std::move(failure),
-                              then = std::move(then)]() mutable {
-                if (result)
-                    self->guarded([&] { then(std::move(*result)); });
-                else
-                    self->internal_error(failure);
-                self->srv_->preparing.fetch_sub(1);
-            });
+            try {
+                asio::post(exec, [self, result = std::move(result), failure = std::move(failure),
+                                  then = std::move(then), counted = std::move(counted)]() mutable {
+                    if (result)
+                        self->guarded([&] { then(std::move(*result)); });
+                    else
+                        self->guarded([&] { self->internal_error(failure); });
+                });
+            } catch (...) {  // out of memory for the handler: the connection just closes
+            }
         });
     }
 
@@ -585,6 +603,9 @@ class Session : public std::enable_shared_from_this<Session> {
             },
             [this, &b, kind](Prepared p) {
                 if (!p.req) return send_error(p.err);
+                // Prepared after the grace period aborted every running request: nothing would
+                // abort this one before the hard stop.
+                if (srv_->aborted_all) return send_unavailable("the server is shutting down");
                 start_generation(b, kind, std::move(*p.req));
             });
     }
@@ -984,7 +1005,10 @@ void HttpServer::Impl::begin_shutdown() {
 
 void HttpServer::Impl::drain_tick() {
     const double waited = ms_since(drain_start) / 1000.0;
-    if (active_generations.load() + preparing.load() == 0 || waited > opt.grace_seconds + 5) {
+    // Preparing first: a prepared request starts its generation before it stops counting as
+    // preparing, so this order never sees neither (with several I/O threads).
+    const int preparing_now = preparing.load();
+    if (preparing_now + active_generations.load() == 0 || waited > opt.grace_seconds + 5) {
         // A moment for the last responses to leave the socket buffers, then stop.
         drain_timer.expires_after(std::chrono::milliseconds(100));
         drain_timer.async_wait([self = shared_from_this()](beast::error_code) {
@@ -1090,7 +1114,9 @@ bool HttpServer::shutting_down() const {
 void HttpServer::wait() {
     for (auto& t : impl_->threads)
         if (t.joinable()) t.join();
-    // A preparation the drain gave up on still uses the service: it ends before wait() does.
+    // A preparation the drain gave up on still uses the service: it ends before wait() does;
+    // ones not started are dropped.
+    impl_->prep.stop();
     impl_->prep.join();
 }
 

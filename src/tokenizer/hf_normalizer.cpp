@@ -12,8 +12,8 @@ namespace ferry::tokenizer {
 
 namespace {
 
-// utf8proc's options for each Unicode normal form; STABLE keeps unassigned code points as
-// they are (as Rust's unicode-normalization, which tokenizers uses, does).
+// utf8proc's options for each Unicode normal form (STABLE applies the composition exclusions,
+// as utf8proc_NFC itself does).
 int unicode_form(const std::string& type) {
     constexpr int kStable = UTF8PROC_STABLE;
     if (type == "NFC") return kStable | UTF8PROC_COMPOSE;

@@ -19,10 +19,14 @@ std::string white_space_classes(std::string_view p) {
                 if (!in_class) out += '[';
                 out += kWhiteSpace;
                 if (!in_class) out += ']';
-            } else if (n == 'S' && !in_class) {
-                out += "[^";
-                out += kWhiteSpace;
-                out += ']';
+            } else if (n == 'S') {
+                if (in_class) {
+                    out += "\\S\\x{180E}";  // PCRE2's \S leaves U+180E out
+                } else {
+                    out += "[^";
+                    out += kWhiteSpace;
+                    out += ']';
+                }
             } else if (n == 'Q') {  // \Q...\E is literal text
                 const size_t e = p.find("\\E", i + 1);
                 const size_t end = e == std::string_view::npos ? p.size() : e + 2;

@@ -14,7 +14,7 @@ namespace ferry::tokenizer {
 
 // `pattern` with \s and \S spelled out as Unicode's White_Space. PCRE2 10.42 still counts
 // U+180E (whitespace until Unicode 6.3) in \s; tokenizers' Oniguruma and llama.cpp's tables do
-// not, and a tokenizer must split where they split. (\S inside a character class is kept.)
+// not, and a tokenizer must split where they split.
 std::string white_space_classes(std::string_view pattern);
 
 class Regex {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/hf_pretokenizer.h"
+#include "tokenizer/regex.h"
 #include "tokenizer/spm_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -210,6 +211,31 @@ TEST(HfTiny, SingleWordTokensUseRustsWordCharacters) {
     EXPECT_FALSE(matched("a\xCC\x81[X]"));     // U+0301, a combining mark, is a word character
     EXPECT_TRUE(matched("\xC2\xB2[X]"));       // '²' is not
     EXPECT_FALSE(matched("[X]\xE2\x80\x8D"));  // nor is the zero-width joiner after it: it is
+}
+
+// \s and \S are Unicode's White_Space, which U+180E has not been since Unicode 6.3 (PCRE2
+// 10.42 still counts it), inside character classes and out.
+TEST(TokenizerRegex, WhiteSpaceIsUnicodesWhiteSpace) {
+    const std::string mvs = "\xE1\xA0\x8E", nbsp = "\xC2\xA0", ideographic = "\xE3\x80\x80";
+    auto matches = [](const char* pattern, const std::string& text) {
+        auto re = Regex::compile(pattern, false);
+        EXPECT_TRUE(re.ok()) << pattern;
+        return re.ok() && (*re)->search(text);
+    };
+    for (const char* p : {R"(^\s$)", R"(^[\s]$)", R"(^[^\S\r\n]$)"}) {
+        EXPECT_FALSE(matches(p, mvs)) << p;
+        EXPECT_TRUE(matches(p, nbsp)) << p;
+        EXPECT_TRUE(matches(p, ideographic)) << p;
+        EXPECT_TRUE(matches(p, "\t")) << p;
+    }
+    for (const char* p : {R"(^\S$)", R"(^[\S]$)", R"(^[^\s]$)"}) {
+        EXPECT_TRUE(matches(p, mvs)) << p;
+        EXPECT_FALSE(matches(p, nbsp)) << p;
+    }
+    // Escapes, a leading ']' and \Q...\E keep their meaning.
+    EXPECT_TRUE(matches(R"(^\\s$)", "\\s"));
+    EXPECT_TRUE(matches(R"(^[]\s]+$)", "] "));
+    EXPECT_TRUE(matches(R"(^\Q\s\E$)", "\\s"));
 }
 
 TEST(HfTiny, DecodersRunInOrder) {
