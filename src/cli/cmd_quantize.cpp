@@ -79,10 +79,13 @@ struct QuantizeOptions {
 constexpr int64_t kMixedCalibTokens = 512;
 constexpr int kMixedWindow = 128;
 
+bool matches(const std::string& name, const std::string& pattern) {
+    return fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
+}
+
 bool matches_any(const std::string& name, const std::vector<std::string>& patterns) {
-    for (const auto& p : patterns)
-        if (fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
-    return false;
+    return std::any_of(patterns.begin(), patterns.end(),
+                       [&](const std::string& p) { return matches(name, p); });
 }
 
 // A --keep or --keep-f16 pattern that matches no tensor is a typo (`blk.*.attn_qq*`): the
@@ -91,9 +94,8 @@ void check_patterns_match(const QuantizeOptions& o,
                           const std::vector<convert::SourceTensor>& sources) {
     for (const auto& [flag, patterns] : {std::pair{"--keep", &o.keep}, {"--keep-f16", &o.keep_f16}})
         for (const auto& p : *patterns) {
-            const bool any = std::any_of(sources.begin(), sources.end(), [&](const auto& t) {
-                return fnmatch(p.c_str(), t.name.c_str(), 0) == 0;
-            });
+            const bool any = std::any_of(sources.begin(), sources.end(),
+                                         [&](const auto& t) { return matches(t.name, p); });
             if (any) continue;
             std::string names;
             const size_t k = std::min<size_t>(3, sources.size());

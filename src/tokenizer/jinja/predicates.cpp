@@ -1,7 +1,6 @@
 // jinja2's tests (`x is defined`, `x is string`, `n is divisibleby 3`, ...), with Python's
 // answers: a bool is a number, a string is iterable and a sequence, jinja2's Undefined is
 // iterable and a sequence too.
-#include <cmath>
 #include <string_view>
 #include <unordered_map>
 
@@ -73,32 +72,22 @@ bool t_upper(Interpreter&, const Value& v, CallArgs&) {
     return pystr::isupper(to_str(v));
 }
 
-// Python's `v % m == r`, which is what jinja2's odd, even and divisibleby test: a float
-// takes part too (2.5 is neither odd nor even, 4.0 is even).
-bool mod_is(const Value& v, int64_t m, int64_t r) {
+// jinja2's odd, even and divisibleby are Python's `v % m == r`: the `%` operator itself, so a
+// float takes part too (2.5 is neither odd nor even, 4.0 is even).
+bool mod_is(Interpreter& in, const Value& v, int64_t m, int64_t r) {
     if (v.is_undefined()) fail_undefined(v);
-    if (v.is_float()) {
-        if (m == 0) fail("float modulo");
-        double x = std::fmod(v.as_float(), double(m));
-        if (x != 0 && ((x < 0) != (m < 0))) x += double(m);
-        return x == double(r);
-    }
-    if (!v.is_integral()) fail("the value must be a number, not {}", type_name(v));
-    if (m == 0) fail("integer modulo by zero");
-    if (m == -1) return r == 0;  // INT64_MIN % -1 would trap
-    int64_t x = v.as_int() % m;
-    if (x != 0 && ((x < 0) != (m < 0))) x += m;
-    return x == r;
+    if (!v.is_number()) fail("the value must be a number, not {}", type_name(v));
+    return compare(CmpOp::Eq, binary_op(in, BinOp::Mod, v, Value(m)), Value(r));
 }
 
-bool t_odd(Interpreter&, const Value& v, CallArgs&) {
-    return mod_is(v, 2, 1);
+bool t_odd(Interpreter& in, const Value& v, CallArgs&) {
+    return mod_is(in, v, 2, 1);
 }
-bool t_even(Interpreter&, const Value& v, CallArgs&) {
-    return mod_is(v, 2, 0);
+bool t_even(Interpreter& in, const Value& v, CallArgs&) {
+    return mod_is(in, v, 2, 0);
 }
-bool t_divisibleby(Interpreter&, const Value& v, CallArgs& a) {
-    return mod_is(v, int_arg(one_arg("divisibleby", a)), 0);
+bool t_divisibleby(Interpreter& in, const Value& v, CallArgs& a) {
+    return mod_is(in, v, int_arg(one_arg("divisibleby", a)), 0);
 }
 
 bool t_eq(Interpreter&, const Value& v, CallArgs& a) {
